@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# run.sh — runs every test: Boost.Test units, MPI tests at each rank count, end-to-end scripts.
+#
+# An MPI test tests/mpi/NAME.cpp declares its rank counts on a line "// np: 1 2 3 4".
+# An end-to-end test is tests/e2e/*.sh; it exits non-zero on failure.
+# Every run is under `timeout`, so a hang is a failure with a message, never a stuck CI.
+# The last line is "N passed, N failed".
+set -u
+BIN=${BIN:-bin}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
+LOG_DIR=${LOG_DIR:-output/test-logs}
+mkdir -p "$LOG_DIR"
+passed=0; failed=0; failures=()
+start=$(date +%s)
+
+record() {  # record NAME STATUS LOG
+  if [ "$2" = 0 ]; then
+    passed=$((passed + 1)); printf '  PASS  %s\n' "$1"
+  else
+    failed=$((failed + 1)); failures+=("$1"); printf '  FAIL  %s (exit %s; log %s)\n' "$1" "$2" "$3"
+    tail -n 25 "$3" | sed 's/^/        | /'
+  fi
+}
+
+filter=${1:-}
+if [ -x "$BIN/tests/unit" ] && [[ -z "$filter" || "unit" == *"$filter"* ]]; then
+  echo "== unit tests (Boost.Test)"
+  log="$LOG_DIR/unit.log"
+  timeout 900 "$BIN/tests/unit" --report_level=detailed --log_level=test_suite >"$log" 2>&1
+  status=$?
+  # One PASS/FAIL line per test case, from Boost's own log.
+  while read -r name; do
+    if grep -q "^.*: error: in \"[^\"]*$name\"" "$log" || grep -q "$name.*: fatal error" "$log"; then
+      failed=$((failed + 1)); failures+=("unit/$name"); printf '  FAIL  unit/%s\n' "$name"
+    else
+      passed=$((passed + 1))
+    fi
+  done < <(sed -n 's/.*Leaving test case "\([^"]*\)".*/\1/p' "$log")
+  n_cases=$(grep -c 'Leaving test case' "$log")
+  echo "  $n_cases unit test cases run (log $log)"
+  if [ "$status" != 0 ]; then
+    grep -E 'error|fatal' "$log" | head -20 | sed 's/^/        | /'
+    if ! grep -q "error: in" "$log"; then record "unit (crashed or timed out)" "$status" "$log"; fi
+  fi
+fi
+
+echo "== MPI tests"
+for src in tests/mpi/*.cpp; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .cpp)
+  [[ -z "$filter" || "mpi_$name" == *"$filter"* ]] || continue
+  nps=$(sed -n 's|^// np: *||p' "$src" | head -1)
+  for np in ${nps:-2}; do
+    log="$LOG_DIR/mpi_${name}_np$np.log"
+    timeout 600 $MPIRUN -np "$np" "$BIN/tests/mpi_$name" --report_level=short >"$log" 2>&1
+    record "mpi_$name np=$np" $? "$log"
+  done
+done
+
+echo "== end-to-end tests"
+for script in tests/e2e/*.sh; do
+  [ -e "$script" ] || continue
+  name=$(basename "$script" .sh)
+  [[ -z "$filter" || "e2e_$name" == *"$filter"* ]] || continue
+  log="$LOG_DIR/e2e_$name.log"
+  BIN=$BIN MPIRUN="$MPIRUN" timeout 900 bash "$script" >"$log" 2>&1
+  record "e2e/$name" $? "$log"
+done
+
+echo "== took $(( $(date +%s) - start )) s"
+if [ ${#failures[@]} -gt 0 ]; then printf 'failed: %s\n' "${failures[@]}"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
