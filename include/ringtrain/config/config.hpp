@@ -1,0 +1,108 @@
+// config.hpp — the run's configuration: input deck + command line, validated, printable.
+//
+// One Boost.Program_options description serves the deck (INI sections [data] [model]
+// [train] [comm] [output]) and the command line (--train.epochs=3); the command line wins.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ringtrain {
+
+struct DataConfig {
+  std::string dir;                  // shard directory (rt-shard / rt-fibergen output)
+  std::string train_split = "train";
+  std::string eval_split = "val";   // evaluated every epoch; "" to skip
+  std::string test_split = "test";  // evaluated once at the end; "" to skip
+  std::string remainder = "drop";   // drop | pad
+  bool shuffle = true;
+  bool augment = false;             // random crop (4 px padding) + horizontal flip
+  int prefetch_batches = 4;
+  int64_t max_train_samples = 0;    // 0: the whole split (weak scaling decks set a per-rank count)
+  int64_t samples_per_rank = 0;     // weak scaling: use world_size * this many train samples
+};
+
+struct ModelConfig {
+  std::string name;
+};
+
+struct TrainConfig {
+  std::string backend = "cpu";      // cpu | cuda | ref
+  std::string precision = "fp32";
+  int threads = 0;                  // 0: this rank's share of the cores
+  int epochs = 1;
+  int batch_per_rank = 0;           // exactly one of batch_per_rank and global_batch
+  int global_batch = 0;
+  int64_t max_steps = 0;            // 0: no limit (benchmarks set it)
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  bool decay_bn_and_bias = false;
+  std::string schedule = "cosine";  // cosine | step | constant
+  double warmup_epochs = 0;
+  std::vector<int> step_epochs;     // "30,60,80" for schedule = step
+  double step_gamma = 0.1;
+  bool scale_lr = false;            // linear scaling rule: lr * global_batch / base_batch
+  int base_batch = 256;
+  uint64_t seed = 1;
+  int log_interval = 50;            // steps between progress lines
+  int64_t checkpoint_every = 0;     // steps; 0: only on SIGTERM / SIGUSR1
+};
+
+struct CommConfig {
+  std::string algorithm = "ring";   // ring | mpi | hierarchical | nccl
+  double fusion_mib = 64;
+  double first_bucket_mib = 1;
+  double stall_timeout_s = 60;
+  bool overlap = true;
+  std::string wire = "fp32";        // fp32 | bf16 | fp16
+  int chunk_kib = 256;
+  int ranks_per_node = 0;           // 0: the real nodes
+  bool sync_bn = false;
+};
+
+struct OutputConfig {
+  std::string dir = "output";
+  std::string name;                 // results file <dir>/<name>.h5; default: the deck's stem
+  bool timeline = false;
+  std::string checkpoint_dir;       // default: <dir>/<name>.ckpt
+  std::string baseline;             // results file of the reference run, for scaling efficiency
+};
+
+struct Config {
+  DataConfig data;
+  ModelConfig model;
+  TrainConfig train;
+  CommConfig comm;
+  OutputConfig output;
+
+  std::string deck_path;            // "" when run from the command line alone
+  bool resume = false;
+  std::string effective_deck;       // the deck as run: every key, in INI form
+
+  std::string results_path() const { return output.dir + "/" + output.name + ".h5"; }
+  std::string checkpoint_path() const;
+};
+
+// What the command line asked for.
+struct CommandLine {
+  Config config;
+  bool help = false;
+  bool print_deck = false;
+  std::string help_text;
+};
+
+// Parses argv (and the deck it names). Bad input throws InputError with one line naming the
+// deck file (and line), the key and the value.
+CommandLine parse_command_line(int argc, const char* const argv[]);
+
+// The options description as help text: every key with its default and unit.
+std::string help_text();
+
+// Checks what depends on the world size (global batch divisible by ranks, ...).
+void validate_for_world(const Config& config, int world_size);
+
+}  // namespace ringtrain

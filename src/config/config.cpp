@@ -1,0 +1,387 @@
+// config.cpp — one option table drives the deck parser, the CLI, --help and --print-deck.
+#include "ringtrain/config/config.hpp"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <variant>
+
+#include "ringtrain/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace ringtrain {
+namespace {
+
+using Field = std::variant<int*, int64_t*, double*, bool*, std::string*>;
+
+struct Option {
+  const char* key;
+  Field field;
+  const char* help;
+  std::vector<std::string> choices;  // empty: any value of the type
+  bool required = false;
+};
+
+// The whole vocabulary of a deck, in the order --help and --print-deck show it.
+std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& seed) {
+  return {
+      {"data.dir", &c.data.dir, "directory of HDF5 shards (rt-shard / rt-fibergen output)", {}, true},
+      {"data.train_split", &c.data.train_split, "split trained on", {}},
+      {"data.eval_split", &c.data.eval_split, "split evaluated after every epoch (\"\" = none)", {}},
+      {"data.test_split", &c.data.test_split, "split evaluated once at the end (\"\" = none)", {}},
+      {"data.remainder", &c.data.remainder,
+       "samples that do not fill the last global batch: drop, or pad by wrapping", {"drop", "pad"}},
+      {"data.shuffle", &c.data.shuffle, "reshuffle the train split every epoch", {}},
+      {"data.augment", &c.data.augment, "random crop (4 px padding) and horizontal flip", {}},
+      {"data.prefetch_batches", &c.data.prefetch_batches, "batches the loader thread reads ahead", {}},
+      {"data.max_train_samples", &c.data.max_train_samples, "use only the first N train samples (0 = all)", {}},
+      {"data.samples_per_rank", &c.data.samples_per_rank,
+       "weak scaling: train on world_size * N samples (0 = off)", {}},
+      {"model.name", &c.model.name, "model from the zoo: cnn_small, resnet18_cifar, fibernet", {}, true},
+      {"train.backend", &c.train.backend, "device library: cpu (oneDNN), cuda (cuDNN), ref (plain loops)",
+       {"cpu", "cuda", "ref"}},
+      {"train.precision", &c.train.precision, "arithmetic precision", {"fp32", "bf16"}},
+      {"train.threads", &c.train.threads, "threads per rank (0 = this rank's share of its cores)", {}},
+      {"train.epochs", &c.train.epochs, "epochs to train", {}},
+      {"train.batch_per_rank", &c.train.batch_per_rank,
+       "images per rank per step (weak scaling); or set train.global_batch", {}},
+      {"train.global_batch", &c.train.global_batch,
+       "images per step over all ranks (strong scaling); divisible by the world size", {}},
+      {"train.max_steps", &c.train.max_steps, "stop after this many steps (0 = no limit)", {}},
+      {"train.lr", &c.train.lr, "base learning rate", {}},
+      {"train.momentum", &c.train.momentum, "SGD momentum", {}},
+      {"train.nesterov", &c.train.nesterov, "Nesterov momentum", {}},
+      {"train.weight_decay", &c.train.weight_decay, "L2 weight decay", {}},
+      {"train.decay_bn_and_bias", &c.train.decay_bn_and_bias,
+       "apply weight decay to batch-norm parameters and biases too", {}},
+      {"train.schedule", &c.train.schedule, "learning-rate decay after warm-up",
+       {"cosine", "step", "constant"}},
+      {"train.warmup_epochs", &c.train.warmup_epochs, "linear warm-up length, epochs", {}},
+      {"train.step_epochs", &step_epochs, "schedule = step: epochs where lr *= step_gamma, e.g. 30,60", {}},
+      {"train.step_gamma", &c.train.step_gamma, "schedule = step: decay factor", {}},
+      {"train.scale_lr", &c.train.scale_lr, "linear scaling rule: lr * global_batch / base_batch", {}},
+      {"train.base_batch", &c.train.base_batch, "batch size the base lr was tuned for", {}},
+      {"train.seed", &seed, "seed of weights, shuffling and augmentation", {}},
+      {"train.log_interval", &c.train.log_interval, "steps between progress lines", {}},
+      {"train.checkpoint_every", &c.train.checkpoint_every,
+       "steps between checkpoints (0 = only on SIGTERM/SIGUSR1)", {}},
+      {"comm.algorithm", &c.comm.algorithm, "gradient allreduce",
+       {"ring", "mpi", "hierarchical", "nccl"}},
+      {"comm.fusion_mib", &c.comm.fusion_mib, "fusion buffer (bucket) size cap, MiB", {}},
+      {"comm.first_bucket_mib", &c.comm.first_bucket_mib,
+       "size cap of the first bucket, MiB, so reduction starts early", {}},
+      {"comm.stall_timeout_s", &c.comm.stall_timeout_s,
+       "abort when a bucket waits this long for a rank, seconds", {}},
+      {"comm.overlap", &c.comm.overlap, "reduce buckets while backward runs (false: after it)", {}},
+      {"comm.wire", &c.comm.wire, "ring allreduce wire format (accumulation stays fp32)",
+       {"fp32", "bf16", "fp16"}},
+      {"comm.chunk_kib", &c.comm.chunk_kib, "ring pipeline chunk size, KiB", {}},
+      {"comm.ranks_per_node", &c.comm.ranks_per_node,
+       "hierarchical: declare nodes of this many consecutive ranks (0 = the real nodes)", {}},
+      {"comm.sync_bn", &c.comm.sync_bn, "batch-norm statistics over all ranks (false: per rank)", {}},
+      {"output.dir", &c.output.dir, "directory for results, timelines, checkpoints", {}},
+      {"output.name", &c.output.name, "results file name without .h5 (default: the deck's name)", {}},
+      {"output.timeline", &c.output.timeline, "write a Chrome-trace timeline <dir>/<name>.trace.json", {}},
+      {"output.checkpoint_dir", &c.output.checkpoint_dir,
+       "checkpoint directory (default: <dir>/<name>.ckpt)", {}},
+      {"output.baseline", &c.output.baseline,
+       "results file of the reference run, for scaling efficiency", {}},
+  };
+}
+
+const char* type_name(const Field& f) {
+  struct {
+    const char* operator()(int*) { return "an integer"; }
+    const char* operator()(int64_t*) { return "an integer"; }
+    const char* operator()(double*) { return "a number"; }
+    const char* operator()(bool*) { return "true or false"; }
+    const char* operator()(std::string*) { return "a string"; }
+  } visitor;
+  return std::visit(visitor, f);
+}
+
+std::string format_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+std::string field_text(const Field& f) {
+  struct {
+    std::string operator()(int* p) { return std::to_string(*p); }
+    std::string operator()(int64_t* p) { return std::to_string(*p); }
+    std::string operator()(double* p) { return format_number(*p); }
+    std::string operator()(bool* p) { return *p ? "true" : "false"; }
+    std::string operator()(std::string* p) { return *p; }
+  } visitor;
+  return std::visit(visitor, f);
+}
+
+po::options_description describe(const std::vector<Option>& table) {
+  po::options_description desc("Deck keys (also --section.key=value on the command line)");
+  for (const auto& opt : table) {
+    std::string help = opt.help;
+    if (!opt.choices.empty()) {
+      help += " [";
+      for (size_t i = 0; i < opt.choices.size(); ++i) help += (i ? "|" : "") + opt.choices[i];
+      help += "]";
+    }
+    if (opt.required) help += " (required)";
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          auto* value = po::value<T>(p);
+          if (!opt.required) value->default_value(*p, field_text(opt.field));
+          desc.add_options()(opt.key, value, help.c_str());
+        },
+        opt.field);
+  }
+  return desc;
+}
+
+po::options_description cli_only() {
+  po::options_description desc("Command line");
+  desc.add_options()("help,h", "list every option with its default and unit, then exit")(
+      "deck", po::value<std::string>(), "input deck (INI) to read; the command line overrides it")(
+      "print-deck", "print the effective deck and exit")(
+      "resume", "continue from the run's checkpoint");
+  return desc;
+}
+
+// Maps "section.key" to its line in the deck, so errors can point at it.
+std::map<std::string, int> deck_lines(const std::string& path) {
+  std::map<std::string, int> lines;
+  std::ifstream in(path);
+  std::string line, section;
+  for (int n = 1; std::getline(in, line); ++n) {
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#' || line[start] == ';') continue;
+    if (line[start] == '[') {
+      section = line.substr(start + 1, line.find(']') - start - 1);
+      continue;
+    }
+    std::string key = line.substr(start, line.find('=') - start);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    lines[section.empty() ? key : section + "." + key] = n;
+  }
+  return lines;
+}
+
+// Where a key's value came from, for messages: "inputs/a.deck:12" or "command line".
+struct Source {
+  std::string deck;
+  std::map<std::string, int> lines;
+  std::set<std::string> from_cli;
+
+  std::string of(const std::string& key) const {
+    if (from_cli.count(key) || deck.empty()) return "command line";
+    auto it = lines.find(key);
+    return it == lines.end() ? deck : deck + ":" + std::to_string(it->second);
+  }
+};
+
+std::string value_of(const po::parsed_options& parsed, const std::string& key) {
+  for (const auto& o : parsed.options)
+    if (o.string_key == key && !o.value.empty()) return o.value.front();
+  return "";
+}
+
+// Stores one source's options, turning Boost's errors into our one-line messages.
+void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
+                   const po::options_description& desc, const std::vector<Option>& table,
+                   const std::function<std::string(const std::string&)>& where) {
+  for (const auto& o : parsed.options) {
+    if (o.unregistered || !desc.find_nothrow(o.string_key, false))
+      throw InputError(str(where(o.string_key), ": unknown key '", o.string_key, "' (value '",
+                           o.value.empty() ? "" : o.value.front(),
+                           "'); ringtrain --help lists every key"));
+  }
+  try {
+    po::store(parsed, vm);
+  } catch (const po::error_with_option_name& e) {
+    std::string key = e.get_option_name();
+    if (key.rfind("--", 0) == 0) key = key.substr(2);
+    auto opt = std::find_if(table.begin(), table.end(), [&](const Option& o) { return key == o.key; });
+    std::string expected = opt == table.end() ? e.what() : str("expected ", type_name(opt->field));
+    throw InputError(str(where(key), ": bad value '", value_of(parsed, key), "' for ", key, " (",
+                         expected, ")"));
+  }
+}
+
+void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
+                              const Source& src) {
+  for (const auto& opt : table) {
+    if (opt.choices.empty()) continue;
+    const std::string& v = *std::get<std::string*>(opt.field);
+    bool ok = false;
+    for (const auto& ch : opt.choices) ok = ok || v == ch;
+    if (!ok) {
+      std::string list;
+      for (const auto& ch : opt.choices) list += (list.empty() ? "" : ", ") + ch;
+      throw InputError(str(src.of(opt.key), ": bad value '", v, "' for ", opt.key, " (one of: ",
+                           list, ")"));
+    }
+  }
+  auto require = [&](bool ok, const char* key, const std::string& value, const char* rule) {
+    if (!ok) throw InputError(str(src.of(key), ": bad value '", value, "' for ", key, " (", rule, ")"));
+  };
+  const auto& t = c.train;
+  require(t.epochs >= 1, "train.epochs", std::to_string(t.epochs), "at least 1");
+  require(t.batch_per_rank >= 0, "train.batch_per_rank", std::to_string(t.batch_per_rank), "positive");
+  require(t.global_batch >= 0, "train.global_batch", std::to_string(t.global_batch), "positive");
+  require(t.max_steps >= 0, "train.max_steps", std::to_string(t.max_steps), "0 or more");
+  require(t.lr > 0 && std::isfinite(t.lr), "train.lr", format_number(t.lr), "a positive number");
+  require(t.momentum >= 0 && t.momentum < 1, "train.momentum", format_number(t.momentum), "in [0, 1)");
+  require(t.weight_decay >= 0, "train.weight_decay", format_number(t.weight_decay), "0 or more");
+  require(t.warmup_epochs >= 0, "train.warmup_epochs", format_number(t.warmup_epochs), "0 or more");
+  require(t.step_gamma > 0 && t.step_gamma <= 1, "train.step_gamma", format_number(t.step_gamma), "in (0, 1]");
+  require(t.base_batch >= 1, "train.base_batch", std::to_string(t.base_batch), "at least 1");
+  require(t.threads >= 0, "train.threads", std::to_string(t.threads), "0 (auto) or more");
+  require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
+  require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every), "0 or more");
+  const auto& m = c.comm;
+  require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib), "a positive number of MiB");
+  require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib), "0 or more MiB");
+  require(m.stall_timeout_s > 0, "comm.stall_timeout_s", format_number(m.stall_timeout_s), "positive seconds");
+  require(m.chunk_kib >= 1, "comm.chunk_kib", std::to_string(m.chunk_kib), "at least 1 KiB");
+  require(m.ranks_per_node >= 0, "comm.ranks_per_node", std::to_string(m.ranks_per_node), "0 or more");
+  const auto& d = c.data;
+  require(d.prefetch_batches >= 1, "data.prefetch_batches", std::to_string(d.prefetch_batches), "at least 1");
+  require(d.max_train_samples >= 0, "data.max_train_samples", std::to_string(d.max_train_samples), "0 or more");
+  require(d.samples_per_rank >= 0, "data.samples_per_rank", std::to_string(d.samples_per_rank), "0 or more");
+  if ((t.batch_per_rank > 0) == (t.global_batch > 0))
+    throw InputError(str(src.deck.empty() ? "command line" : src.deck,
+                         ": set exactly one of train.batch_per_rank (weak scaling) and "
+                         "train.global_batch (strong scaling); found batch_per_rank = ",
+                         t.batch_per_rank, ", global_batch = ", t.global_batch));
+}
+
+std::vector<int> parse_step_epochs(const std::string& text, const Source& src) {
+  std::vector<int> epochs;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      int e = std::stoi(item, &used);
+      if (used != item.size() || e < 1) throw std::invalid_argument(item);
+      epochs.push_back(e);
+    } catch (const std::exception&) {
+      throw InputError(str(src.of("train.step_epochs"), ": bad value '", text,
+                           "' for train.step_epochs (comma-separated epochs, e.g. 30,60)"));
+    }
+  }
+  return epochs;
+}
+
+std::string render_deck(const std::vector<Option>& table) {
+  std::ostringstream out;
+  std::string section;
+  for (const auto& opt : table) {
+    std::string key = opt.key;
+    std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) {
+      out << (section.empty() ? "" : "\n") << "[" << sec << "]\n";
+      section = sec;
+    }
+    out << key.substr(key.find('.') + 1) << " = " << field_text(opt.field) << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string Config::checkpoint_path() const {
+  std::string dir = output.checkpoint_dir.empty() ? output.dir : output.checkpoint_dir;
+  return dir + "/" + output.name + ".ckpt.h5";
+}
+
+std::string help_text() {
+  Config defaults;
+  std::string step_epochs;
+  int64_t seed = int64_t(defaults.train.seed);
+  std::ostringstream out;
+  out << "usage: ringtrain --deck FILE [--section.key=value ...]\n"
+      << "       mpirun -np N ringtrain --deck FILE\n\n"
+      << cli_only() << "\n"
+      << describe(option_table(defaults, step_epochs, seed));
+  return out.str();
+}
+
+CommandLine parse_command_line(int argc, const char* const argv[]) {
+  CommandLine result;
+  Config& c = result.config;
+  std::string step_epochs;
+  int64_t seed = int64_t(c.train.seed);
+  auto table = option_table(c, step_epochs, seed);
+  po::options_description keys = describe(table);
+  po::options_description all;
+  all.add(cli_only()).add(keys);
+
+  Source src;
+  po::variables_map vm;
+  po::parsed_options cli(&all);
+  try {
+    cli = po::command_line_parser(argc, argv).options(all).run();
+  } catch (const po::error& e) {
+    throw InputError(str("command line: ", e.what(), "; ringtrain --help lists every key"));
+  }
+  store_checked(cli, vm, all, table, [](const std::string&) { return "command line"; });
+  for (const auto& o : cli.options) src.from_cli.insert(o.string_key);
+
+  result.help = vm.count("help") > 0;
+  if (result.help) {
+    result.help_text = help_text();
+    return result;
+  }
+  result.print_deck = vm.count("print-deck") > 0;
+  c.resume = vm.count("resume") > 0;
+  if (vm.count("deck")) {
+    src.deck = c.deck_path = vm["deck"].as<std::string>();
+    std::ifstream deck(src.deck);
+    if (!deck) throw InputError(str(src.deck, ": cannot open the deck (no such file or unreadable)"));
+    src.lines = deck_lines(src.deck);
+    po::parsed_options parsed(&keys);
+    try {
+      parsed = po::parse_config_file(deck, keys, true);
+    } catch (const po::error& e) {
+      throw InputError(str(src.deck, ": ", e.what()));
+    }
+    store_checked(parsed, vm, keys, table, [&](const std::string& key) { return src.of(key); });
+  }
+  po::notify(vm);
+  for (const auto& opt : table)
+    if (opt.required && (!vm.count(opt.key) || field_text(opt.field).empty()))
+      throw InputError(str(src.deck.empty() ? "command line" : src.deck, ": missing required key ",
+                           opt.key, " (", opt.help, ")"));
+  if (seed < 0)
+    throw InputError(str(src.of("train.seed"), ": bad value '", seed, "' for train.seed (0 or more)"));
+  c.train.seed = uint64_t(seed);
+  c.train.step_epochs = parse_step_epochs(step_epochs, src);
+  check_choices_and_ranges(table, c, src);
+  if (c.output.name.empty())
+    c.output.name = c.deck_path.empty() ? "ringtrain"
+                                        : std::filesystem::path(c.deck_path).stem().string();
+  c.effective_deck = render_deck(table);
+  return result;
+}
+
+void validate_for_world(const Config& c, int world_size) {
+  const std::string where = c.deck_path.empty() ? "command line" : c.deck_path;
+  if (c.train.global_batch > 0 && c.train.global_batch % world_size != 0)
+    throw InputError(str(where, ": train.global_batch = ", c.train.global_batch,
+                         " does not divide over ", world_size,
+                         " ranks; use a multiple of the world size or train.batch_per_rank"));
+  if (c.comm.ranks_per_node > 0 && world_size % c.comm.ranks_per_node != 0)
+    throw InputError(str(where, ": comm.ranks_per_node = ", c.comm.ranks_per_node,
+                         " does not divide the world size ", world_size));
+}
+
+}  // namespace ringtrain

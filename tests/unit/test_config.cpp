@@ -1,0 +1,154 @@
+// test_config.cpp — decks and command line: precedence, and the exact one-line errors.
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "ringtrain/config/config.hpp"
+#include "ringtrain/core/error.hpp"
+
+using namespace ringtrain;
+namespace fs = std::filesystem;
+
+namespace {
+std::string write_deck(const std::string& name, const std::string& text) {
+  fs::path dir = fs::temp_directory_path() / ("rt-deck-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kGoodDeck =
+    "# a good deck\n"
+    "[data]\n"
+    "dir = data/fiber\n"
+    "[model]\n"
+    "name = fibernet\n"
+    "[train]\n"
+    "epochs = 4\n"
+    "batch_per_rank = 32\n"
+    "lr = 0.05\n"
+    "[comm]\n"
+    "fusion_mib = 16\n";
+
+CommandLine parse(std::vector<std::string> args) {
+  std::vector<const char*> argv{"ringtrain"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_command_line(int(argv.size()), argv.data());
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(config)
+
+BOOST_AUTO_TEST_CASE(good_deck_sets_values_and_defaults) {
+  std::string deck = write_deck("good.deck", kGoodDeck);
+  Config c = parse({"--deck", deck}).config;
+  BOOST_TEST(c.data.dir == "data/fiber");
+  BOOST_TEST(c.model.name == "fibernet");
+  BOOST_TEST(c.train.epochs == 4);
+  BOOST_TEST(c.train.batch_per_rank == 32);
+  BOOST_TEST(c.train.lr == 0.05);
+  BOOST_TEST(c.comm.fusion_mib == 16.0);
+  BOOST_TEST(c.comm.algorithm == "ring");  // default
+  BOOST_TEST(c.output.name == "good");     // the deck's stem
+  BOOST_TEST(c.effective_deck.find("[train]\nbackend = cpu\n") != std::string::npos);
+  BOOST_TEST(c.effective_deck.find("epochs = 4\n") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(command_line_overrides_deck) {
+  std::string deck = write_deck("prec.deck", kGoodDeck);
+  Config c = parse({"--deck", deck, "--train.epochs=9", "--comm.algorithm", "mpi"}).config;
+  BOOST_TEST(c.train.epochs == 9);
+  BOOST_TEST(c.comm.algorithm == "mpi");
+  BOOST_TEST(c.train.lr == 0.05);  // untouched deck value
+  BOOST_TEST(c.effective_deck.find("epochs = 9\n") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(effective_deck_parses_back_to_the_same_config) {
+  std::string deck = write_deck("round.deck", kGoodDeck);
+  Config first = parse({"--deck", deck, "--train.step_epochs=3,5", "--train.schedule=step"}).config;
+  std::string again = write_deck("round2.deck", first.effective_deck);
+  Config second = parse({"--deck", again}).config;
+  BOOST_TEST(second.effective_deck == first.effective_deck);
+  BOOST_TEST((second.train.step_epochs == std::vector<int>{3, 5}));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_names_file_line_key_and_value) {
+  std::string deck = write_deck("unknown.deck", std::string(kGoodDeck) + "epochz = 3\n");
+  BOOST_TEST(error_of({"--deck", deck}) ==
+             deck + ":12: unknown key 'comm.epochz' (value '3'); ringtrain --help lists every key");
+}
+
+BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
+  std::string deck = write_deck("badvalue.deck", std::string(kGoodDeck) + "[train]\nepochs = many\n");
+  // The deck's second epochs line is line 13.
+  std::string deck2 = write_deck("badvalue2.deck",
+                                 "[data]\ndir = d\n[model]\nname = cnn_small\n[train]\n"
+                                 "batch_per_rank = 8\nepochs = many\n");
+  BOOST_TEST(error_of({"--deck", deck2}) ==
+             deck2 + ":7: bad value 'many' for train.epochs (expected an integer)");
+  std::string deck3 = write_deck("badchoice.deck",
+                                 "[data]\ndir = d\n[model]\nname = cnn_small\n[train]\n"
+                                 "batch_per_rank = 8\nschedule = adam\n");
+  BOOST_TEST(error_of({"--deck", deck3}) ==
+             deck3 + ":7: bad value 'adam' for train.schedule (one of: cosine, step, constant)");
+  std::string deck4 = write_deck("badrange.deck",
+                                 "[data]\ndir = d\n[model]\nname = cnn_small\n[train]\n"
+                                 "batch_per_rank = 8\n[comm]\nfusion_mib = -2\n");
+  BOOST_TEST(error_of({"--deck", deck4}) ==
+             deck4 + ":8: bad value '-2' for comm.fusion_mib (a positive number of MiB)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.lr=fast"}) ==
+             "command line: bad value 'fast' for train.lr (expected a number)");
+}
+
+BOOST_AUTO_TEST_CASE(missing_key_and_missing_value) {
+  std::string deck = write_deck("missing.deck", "[data]\ndir = d\n[train]\nbatch_per_rank = 8\n");
+  BOOST_TEST(error_of({"--deck", deck}) ==
+             deck + ": missing required key model.name (model from the zoo: cnn_small, "
+                    "resnet18_cifar, fibernet)");
+  std::string empty = write_deck("empty.deck", "[data]\ndir =\n[model]\nname = x\n[train]\nbatch_per_rank = 8\n");
+  BOOST_TEST(error_of({"--deck", empty}) ==
+             empty + ": missing required key data.dir (directory of HDF5 shards (rt-shard / "
+                     "rt-fibergen output))");
+  std::string novalue = write_deck("novalue.deck", "[data]\ndir = d\n[model]\nname = x\n[train]\nepochs =\n");
+  BOOST_TEST(error_of({"--deck", novalue}) ==
+             novalue + ":6: bad value '' for train.epochs (expected an integer)");
+  BOOST_TEST(error_of({"--deck", "/nonexistent/x.deck"}) ==
+             "/nonexistent/x.deck: cannot open the deck (no such file or unreadable)");
+}
+
+BOOST_AUTO_TEST_CASE(batch_settings_and_world_size) {
+  std::string both = write_deck("both.deck", std::string(kGoodDeck) + "[train]\nglobal_batch = 64\n");
+  BOOST_TEST(error_of({"--deck", both}) ==
+             both + ": set exactly one of train.batch_per_rank (weak scaling) and "
+                    "train.global_batch (strong scaling); found batch_per_rank = 32, global_batch = 64");
+  Config c = parse({"--deck", both, "--train.batch_per_rank=0"}).config;
+  BOOST_CHECK_NO_THROW(validate_for_world(c, 4));
+  try {
+    validate_for_world(c, 3);
+    BOOST_FAIL("no throw");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               both + ": train.global_batch = 64 does not divide over 3 ranks; use a multiple of "
+                      "the world size or train.batch_per_rank");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {
+  std::string help = help_text();
+  BOOST_TEST(help.find("--comm.fusion_mib arg (=64)") != std::string::npos);
+  BOOST_TEST(help.find("--comm.stall_timeout_s arg (=60)") != std::string::npos);
+  BOOST_TEST(help.find("--print-deck") != std::string::npos);
+  BOOST_TEST(parse({"--help"}).help);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
