@@ -1,0 +1,83 @@
+// results.hpp — the run's results file (DESIGN.md layout), written by rank 0, atomically.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ringtrain::io {
+
+// Root attributes: what ran, where, how.
+struct RunInfo {
+  std::string start_time;  // ISO 8601, UTC
+  int world_size = 1;
+  int nodes = 1;
+  std::vector<std::string> hosts;  // one per rank
+  std::string backend, algorithm, precision, wire;
+  std::string model, dataset;
+  double fusion_mib = 0, first_bucket_mib = 0;
+  bool overlap = true;
+  int threads_per_rank = 1;
+  int batch_per_rank = 0, global_batch = 0;
+  std::string slurm_job_id;  // "" outside Slurm
+};
+
+// One row of /epochs per epoch.
+struct EpochRow {
+  int epoch = 0;
+  int64_t steps = 0;
+  double train_loss = 0, train_acc = 0;
+  double eval_loss = 0, eval_acc = 0;  // NaN when no eval split
+  double seconds = 0, images_per_s = 0, lr = 0;
+};
+
+// Per-step phase timings of every rank: phase -> [world_size * steps] row-major, seconds.
+struct Timings {
+  int world_size = 1;
+  int64_t steps = 0;
+  std::map<std::string, std::vector<double>> phases;
+};
+
+// Per-bucket communication records of every rank, flattened rank-major (rank r's records
+// are rows [offsets[r], offsets[r+1])).
+struct CommRecords {
+  std::vector<int64_t> rank, step, bucket, bytes, tensors;
+  std::vector<double> start_s, seconds;
+};
+
+struct Summary {
+  double images_per_s = 0;            // global, over the timed steps
+  double time_per_epoch_s = 0;
+  double exposed_comm_fraction = 0;   // allreduce_wait / allreduce time, mean over ranks
+  double load_imbalance = 0;          // max over ranks of mean step time / mean over ranks
+  double test_loss = 0, test_acc = 0; // NaN when no test split
+  double scaling_efficiency = 0;      // NaN without a baseline
+  std::string baseline;
+};
+
+struct Results {
+  std::string deck;  // effective deck text
+  RunInfo info;
+  std::vector<EpochRow> epochs;
+  Timings timings;
+  CommRecords comm;
+  Summary summary;
+};
+
+// Writes path atomically (temp file, then rename). Throws ringtrain::Error naming the file.
+void write_results(const std::string& path, const Results& results);
+
+// The phases /timings holds, in order.
+const std::vector<std::string>& timing_phases();
+
+// Reads the /summary images_per_s and world size of an earlier results file (a baseline).
+struct BaselineFigures {
+  double images_per_s = 0;
+  int world_size = 1;
+  int batch_per_rank = 0;
+  int global_batch = 0;
+};
+BaselineFigures read_baseline(const std::string& path);
+
+}  // namespace ringtrain::io

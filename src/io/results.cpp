@@ -1,0 +1,137 @@
+// results.cpp — writes the results file: root attributes, /deck, /epochs, /timings, /comm, /summary.
+#include "ringtrain/io/results.hpp"
+
+#include "ringtrain/build_info.hpp"
+#include "ringtrain/build_config.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/io/h5.hpp"
+
+namespace ringtrain::io {
+namespace {
+
+template <typename T>
+void column(h5::Group& group, const std::string& name, const std::vector<T>& values,
+            const char* units, const char* meaning) {
+  h5::Dataset ds = group.write(name, values);
+  ds.set_attr("units", units);
+  ds.set_attr("description", meaning);
+}
+
+template <typename Row, typename T>
+std::vector<T> pick(const std::vector<Row>& rows, T Row::*member) {
+  std::vector<T> out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) out.push_back(r.*member);
+  return out;
+}
+
+void write_root_attributes(h5::Group& root, const RunInfo& info) {
+  root.set_attr("ringtrain_version", RINGTRAIN_VERSION);
+  root.set_attr("git_commit", RINGTRAIN_GIT_COMMIT);
+  root.set_attr("start_time", info.start_time);
+  root.set_attr("world_size", int32_t(info.world_size));
+  root.set_attr("nodes", int32_t(info.nodes));
+  root.set_attr("hosts", info.hosts);
+  root.set_attr("backend", info.backend);
+  root.set_attr("allreduce_algorithm", info.algorithm);
+  root.set_attr("wire_format", info.wire);
+  root.set_attr("precision", info.precision);
+  root.set_attr("model", info.model);
+  root.set_attr("dataset", info.dataset);
+  root.set_attr("fusion_threshold_mib", info.fusion_mib);
+  root.set_attr("first_bucket_mib", info.first_bucket_mib);
+  root.set_attr("overlap", int32_t(info.overlap));
+  root.set_attr("threads_per_rank", int32_t(info.threads_per_rank));
+  root.set_attr("batch_per_rank", int32_t(info.batch_per_rank));
+  root.set_attr("global_batch", int32_t(info.global_batch));
+  root.set_attr("slurm_job_id", info.slurm_job_id);
+}
+
+void write_epochs(h5::Group& root, const std::vector<EpochRow>& rows) {
+  h5::Group g = root.create_group("epochs");
+  g.set_attr("description", "one row per epoch");
+  column(g, "epoch", pick(rows, &EpochRow::epoch), "1", "epoch number, from 1");
+  column(g, "steps", pick(rows, &EpochRow::steps), "1", "optimizer steps in the epoch");
+  column(g, "train_loss", pick(rows, &EpochRow::train_loss), "nats", "mean cross-entropy over the epoch, all ranks");
+  column(g, "train_acc", pick(rows, &EpochRow::train_acc), "fraction", "training accuracy, all ranks");
+  column(g, "eval_loss", pick(rows, &EpochRow::eval_loss), "nats", "cross-entropy on the eval split (NaN: none)");
+  column(g, "eval_acc", pick(rows, &EpochRow::eval_acc), "fraction", "accuracy on the eval split (NaN: none)");
+  column(g, "seconds", pick(rows, &EpochRow::seconds), "s", "wall time of the epoch's training steps");
+  column(g, "images_per_s", pick(rows, &EpochRow::images_per_s), "images/s", "global training throughput");
+  column(g, "lr", pick(rows, &EpochRow::lr), "1", "learning rate at the epoch's last step");
+}
+
+void write_timings(h5::Group& root, const Timings& t) {
+  h5::Group g = root.create_group("timings");
+  g.set_attr("description", "per-step phase times; row r is rank r, column s is step s");
+  g.set_attr("units", "s");
+  for (const auto& phase : timing_phases()) {
+    auto it = t.phases.find(phase);
+    if (it == t.phases.end()) continue;
+    RT_CHECK(it->second.size() == size_t(t.world_size * t.steps), "timings/", phase, " holds ",
+             it->second.size(), " values, expected ", t.world_size, " x ", t.steps);
+    h5::Dataset ds = g.write<double>(phase, {hsize_t(t.world_size), hsize_t(t.steps)},
+                                     it->second.data());
+    ds.set_attr("units", "s");
+  }
+}
+
+void write_comm(h5::Group& root, const CommRecords& c) {
+  h5::Group g = root.create_group("comm");
+  g.set_attr("description", "one row per fusion bucket reduced, every rank (rank-major)");
+  column(g, "rank", c.rank, "1", "rank that recorded the bucket");
+  column(g, "step", c.step, "1", "training step");
+  column(g, "bucket", c.bucket, "1", "bucket index within the step, in reduction order");
+  column(g, "bytes", c.bytes, "bytes", "fp32 payload of the bucket");
+  column(g, "tensors", c.tensors, "1", "gradients fused into the bucket");
+  column(g, "start_s", c.start_s, "s", "start, since the rank's engine started");
+  column(g, "seconds", c.seconds, "s", "allreduce time of the bucket");
+}
+
+void write_summary(h5::Group& root, const Summary& s) {
+  h5::Group g = root.create_group("summary");
+  g.set_attr("images_per_s", s.images_per_s);
+  g.set_attr("images_per_s_units", "images/s, global, training steps only");
+  g.set_attr("time_per_epoch_s", s.time_per_epoch_s);
+  g.set_attr("exposed_comm_fraction", s.exposed_comm_fraction);
+  g.set_attr("exposed_comm_fraction_meaning",
+             "time waiting in synchronize / total allreduce time (0: fully hidden)");
+  g.set_attr("load_imbalance", s.load_imbalance);
+  g.set_attr("load_imbalance_meaning", "max over ranks of mean step time / mean over ranks");
+  g.set_attr("test_loss", s.test_loss);
+  g.set_attr("test_acc", s.test_acc);
+  g.set_attr("scaling_efficiency", s.scaling_efficiency);
+  g.set_attr("baseline", s.baseline);
+}
+
+}  // namespace
+
+const std::vector<std::string>& timing_phases() {
+  static const std::vector<std::string> phases{"data", "forward", "backward", "allreduce_wait",
+                                               "optimizer", "step"};
+  return phases;
+}
+
+void write_results(const std::string& path, const Results& r) {
+  h5::AtomicFile out(path);
+  h5::Group& root = out.root();
+  write_root_attributes(root, r.info);
+  root.write_string("deck", r.deck).set_attr("description", "the effective deck, as run");
+  write_epochs(root, r.epochs);
+  write_timings(root, r.timings);
+  write_comm(root, r.comm);
+  write_summary(root, r.summary);
+  out.commit();
+}
+
+BaselineFigures read_baseline(const std::string& path) {
+  auto file = h5::File::open_read(path);
+  BaselineFigures b;
+  b.world_size = file.root().attr<int32_t>("world_size");
+  b.batch_per_rank = file.root().attr<int32_t>("batch_per_rank");
+  b.global_batch = file.root().attr<int32_t>("global_batch");
+  b.images_per_s = file.root().open_group("summary").attr<double>("images_per_s");
+  return b;
+}
+
+}  // namespace ringtrain::io
