@@ -176,8 +176,12 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
     case Algorithm::hierarchical:
       return std::make_unique<HierarchicalAllreduce>(comm, options);
     case Algorithm::nccl:
-      throw Error(str("allreduce algorithm nccl needs the CUDA build (RINGTRAIN_HAS_CUDA=",
-                      RINGTRAIN_HAS_CUDA, " here); use ring, mpi or hierarchical on CPUs"));
+      // The CUDA issue adds the NCCL allreducer to the CUDA backend; until then, say so.
+      throw Error(RINGTRAIN_HAS_CUDA
+                      ? "allreduce algorithm nccl is not in this build yet (the CUDA backend's "
+                        "NCCL allreducer comes with the CUDA issue); use ring, mpi or hierarchical"
+                      : "allreduce algorithm nccl needs the CUDA build (make CUDA=1 with CUDA, "
+                        "cuDNN and NCCL installed); use ring, mpi or hierarchical on CPUs");
   }
   throw Error("unknown allreduce algorithm");
 }
