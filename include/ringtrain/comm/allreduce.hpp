@@ -1,0 +1,44 @@
+// allreduce.hpp — the selectable allreduce: ring (ours), mpi (MPI_Allreduce, the reference),
+// hierarchical (node-local reduce, ring across node leaders, node-local broadcast), nccl.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ringtrain/comm/wire_format.hpp"
+
+namespace ringtrain::comm {
+
+class Communicator;
+
+enum class Algorithm { ring, mpi, hierarchical, nccl };
+
+// "ring", "mpi", "hierarchical" or "nccl"; anything else throws InputError naming the
+// value and the choices.
+Algorithm parse_algorithm(const std::string& text);
+std::string to_string(Algorithm algorithm);
+
+struct AllreduceOptions {
+  Wire wire = Wire::fp32;        // ring and hierarchical only; mpi sends fp32
+  size_t chunk_bytes = 1 << 20;  // fp32 bytes per pipelined ring message
+  int chunks_in_flight = 4;      // ring messages posted ahead in each direction
+  bool validate_counts = false;  // check every rank passes the same count (one tiny allreduce)
+  int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks
+};
+
+// In-place sum over every rank of a communicator. One call at a time per instance, from any
+// one thread; every rank calls sum() with the same count, in the same order.
+class Allreducer {
+ public:
+  virtual ~Allreducer() = default;
+  virtual void sum(float* data, size_t count) = 0;
+  virtual std::string name() const = 0;
+};
+
+// Collective (duplicates communicators): every rank calls it with the same arguments.
+// Throws InputError on bad options, Error for nccl in a build without CUDA.
+std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
+                                            const AllreduceOptions& options);
+
+}  // namespace ringtrain::comm

@@ -1,0 +1,56 @@
+// mpi_check.hpp — MPI_CHECK (rank, host, file:line, MPI's own error text) and an owning MPI_Comm.
+//
+// Only code inside comm/ includes this header: nothing else in ringtrain calls MPI.
+#pragma once
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C API only: OpenMPI's C++ bindings warn under -Wextra
+#endif
+#include <mpi.h>
+
+#include <string>
+#include <utility>
+
+namespace ringtrain::comm {
+
+// MPI_Error_string of code, or "MPI error code N" when MPI cannot describe it.
+std::string mpi_error_text(int code);
+
+// Throws ringtrain::Error: "MPI_Isend(...) failed on rank R (host H) at file:line: <text>".
+[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
+
+// Owns one communicator created by MPI_Comm_dup/split; frees it unless MPI is finalized.
+class CommHandle {
+ public:
+  CommHandle() = default;
+  explicit CommHandle(MPI_Comm comm) : comm_(comm) {}
+  CommHandle(CommHandle&& other) noexcept : comm_(std::exchange(other.comm_, MPI_COMM_NULL)) {}
+  CommHandle& operator=(CommHandle&& other) noexcept {
+    CommHandle(std::move(other)).swap(*this);
+    return *this;
+  }
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  ~CommHandle() { reset(); }
+
+  MPI_Comm get() const { return comm_; }
+  bool valid() const { return comm_ != MPI_COMM_NULL; }
+  void reset() noexcept;
+  void swap(CommHandle& other) noexcept { std::swap(comm_, other.comm_); }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// MPI_Comm_dup of comm with MPI_ERRORS_RETURN set, so every failure reaches MPI_CHECK.
+CommHandle duplicate(MPI_Comm comm);
+
+}  // namespace ringtrain::comm
+
+// Checks an MPI call's return code; communicators we use return errors instead of aborting.
+#define MPI_CHECK(call)                                                            \
+  do {                                                                             \
+    const int rt_mpi_code_ = (call);                                               \
+    if (rt_mpi_code_ != MPI_SUCCESS)                                               \
+      ::ringtrain::comm::throw_mpi_error(rt_mpi_code_, #call, __FILE__, __LINE__); \
+  } while (0)

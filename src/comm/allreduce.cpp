@@ -1,0 +1,189 @@
+// allreduce.cpp — algorithm selection, the MPI_Allreduce reference and the hierarchical variant.
+#include "ringtrain/comm/allreduce.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "ringtrain/build_config.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/ring_allreduce.hpp"
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::comm {
+namespace {
+
+// Largest element count handed to one MPI collective call (MPI counts are int).
+constexpr size_t kMaxPiece = size_t(1) << 30;
+
+// MPI_Allreduce on a duplicate of the world: the reference every test and benchmark uses.
+class MpiAllreduce final : public Allreducer {
+ public:
+  MpiAllreduce(const Communicator& comm, const AllreduceOptions& options)
+      : comm_(duplicate(comm.raw())), validate_(options.validate_counts) {}
+
+  void sum(float* data, size_t count) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (validate_) check_same_count(comm_.get(), count, "mpi allreduce");
+    for (size_t done = 0; done < count; done += kMaxPiece) {
+      const int piece = static_cast<int>(std::min(kMaxPiece, count - done));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, piece, MPI_FLOAT, MPI_SUM, comm_.get()));
+    }
+  }
+  std::string name() const override { return "mpi"; }
+
+ private:
+  CommHandle comm_;
+  bool validate_;
+  std::mutex mutex_;
+};
+
+// Reduce to each node's leader (MPI_Reduce on the node's shared-memory group), a ring
+// across the leaders, and a broadcast back inside each node. Every rank ends with the
+// leaders' ring result, itself bitwise identical on every leader.
+class HierarchicalAllreduce final : public Allreducer {
+ public:
+  HierarchicalAllreduce(const Communicator& comm, const AllreduceOptions& options)
+      : world_(duplicate(comm.raw())), options_(options) {
+    const int rank = comm.rank();
+    // Nodes: the communicator's, or consecutive groups of options.ranks_per_node ranks.
+    const int node = options.ranks_per_node > 0 ? rank / options.ranks_per_node : comm.node_index();
+    MPI_Comm local = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(world_.get(), node, rank, &local));
+    local_ = CommHandle(local);
+    MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+    MPI_CHECK(MPI_Comm_size(local, &local_size_));
+    MPI_CHECK(MPI_Comm_split(world_.get(), local_rank_ == 0 ? 0 : MPI_UNDEFINED, node, &leaders));
+    if (leaders != MPI_COMM_NULL) {
+      leaders_ = CommHandle(leaders);
+      MPI_CHECK(MPI_Comm_set_errhandler(leaders, MPI_ERRORS_RETURN));
+      int n = 1;
+      MPI_CHECK(MPI_Comm_size(leaders, &n));
+      std::vector<int> ring(n);
+      for (int i = 0; i < n; ++i) ring[i] = i;  // leaders ordered by node index
+      AllreduceOptions ring_options = options;
+      ring_options.validate_counts = false;  // checked once, over the world, below
+      ring_ = std::make_unique<RingAllreduce>(leaders, ring, ring_options);
+    }
+  }
+
+  void sum(float* data, size_t count) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (options_.validate_counts) check_same_count(world_.get(), count, "hierarchical allreduce");
+    if (count == 0) return;
+    for (size_t done = 0; done < count && local_size_ > 1; done += kMaxPiece) {
+      const int piece = static_cast<int>(std::min(kMaxPiece, count - done));
+      if (local_rank_ == 0)
+        MPI_CHECK(
+            MPI_Reduce(MPI_IN_PLACE, data + done, piece, MPI_FLOAT, MPI_SUM, 0, local_.get()));
+      else
+        MPI_CHECK(MPI_Reduce(data + done, nullptr, piece, MPI_FLOAT, MPI_SUM, 0, local_.get()));
+    }
+    if (ring_) ring_->sum(data, count);
+    for (size_t done = 0; done < count && local_size_ > 1; done += kMaxPiece) {
+      const int piece = static_cast<int>(std::min(kMaxPiece, count - done));
+      MPI_CHECK(MPI_Bcast(data + done, piece, MPI_FLOAT, 0, local_.get()));
+    }
+  }
+  std::string name() const override {
+    return options_.wire == Wire::fp32 ? "hierarchical"
+                                       : "hierarchical/" + to_string(options_.wire);
+  }
+
+ private:
+  CommHandle world_, local_, leaders_;
+  AllreduceOptions options_;
+  int local_rank_ = 0, local_size_ = 1;
+  std::unique_ptr<RingAllreduce> ring_;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+Algorithm parse_algorithm(const std::string& text) {
+  if (text == "ring") return Algorithm::ring;
+  if (text == "mpi") return Algorithm::mpi;
+  if (text == "hierarchical") return Algorithm::hierarchical;
+  if (text == "nccl") return Algorithm::nccl;
+  throw InputError(
+      str("unknown allreduce algorithm '", text, "': choose ring, mpi, hierarchical or nccl"));
+}
+
+std::string to_string(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::mpi:
+      return "mpi";
+    case Algorithm::hierarchical:
+      return "hierarchical";
+    case Algorithm::nccl:
+      return "nccl";
+  }
+  return "unknown";
+}
+
+Wire parse_wire(const std::string& text) {
+  if (text == "fp32") return Wire::fp32;
+  if (text == "bf16") return Wire::bf16;
+  if (text == "fp16") return Wire::fp16;
+  throw InputError(str("unknown allreduce wire format '", text, "': choose fp32, bf16 or fp16"));
+}
+
+std::string to_string(Wire wire) {
+  switch (wire) {
+    case Wire::fp32:
+      return "fp32";
+    case Wire::bf16:
+      return "bf16";
+    case Wire::fp16:
+      return "fp16";
+  }
+  return "unknown";
+}
+
+double wire_unit_roundoff(Wire wire) {
+  switch (wire) {
+    case Wire::bf16:
+      return std::ldexp(1.0, -8);
+    case Wire::fp16:
+      return std::ldexp(1.0, -11);
+    default:
+      return 0;
+  }
+}
+
+double wire_error_bound(Wire wire, int n, double abs_sum) {
+  const double u = wire_unit_roundoff(wire);
+  double bound = (std::pow(1 + u, n) - 1) * abs_sum + n * std::ldexp(1.0, -24) * abs_sum;
+  if (wire == Wire::fp16) bound += n * std::ldexp(1.0, -25);
+  return bound;
+}
+
+std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
+                                            const AllreduceOptions& options) {
+  RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
+                   options.ranks_per_node);
+  switch (algorithm) {
+    case Algorithm::ring:
+      return std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), options);
+    case Algorithm::mpi:
+      RT_REQUIRE_INPUT(options.wire == Wire::fp32, "allreduce wire format ",
+                       to_string(options.wire),
+                       " needs algorithm ring or hierarchical (MPI_Allreduce sends fp32)");
+      return std::make_unique<MpiAllreduce>(comm, options);
+    case Algorithm::hierarchical:
+      return std::make_unique<HierarchicalAllreduce>(comm, options);
+    case Algorithm::nccl:
+      // The CUDA issue adds the NCCL allreducer to the CUDA backend; until then, say so.
+      throw Error(RINGTRAIN_HAS_CUDA
+                      ? "allreduce algorithm nccl is not in this build yet (the CUDA backend's "
+                        "NCCL allreducer comes with the CUDA issue); use ring, mpi or hierarchical"
+                      : "allreduce algorithm nccl needs the CUDA build (make CUDA=1 with CUDA, "
+                        "cuDNN and NCCL installed); use ring, mpi or hierarchical on CPUs");
+  }
+  throw Error("unknown allreduce algorithm");
+}
+
+}  // namespace ringtrain::comm

@@ -1,0 +1,251 @@
+// communicator.cpp — MPI session, node discovery, ring order, CPU share, checked collectives.
+#include "ringtrain/comm/communicator.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <numeric>
+#include <tuple>
+
+#include "ringtrain/comm/cpu_share.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
+
+namespace ringtrain::comm {
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+    default:
+      return "an unknown thread level";
+  }
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// Largest element count passed to one MPI collective call (MPI counts are int).
+constexpr size_t kMaxPiece = size_t(1) << 30;
+
+}  // namespace
+
+// ---- mpi_check.hpp --------------------------------------------------------------------------
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return str("MPI error code ", code);
+  return std::string(text, length);
+}
+
+void throw_mpi_error(int code, const char* call, const char* file, int line) {
+  int rank = -1, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized && !mpi_finalized()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  throw Error(str(call, " failed on rank ", rank, " (host ", this_host(), ") at ", file, ":", line,
+                  ": ", mpi_error_text(code)));
+}
+
+void CommHandle::reset() noexcept {
+  if (comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
+  comm_ = MPI_COMM_NULL;
+}
+
+CommHandle duplicate(MPI_Comm comm) {
+  MPI_Comm copy = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(comm, &copy));
+  CommHandle handle(copy);
+  MPI_CHECK(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN));
+  return handle;
+}
+
+// ---- Communicator ---------------------------------------------------------------------------
+
+Communicator::Session::Session() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (mpi_finalized()) throw Error("cannot start MPI: MPI_Finalize was already called");
+  if (!initialized) {
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level) != MPI_SUCCESS)
+      throw Error(str("MPI_Init_thread failed on host ", this_host()));
+    owns_mpi = true;
+  } else {
+    MPI_Query_thread(&thread_level);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (thread_level < MPI_THREAD_MULTIPLE) {
+    if (owns_mpi) MPI_Finalize();
+    throw Error(str("MPI granted ", thread_level_name(thread_level),
+                    " but ringtrain needs MPI_THREAD_MULTIPLE (its fusion thread calls MPI "
+                    "while the main thread runs). HINT: use an MPI built with thread support "
+                    "(OpenMPI: --enable-mpi-thread-multiple, the default since 3.0)"));
+  }
+}
+
+Communicator::Session::~Session() {
+  if (owns_mpi && !mpi_finalized()) MPI_Finalize();
+}
+
+Communicator::Communicator(const CommunicatorOptions& options)
+    : world_(duplicate(MPI_COMM_WORLD)), hostname_(this_host()) {
+  MPI_CHECK(MPI_Comm_rank(world_.get(), &rank_));
+  MPI_CHECK(MPI_Comm_size(world_.get(), &size_));
+  log::set_rank(rank_, size_);
+  find_cpu_share();
+  split_nodes(options.ranks_per_node);
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::split_nodes(int ranks_per_node) {
+  RT_REQUIRE_INPUT(ranks_per_node >= 0, "ranks per node must be >= 0 (0 = real nodes), not ",
+                   ranks_per_node);
+  MPI_Comm local = MPI_COMM_NULL;
+  if (ranks_per_node == 0)
+    MPI_CHECK(
+        MPI_Comm_split_type(world_.get(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  else
+    MPI_CHECK(MPI_Comm_split(world_.get(), rank_ / ranks_per_node, rank_, &local));
+  local_ = CommHandle(local);
+  MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  ranks_per_node_ = ranks_per_node;
+
+  // A node is named by its leader's world rank; nodes are ordered by that rank.
+  int mine[2] = {rank_, local_rank_};
+  MPI_CHECK(MPI_Bcast(&mine[0], 1, MPI_INT, 0, local));
+  std::vector<int> all(2 * size_);
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, world_.get()));
+  std::vector<int> leaders;
+  for (int r = 0; r < size_; ++r) leaders.push_back(all[2 * r]);
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  node_count_ = static_cast<int>(leaders.size());
+  node_index_ =
+      static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), mine[0]) - leaders.begin());
+  ring_order_.resize(size_);
+  std::iota(ring_order_.begin(), ring_order_.end(), 0);
+  std::stable_sort(ring_order_.begin(), ring_order_.end(), [&](int a, int b) {
+    return std::tie(all[2 * a], all[2 * a + 1]) < std::tie(all[2 * b], all[2 * b + 1]);
+  });
+}
+
+void Communicator::find_cpu_share() {
+  // The union of the affinity masks of the ranks on this (real) node.
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(world_.get(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  CommHandle node_handle(node);
+  int node_size = 1;
+  MPI_CHECK(MPI_Comm_size(node, &node_size));
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  sched_getaffinity(0, sizeof(mask), &mask);
+  std::vector<cpu_set_t> masks(node_size);
+  MPI_CHECK(
+      MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node));
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (auto& m : masks) CPU_OR(&all, &all, &m);
+
+  CpuFacts facts;
+  facts.own_affinity_cpus = own_affinity_cpus();
+  facts.node_affinity_cpus = std::max(1, CPU_COUNT(&all));
+  facts.cgroup_cpus = cgroup_cpu_limit();
+  facts.local_ranks = node_size;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
+  CpuShare share = compute_cpu_share(facts);
+  cpu_threads_ = share.threads;
+  cpu_description_ = share.description;
+  if (!share.warning.empty()) log::warn(share.warning);
+}
+
+void Communicator::barrier() const {
+  MPI_CHECK(MPI_Barrier(world_.get()));
+}
+
+bool Communicator::all_ok(bool mine) const {
+  int ok = mine ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, world_.get()));
+  return all == 1;
+}
+
+void Communicator::allreduce_sum(double* values, size_t n) const {
+  for (size_t done = 0; done < n; done += kMaxPiece) {
+    const int piece = static_cast<int>(std::min(kMaxPiece, n - done));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values + done, piece, MPI_DOUBLE, MPI_SUM, world_.get()));
+  }
+}
+
+std::vector<double> Communicator::gather_to_root(const std::vector<double>& mine) const {
+  long long range[2] = {static_cast<long long>(mine.size()), -static_cast<long long>(mine.size())};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_LONG_LONG, MPI_MAX, world_.get()));
+  if (range[0] != -range[1])
+    throw Error(str("gather_to_root: ranks pass different counts (between ", -range[1], " and ",
+                    range[0], "); every rank must pass the same number of values"));
+  RT_CHECK(mine.size() <= static_cast<size_t>(INT_MAX), "gather_to_root: ", mine.size(),
+           " values is more than one MPI call can carry");
+  std::vector<double> all(rank_ == 0 ? mine.size() * size_ : 0);
+  const int n = static_cast<int>(mine.size());
+  MPI_CHECK(MPI_Gather(mine.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, 0, world_.get()));
+  return all;
+}
+
+std::vector<std::string> Communicator::gather_strings_to_root(const std::string& mine) const {
+  RT_CHECK(mine.size() <= static_cast<size_t>(INT_MAX), "gather_strings_to_root: string of ",
+           mine.size(), " bytes is too long");
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(rank_ == 0 ? size_ : 0);
+  MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, world_.get()));
+  std::vector<int> offsets(lengths.size(), 0);
+  long long total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += lengths[r];
+  }
+  RT_CHECK(total <= INT_MAX, "gather_strings_to_root: ", total, " bytes in all is too many");
+  std::string joined(static_cast<size_t>(total), '\0');
+  MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(),
+                        offsets.data(), MPI_CHAR, 0, world_.get()));
+  std::vector<std::string> out;
+  for (size_t r = 0; r < lengths.size(); ++r) out.push_back(joined.substr(offsets[r], lengths[r]));
+  return out;
+}
+
+void Communicator::broadcast(std::vector<uint8_t>& bytes, int root) const {
+  RT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of ", size_);
+  unsigned long long size = bytes.size();
+  MPI_CHECK(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, world_.get()));
+  bytes.resize(size);
+  for (size_t done = 0; done < size; done += kMaxPiece) {
+    const int piece = static_cast<int>(std::min<size_t>(kMaxPiece, size - done));
+    MPI_CHECK(MPI_Bcast(bytes.data() + done, piece, MPI_BYTE, root, world_.get()));
+  }
+}
+
+void Communicator::abort(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace ringtrain::comm

@@ -1,0 +1,109 @@
+// cpu_share.cpp — the per-rank thread count from affinity masks, cgroup limits and OMP_NUM_THREADS.
+#include "ringtrain/comm/cpu_share.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::comm {
+namespace {
+
+std::string cgroup_text(double cpus) {
+  return cpus > 0 ? str(cpus, " CPUs") : std::string("none");
+}
+
+// The leading positive integer of OMP_NUM_THREADS ("4" or the outer level of "4,2"), or 0.
+int parse_omp_threads(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 6) return 0;
+  if (digits < text.size() && text[digits] != ',') return 0;
+  return std::stoi(text.substr(0, digits));
+}
+
+// cpu.max holds "max 100000" or "<quota> <period>".
+double read_cgroup_v2(const std::string& path) {
+  std::ifstream in(path);
+  std::string quota;
+  double period = 0;
+  if (!(in >> quota >> period) || quota == "max" || period <= 0) return 0;
+  return std::stod(quota) / period;
+}
+
+double read_cgroup_v1(const std::string& dir) {
+  std::ifstream quota_in(dir + "/cpu.cfs_quota_us"), period_in(dir + "/cpu.cfs_period_us");
+  double quota = -1, period = 0;
+  if (!(quota_in >> quota) || !(period_in >> period) || quota <= 0 || period <= 0) return 0;
+  return quota / period;
+}
+
+// This process's cgroup v2 path from /proc/self/cgroup ("0::/some/path"), or "".
+std::string own_cgroup_v2_path() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return "";
+}
+
+}  // namespace
+
+CpuShare compute_cpu_share(const CpuFacts& facts) {
+  CpuShare share;
+  const int own = std::max(1, facts.own_affinity_cpus);
+  if (facts.omp_num_threads) {
+    const int asked = parse_omp_threads(*facts.omp_num_threads);
+    if (asked > 0) {
+      share.threads = asked;
+      share.description =
+          str(asked, " threads per rank: from OMP_NUM_THREADS=", *facts.omp_num_threads,
+              " (affinity mask holds ", own, " CPUs)");
+      if (asked > own)
+        share.warning =
+            str("OMP_NUM_THREADS=", *facts.omp_num_threads, " asks for more threads than the ", own,
+                " CPU(s) in this rank's affinity mask; threads will share cores. "
+                "HINT: mpirun --map-by slot:PE=",
+                asked, " (or srun --cpus-per-task=", asked, "), or unset OMP_NUM_THREADS");
+      return share;
+    }
+    share.warning =
+        str("OMP_NUM_THREADS=", *facts.omp_num_threads, " is not a positive thread count; ignored");
+  }
+  int usable = std::max(1, facts.node_affinity_cpus);
+  if (facts.cgroup_cpus > 0)
+    usable = std::min(usable, std::max(1, static_cast<int>(std::floor(facts.cgroup_cpus))));
+  const int local = std::max(1, facts.local_ranks);
+  share.threads = std::min(own, std::max(1, usable / local));
+  share.description =
+      str(share.threads, " thread", share.threads == 1 ? "" : "s", " per rank: ", usable,
+          " usable cores (node affinity ", facts.node_affinity_cpus, ", cgroup limit ",
+          cgroup_text(facts.cgroup_cpus), ") / ", local, " rank", local == 1 ? "" : "s",
+          " on this node; this rank's mask holds ", own);
+  return share;
+}
+
+int own_affinity_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return 1;
+  return std::max(1, CPU_COUNT(&mask));
+}
+
+double cgroup_cpu_limit() {
+  const std::string own = own_cgroup_v2_path();
+  if (!own.empty() && own != "/") {
+    if (double cpus = read_cgroup_v2("/sys/fs/cgroup" + own + "/cpu.max"); cpus > 0) return cpus;
+  }
+  if (double cpus = read_cgroup_v2("/sys/fs/cgroup/cpu.max"); cpus > 0) return cpus;
+  for (const char* dir : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"})
+    if (double cpus = read_cgroup_v1(dir); cpus > 0) return cpus;
+  return 0;
+}
+
+}  // namespace ringtrain::comm

@@ -1,0 +1,242 @@
+// ring_allreduce.cpp — the pipelined ring (see the diagram in ring_allreduce.hpp) and its kernels.
+#include "ringtrain/comm/ring_allreduce.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::comm {
+namespace {
+
+constexpr int kTagReduceScatter = 401;
+constexpr int kTagAllgather = 402;
+
+int ring_mod(int64_t a, int n) {
+  return static_cast<int>(((a % n) + n) % n);
+}
+
+// Plain loops over restrict pointers: -O3 -march=native turns them into AVX-512/AVX2 code.
+void add_f32(float* __restrict dst, const float* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+void add_bf16(float* __restrict dst, const uint16_t* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += bf16_to_float(src[i]);
+}
+void add_fp16(float* __restrict dst, const uint16_t* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += fp16_to_float(src[i]);
+}
+void to_wire(Wire wire, uint16_t* __restrict dst, const float* __restrict src, size_t n) {
+  if (wire == Wire::bf16)
+    for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+  else
+    for (size_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
+}
+void from_wire(Wire wire, float* __restrict dst, const uint16_t* __restrict src, size_t n) {
+  if (wire == Wire::bf16)
+    for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  else
+    for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+}
+void round_through_wire(Wire wire, float* data, size_t n) {
+  if (wire == Wire::bf16)
+    for (size_t i = 0; i < n; ++i) data[i] = bf16_to_float(float_to_bf16(data[i]));
+  else
+    for (size_t i = 0; i < n; ++i) data[i] = fp16_to_float(float_to_fp16(data[i]));
+}
+
+}  // namespace
+
+// Where segment i and its chunk c live in the caller's buffer (see the header's remainders).
+struct RingAllreduce::Layout {
+  Layout(size_t count, int n, size_t max_chunk_elems) : n(n), q(count / n), r(count % n) {
+    const size_t longest = q + (r > 0 ? 1 : 0);
+    chunks = static_cast<int64_t>(
+        std::max<size_t>(1, (longest + max_chunk_elems - 1) / max_chunk_elems));
+    chunk_elems = (longest + chunks - 1) / chunks;
+  }
+  size_t seg_offset(int i) const { return i * q + std::min<size_t>(i, r); }
+  size_t seg_len(int i) const { return q + (static_cast<size_t>(i) < r ? 1 : 0); }
+  size_t chunk_begin(int seg, int64_t c) const {
+    return seg_offset(seg) + seg_len(seg) * c / chunks;
+  }
+  size_t chunk_len(int seg, int64_t c) const {
+    return seg_len(seg) * (c + 1) / chunks - seg_len(seg) * c / chunks;
+  }
+
+  int n;
+  size_t q, r;
+  int64_t chunks;      // C: messages per ring step
+  size_t chunk_elems;  // the longest chunk of this call
+};
+
+void RingAllreduce::FreeDeleter::operator()(void* p) const {
+  std::free(p);
+}
+
+RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options)
+    : comm_(duplicate(comm)), options_(options) {
+  RT_REQUIRE_INPUT(options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30),
+                   "allreduce chunk size must be between 4 bytes and 1 GiB, not ",
+                   options.chunk_bytes, " bytes");
+  RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
+                   "allreduce chunks in flight must be between 1 and 64, not ",
+                   options.chunks_in_flight);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_size(comm_.get(), &n_));
+  MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank));
+  std::vector<int> sorted = ring;
+  std::sort(sorted.begin(), sorted.end());
+  bool permutation = static_cast<int>(ring.size()) == n_;
+  for (int i = 0; permutation && i < n_; ++i) permutation = sorted[i] == i;
+  RT_CHECK(permutation, "ring order must list each of the ", n_, " ranks once");
+  pos_ = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+  left_ = ring[ring_mod(pos_ - 1, n_)];
+  right_ = ring[ring_mod(pos_ + 1, n_)];
+  chunk_elems_ = std::max<size_t>(1, options.chunk_bytes / sizeof(float));
+  recv_requests_.assign(options.chunks_in_flight, MPI_REQUEST_NULL);
+  send_requests_.assign(options.chunks_in_flight, MPI_REQUEST_NULL);
+}
+
+std::string RingAllreduce::name() const {
+  return options_.wire == Wire::fp32 ? "ring" : "ring/" + to_string(options_.wire);
+}
+
+void RingAllreduce::sum(float* data, size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.validate_counts) check_same_count(comm_.get(), count, "ring allreduce");
+  if (count == 0 || n_ == 1) return;
+  const Layout layout(count, n_, chunk_elems_);
+  ensure_scratch(layout.chunk_elems);
+  run_phase(data, layout, true);
+  if (options_.wire != Wire::fp32) round_owned_segment(data, layout);
+  run_phase(data, layout, false);
+}
+
+// Event loop over the (n-1)*C messages of one phase: post what may be posted, then wait for
+// the oldest receive or the oldest send, whichever completes first. Never blocking on one
+// kind while the other could progress keeps every ring free of deadlock.
+void RingAllreduce::run_phase(float* data, const Layout& layout, bool reducing) {
+  const int64_t C = layout.chunks, M = (n_ - 1) * C, K = options_.chunks_in_flight;
+  int64_t recv_posted = 0, recv_done = 0, send_posted = 0, send_done = 0;
+  while (recv_done < M || send_done < M) {
+    while (recv_posted < M && recv_posted < recv_done + K)
+      post_recv(data, layout, reducing, recv_posted++);
+    // Message m forwards what message m-C brought in, so it waits until that one is done.
+    while (send_posted < M && send_posted < send_done + K &&
+           (send_posted < C || send_posted - C < recv_done))
+      post_send(data, layout, reducing, send_posted++);
+    MPI_Request oldest[2] = {
+        recv_done < recv_posted ? recv_requests_[recv_done % K] : MPI_REQUEST_NULL,
+        send_done < send_posted ? send_requests_[send_done % K] : MPI_REQUEST_NULL};
+    int which = MPI_UNDEFINED;
+    MPI_CHECK(MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE));
+    if (which == 0) {
+      recv_requests_[recv_done % K] = MPI_REQUEST_NULL;
+      finish_recv(data, layout, reducing, recv_done++);
+    } else if (which == 1) {
+      send_requests_[send_done % K] = MPI_REQUEST_NULL;
+      ++send_done;
+    }
+  }
+}
+
+void RingAllreduce::post_recv(float* data, const Layout& layout, bool reducing, int64_t m) {
+  const int64_t step = m / layout.chunks, c = m % layout.chunks;
+  const int seg = reducing ? ring_mod(pos_ - step - 1, n_) : ring_mod(pos_ - step, n_);
+  const size_t begin = layout.chunk_begin(seg, c), len = layout.chunk_len(seg, c);
+  const int slot = static_cast<int>(m % options_.chunks_in_flight);
+  const int tag = reducing ? kTagReduceScatter : kTagAllgather;
+  MPI_Request* request = &recv_requests_[slot];
+  if (options_.wire == Wire::fp32) {
+    float* into = reducing
+                      ? reinterpret_cast<float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_
+                      : data + begin;  // allgather lands in place
+    MPI_CHECK(MPI_Irecv(into, static_cast<int>(len), MPI_FLOAT, left_, tag, comm_.get(), request));
+  } else {
+    uint16_t* into = reinterpret_cast<uint16_t*>(recv_scratch_.get()) + slot * scratch_chunk_elems_;
+    MPI_CHECK(
+        MPI_Irecv(into, static_cast<int>(len), MPI_UINT16_T, left_, tag, comm_.get(), request));
+  }
+}
+
+void RingAllreduce::finish_recv(float* data, const Layout& layout, bool reducing, int64_t m) {
+  const int64_t step = m / layout.chunks, c = m % layout.chunks;
+  const int seg = reducing ? ring_mod(pos_ - step - 1, n_) : ring_mod(pos_ - step, n_);
+  const size_t begin = layout.chunk_begin(seg, c), len = layout.chunk_len(seg, c);
+  const size_t slot = static_cast<size_t>(m % options_.chunks_in_flight);
+  const Wire wire = options_.wire;
+  if (wire == Wire::fp32) {
+    if (reducing)
+      add_f32(data + begin,
+              reinterpret_cast<const float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_,
+              len);
+    return;
+  }
+  const uint16_t* from =
+      reinterpret_cast<const uint16_t*>(recv_scratch_.get()) + slot * scratch_chunk_elems_;
+  if (!reducing)
+    from_wire(wire, data + begin, from, len);
+  else if (wire == Wire::bf16)
+    add_bf16(data + begin, from, len);
+  else
+    add_fp16(data + begin, from, len);
+}
+
+void RingAllreduce::post_send(float* data, const Layout& layout, bool reducing, int64_t m) {
+  const int64_t step = m / layout.chunks, c = m % layout.chunks;
+  const int seg = reducing ? ring_mod(pos_ - step, n_) : ring_mod(pos_ + 1 - step, n_);
+  const size_t begin = layout.chunk_begin(seg, c), len = layout.chunk_len(seg, c);
+  const size_t slot = static_cast<size_t>(m % options_.chunks_in_flight);
+  const int tag = reducing ? kTagReduceScatter : kTagAllgather;
+  MPI_Request* request = &send_requests_[slot];
+  if (options_.wire == Wire::fp32) {
+    MPI_CHECK(MPI_Isend(data + begin, static_cast<int>(len), MPI_FLOAT, right_, tag, comm_.get(),
+                        request));
+  } else {
+    uint16_t* wire = reinterpret_cast<uint16_t*>(send_scratch_.get()) + slot * scratch_chunk_elems_;
+    to_wire(options_.wire, wire, data + begin, len);
+    MPI_CHECK(
+        MPI_Isend(wire, static_cast<int>(len), MPI_UINT16_T, right_, tag, comm_.get(), request));
+  }
+}
+
+// The owner's final segment goes through the wire format too, so every rank holds the
+// bytes the allgather delivers.
+void RingAllreduce::round_owned_segment(float* data, const Layout& layout) {
+  const int owned = ring_mod(pos_ + 1, n_);
+  round_through_wire(options_.wire, data + layout.seg_offset(owned), layout.seg_len(owned));
+}
+
+// Scratch grows to the longest chunk any call has needed, never per call.
+void RingAllreduce::ensure_scratch(size_t chunk_elems) {
+  if (chunk_elems <= scratch_chunk_elems_) return;
+  const size_t slots = static_cast<size_t>(options_.chunks_in_flight);
+  auto allocate = [&](size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) throw std::bad_alloc();
+    return std::unique_ptr<unsigned char, FreeDeleter>(static_cast<unsigned char*>(p));
+  };
+  recv_scratch_ = allocate(slots * chunk_elems * wire_bytes(options_.wire));
+  if (options_.wire != Wire::fp32) send_scratch_ = allocate(slots * chunk_elems * 2);
+  scratch_chunk_elems_ = chunk_elems;
+}
+
+void check_same_count(MPI_Comm comm, size_t count, const std::string& what) {
+  long long range[2] = {static_cast<long long>(count), -static_cast<long long>(count)};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_LONG_LONG, MPI_MAX, comm));
+  if (range[0] == -range[1]) return;
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<long long> counts(size);
+  long long mine = static_cast<long long>(count);
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_LONG_LONG, counts.data(), 1, MPI_LONG_LONG, comm));
+  std::string listing;
+  for (int r = 0; r < size; ++r) listing += str(r == 0 ? "" : ", ", "rank ", r, ": ", counts[r]);
+  throw Error(str(what, ": ranks passed different element counts (", listing,
+                  "); every rank must pass the same count"));
+}
+
+}  // namespace ringtrain::comm

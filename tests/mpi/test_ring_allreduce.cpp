@@ -1,0 +1,199 @@
+// test_ring_allreduce.cpp — ring, mpi and hierarchical allreduce: exact sums at awkward counts,
+// bitwise equality across ranks, bf16/fp16 wire bounds, non-main threads, count mismatches.
+// np: 1 2 3 4 5
+#define BOOST_TEST_MODULE ring_allreduce
+#define OMPI_SKIP_MPICXX 1
+#include <cmath>
+#include <exception>
+#include <thread>
+
+#include "allreduce_test_data.hpp"
+#include "mpi_test.hpp"
+#include "ringtrain/build_config.hpp"
+#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/core/error.hpp"
+
+RT_MPI_TEST_MAIN
+
+using namespace ringtrain;
+using comm::Algorithm;
+
+namespace {
+
+struct Setup {
+  std::string label;
+  Algorithm algorithm;
+  comm::AllreduceOptions options;
+};
+
+comm::AllreduceOptions opts(comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 1 << 20,
+                            int in_flight = 4, int ranks_per_node = 0) {
+  comm::AllreduceOptions o;
+  o.wire = wire;
+  o.chunk_bytes = chunk_bytes;
+  o.chunks_in_flight = in_flight;
+  o.validate_counts = true;
+  o.ranks_per_node = ranks_per_node;
+  return o;
+}
+
+// Every algorithm and the settings that change its code path.
+std::vector<Setup> fp32_setups() {
+  return {
+      {"ring", Algorithm::ring, opts()},
+      {"ring chunk 64 B x2", Algorithm::ring, opts(comm::Wire::fp32, 64, 2)},
+      {"ring chunk 4 B x1", Algorithm::ring, opts(comm::Wire::fp32, 4, 1)},
+      {"mpi", Algorithm::mpi, opts()},
+      {"hierarchical real nodes", Algorithm::hierarchical, opts()},
+      {"hierarchical 2 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 256, 3, 2)},
+      {"hierarchical 1 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 1 << 20, 4, 1)},
+      {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 128, 3)},
+      {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16)}};
+}
+
+// Counts 0, 1, p-1, p, p+1, a prime, 2^20+3, then small again (scratch reused, not regrown).
+std::vector<size_t> awkward_counts(int p, bool tiny_chunks) {
+  std::vector<size_t> counts = {0, 1, size_t(p > 1 ? p - 1 : 0), size_t(p), size_t(p + 1), 7919};
+  if (!tiny_chunks) counts.push_back((size_t(1) << 20) + 3);
+  counts.push_back(5);
+  return counts;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(exact_sums_at_awkward_counts) {
+  comm::Communicator world;
+  const int p = world.size();
+  for (const Setup& setup : fp32_setups()) {
+    auto reducer = comm::make_allreducer(world, setup.algorithm, setup.options);
+    const bool tiny_chunks = setup.options.chunk_bytes < 128;
+    for (size_t count : awkward_counts(p, tiny_chunks)) {
+      std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+      reducer->sum(data.data(), count);
+      const int64_t wrong = rt_test::first_wrong_small_int_sum(data, p);
+      if (wrong >= 0)
+        BOOST_TEST_MESSAGE(setup.label << " count " << count << ": first wrong index " << wrong
+                                       << " holds " << data[wrong]);
+      BOOST_TEST(rt_test::all_ok(wrong < 0), setup.label << " count " << count << " exact sums");
+      BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)),
+                 setup.label << " count " << count << " identical on every rank");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the_wire_bound) {
+  comm::Communicator world;
+  const int p = world.size();
+  const size_t count = 100003;
+  std::vector<Setup> setups = {{"ring fp32", Algorithm::ring, opts(comm::Wire::fp32, 4096)},
+                               {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 4096)},
+                               {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16, 4096)},
+                               {"hierarchical 2 per node bf16", Algorithm::hierarchical,
+                                opts(comm::Wire::bf16, 4096, 2, 2)}};
+  for (const Setup& setup : setups) {
+    auto reducer = comm::make_allreducer(world, setup.algorithm, setup.options);
+    std::vector<float> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = rt_test::noise(world.rank(), i);
+    reducer->sum(data.data(), count);
+    double worst_ratio = 0, max_error = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double exact = 0, abs_sum = 0;
+      for (int r = 0; r < p; ++r) {
+        exact += rt_test::noise(r, i);
+        abs_sum += std::fabs(rt_test::noise(r, i));
+      }
+      const double error = std::fabs(double(data[i]) - exact);
+      max_error = std::max(max_error, error);
+      worst_ratio =
+          std::max(worst_ratio, error / comm::wire_error_bound(setup.options.wire, p, abs_sum));
+    }
+    BOOST_TEST_MESSAGE(setup.label << ": max |error| " << max_error << ", worst error/bound "
+                                   << worst_ratio);
+    BOOST_TEST(rt_test::all_ok(worst_ratio <= 1.0), setup.label << " within the stated bound");
+    // A narrow wire in use must really round: with noise data some element differs.
+    const int rpn = setup.options.ranks_per_node;
+    const int ring_members = setup.algorithm == Algorithm::ring ? p : (p + rpn - 1) / rpn;
+    if (setup.options.wire != comm::Wire::fp32 && ring_members > 1)
+      BOOST_TEST(rt_test::all_ok(max_error > 1e-4), setup.label << " rounds on the wire");
+    BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)),
+               setup.label << " identical on every rank");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi) {
+  comm::Communicator world;
+  auto ring = comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::fp32, 8192));
+  auto hier =
+      comm::make_allreducer(world, Algorithm::hierarchical, opts(comm::Wire::fp32, 8192, 4, 2));
+  const size_t count = 50021;
+  std::vector<float> a = rt_test::small_int_data(world.rank(), count), b = a;
+  std::string failure;
+  std::thread worker([&] {
+    try {
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        a = rt_test::small_int_data(world.rank(), count);
+        ring->sum(a.data(), count);
+      }
+      hier->sum(b.data(), count);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  for (int i = 0; i < 5; ++i) world.barrier();  // the main thread keeps using its own communicator
+  worker.join();
+  BOOST_TEST(failure == "");
+  BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(a, world.size()) < 0));
+  BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(b, world.size()) < 0));
+}
+
+BOOST_AUTO_TEST_CASE(different_counts_fail_on_every_rank_naming_each_count) {
+  comm::Communicator world;
+  const int p = world.size();
+  std::string listing;
+  for (int r = 0; r < p; ++r)
+    listing += (r ? ", " : "") + str("rank ", r, ": ", 10 + (r == p - 1 ? 3 : 0));
+  for (auto [algorithm, what] :
+       {std::pair{Algorithm::ring, "ring allreduce"}, std::pair{Algorithm::mpi, "mpi allreduce"},
+        std::pair{Algorithm::hierarchical, "hierarchical allreduce"}}) {
+    auto reducer = comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 1 << 20, 4, 2));
+    const size_t count = 10 + (world.rank() == p - 1 ? 3 : 0);
+    std::vector<float> data(count, 1.0f);
+    std::string message;
+    try {
+      reducer->sum(data.data(), count);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const std::string expected = p == 1 ? ""
+                                        : str(what, ": ranks passed different element counts (",
+                                              listing, "); every rank must pass the same count");
+    BOOST_TEST(message == expected);
+    BOOST_TEST(rt_test::all_ok(message == expected));
+    // The allreducer stays usable after the error.
+    std::vector<float> again = rt_test::small_int_data(world.rank(), 77);
+    reducer->sum(again.data(), again.size());
+    BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(again, p) < 0));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_choices_are_errors) {
+  comm::Communicator world;
+  std::string message;
+  try {
+    comm::make_allreducer(world, Algorithm::nccl, opts());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const std::string expected =
+      RINGTRAIN_HAS_CUDA
+          ? "allreduce algorithm nccl is not in this build yet (the CUDA backend's NCCL "
+            "allreducer comes with the CUDA issue); use ring, mpi or hierarchical"
+          : "allreduce algorithm nccl needs the CUDA build (make CUDA=1 with CUDA, cuDNN and "
+            "NCCL installed); use ring, mpi or hierarchical on CPUs";
+  BOOST_TEST(message == expected);
+  BOOST_CHECK_THROW(comm::make_allreducer(world, Algorithm::mpi, opts(comm::Wire::bf16)),
+                    InputError);
+  BOOST_CHECK_THROW(comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::fp32, 0)),
+                    InputError);
+}

@@ -1,0 +1,33 @@
+// test_ring_allreduce_large.cpp — 64 Mi floats (256 MiB a rank) through ring, hierarchical and
+// mpi: exact sums and bitwise-identical results, where chunk and segment counts are large.
+// np: 2 4
+#define BOOST_TEST_MODULE ring_allreduce_large
+#define OMPI_SKIP_MPICXX 1
+#include "allreduce_test_data.hpp"
+#include "mpi_test.hpp"
+#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/communicator.hpp"
+
+RT_MPI_TEST_MAIN
+
+using namespace ringtrain;
+
+BOOST_AUTO_TEST_CASE(sixty_four_mebi_floats_sum_exactly) {
+  comm::Communicator world;
+  const size_t count = size_t(64) << 20;
+  comm::AllreduceOptions options;
+  options.validate_counts = true;
+  options.ranks_per_node = 2;
+  for (auto algorithm :
+       {comm::Algorithm::ring, comm::Algorithm::hierarchical, comm::Algorithm::mpi}) {
+    auto reducer = comm::make_allreducer(world, algorithm, options);
+    std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+    reducer->sum(data.data(), count);
+    const int64_t wrong = rt_test::first_wrong_small_int_sum(data, world.size());
+    if (wrong >= 0) BOOST_TEST_MESSAGE(reducer->name() << ": first wrong index " << wrong);
+    BOOST_TEST(rt_test::all_ok(wrong < 0), reducer->name() << " exact at 64 Mi floats");
+    if (algorithm != comm::Algorithm::mpi)
+      BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)), reducer->name()
+                                                                          << " identical");
+  }
+}

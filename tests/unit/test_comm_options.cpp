@@ -1,0 +1,109 @@
+// test_comm_options.cpp — allreduce algorithm and wire parsing, wire conversions and bounds,
+// and the per-rank CPU thread share (no MPI needed).
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/cpu_share.hpp"
+#include "ringtrain/core/error.hpp"
+
+using namespace ringtrain;
+
+namespace {
+std::string input_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(comm_options)
+
+BOOST_AUTO_TEST_CASE(algorithms_and_wires_parse_or_name_the_choices) {
+  BOOST_TEST((comm::parse_algorithm("ring") == comm::Algorithm::ring));
+  BOOST_TEST((comm::parse_algorithm("mpi") == comm::Algorithm::mpi));
+  BOOST_TEST((comm::parse_algorithm("hierarchical") == comm::Algorithm::hierarchical));
+  BOOST_TEST((comm::parse_algorithm("nccl") == comm::Algorithm::nccl));
+  BOOST_TEST(input_error([] { comm::parse_algorithm("Ring"); }) ==
+             "unknown allreduce algorithm 'Ring': choose ring, mpi, hierarchical or nccl");
+  BOOST_TEST((comm::parse_wire("bf16") == comm::Wire::bf16));
+  BOOST_TEST(comm::to_string(comm::parse_wire("fp16")) == "fp16");
+  BOOST_TEST(input_error([] { comm::parse_wire("fp8"); }) ==
+             "unknown allreduce wire format 'fp8': choose fp32, bf16 or fp16");
+}
+
+BOOST_AUTO_TEST_CASE(wire_conversions_round_to_nearest_even) {
+  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(1.0f)) == 1.0f);
+  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(256.0f)) == 256.0f);
+  // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
+  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);
+  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))) ==
+             1.0f + std::ldexp(1.0f, -6));
+  BOOST_TEST(std::isnan(comm::bf16_to_float(comm::float_to_bf16(std::nanf("")))));
+  BOOST_TEST(comm::fp16_to_float(comm::float_to_fp16(2048.0f)) == 2048.0f);
+  BOOST_TEST(comm::fp16_to_float(comm::float_to_fp16(1.0f + std::ldexp(1.0f, -11))) == 1.0f);
+  BOOST_TEST(std::isinf(comm::fp16_to_float(comm::float_to_fp16(70000.0f))));
+  // Every bf16 and fp16 value survives the trip to fp32 and back: forwarding is exact.
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const uint16_t h = static_cast<uint16_t>(bits);
+    const float b = comm::bf16_to_float(h), f = comm::fp16_to_float(h);
+    if (!std::isnan(b)) BOOST_REQUIRE(comm::float_to_bf16(b) == h);
+    if (!std::isnan(f)) BOOST_REQUIRE(comm::float_to_fp16(f) == h);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(wire_error_bound_grows_with_ranks) {
+  BOOST_TEST(comm::wire_error_bound(comm::Wire::fp32, 4, 1.0) == 4 * std::ldexp(1.0, -24));
+  const double bf16_two = comm::wire_error_bound(comm::Wire::bf16, 2, 1.0);
+  BOOST_TEST(bf16_two > 2 * std::ldexp(1.0, -8));
+  BOOST_TEST(comm::wire_error_bound(comm::Wire::bf16, 4, 1.0) > bf16_two);
+}
+
+BOOST_AUTO_TEST_CASE(cpu_share_divides_usable_cores_among_local_ranks) {
+  comm::CpuFacts facts;
+  facts.own_affinity_cpus = 2;
+  facts.node_affinity_cpus = 2;
+  facts.local_ranks = 1;
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 2);
+  facts.local_ranks = 4;  // oversubscribed: at least one thread each
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 1);
+  facts = {};
+  facts.own_affinity_cpus = 1;  // bound to one core each (OpenMPI's default for np <= 2)
+  facts.node_affinity_cpus = 8;
+  facts.local_ranks = 2;
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 1);
+  facts.own_affinity_cpus = 16;
+  facts.node_affinity_cpus = 16;
+  facts.cgroup_cpus = 6.5;  // the container's quota caps the node's cores
+  comm::CpuShare share = comm::compute_cpu_share(facts);
+  BOOST_TEST(share.threads == 3);
+  BOOST_TEST(share.description ==
+             "3 threads per rank: 6 usable cores (node affinity 16, cgroup limit 6.5 CPUs) / 2 "
+             "ranks on this node; this rank's mask holds 16");
+  BOOST_TEST(share.warning.empty());
+}
+
+BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
+  comm::CpuFacts facts;
+  facts.own_affinity_cpus = 1;
+  facts.node_affinity_cpus = 2;
+  facts.local_ranks = 2;
+  facts.omp_num_threads = "4,2";
+  comm::CpuShare share = comm::compute_cpu_share(facts);
+  BOOST_TEST(share.threads == 4);
+  BOOST_TEST(share.warning ==
+             "OMP_NUM_THREADS=4,2 asks for more threads than the 1 CPU(s) in this rank's affinity "
+             "mask; threads will share cores. HINT: mpirun --map-by slot:PE=4 (or srun "
+             "--cpus-per-task=4), or unset OMP_NUM_THREADS");
+  facts.omp_num_threads = "many";
+  share = comm::compute_cpu_share(facts);
+  BOOST_TEST(share.threads == 1);
+  BOOST_TEST(share.warning == "OMP_NUM_THREADS=many is not a positive thread count; ignored");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
