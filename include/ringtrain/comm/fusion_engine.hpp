@@ -1,0 +1,170 @@
+// fusion_engine.hpp — gradients reduced in fixed buckets by a background thread while
+// backward runs, a schedule agreed once across ranks, and a stall inspector that aborts.
+//
+// How a step goes (DDP-style fixed buckets, Horovod-style background thread):
+//
+//   plan(specs)      once, collective: fingerprint check across ranks, bucket layout,
+//                    one 64-byte aligned arena; each gradient lives inside its bucket.
+//   enqueue(i)       backward finished gradient i: mark it ready; when it completes the
+//                    next bucket in order, wake the comm thread (no MPI on this thread).
+//   comm thread      bucket 0, 1, 2, ... in that order on every rank: reduce(data, count),
+//                    divide by world size; sleeps on a condition variable in between.
+//   synchronize()    waits until every bucket of the step is reduced, then opens the next.
+//
+// Stall inspector: a watchdog thread sleeps on a condition variable with a deadline. While a
+// step is open (first enqueue until synchronize returns), any progress (an enqueue, a bucket
+// reduced) moves the deadline; if none comes for stall_timeout_s, the ranks exchange their
+// ready bitmaps on a private communicator with a bounded wait, every rank that answers prints
+// the missing tensors and the ranks missing them, and the job aborts (MPI_Abort, exit 1).
+#pragma once
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C only: OpenMPI's deprecated C++ bindings warn under -Wextra
+#endif
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ringtrain::comm {
+
+class Timeline;
+
+// In-place SUM across all ranks of the engine's communicator; collective; called only from the
+// engine's comm thread, so it must not share a communicator with collectives on other threads.
+using ReduceFn = std::function<void(float* data, size_t count)>;
+
+struct FusionOptions {
+  double fusion_mib = 64;       // bucket size cap (deck: comm.fusion_mib)
+  double first_bucket_mib = 1;  // small first bucket so communication starts early
+  double stall_timeout_s = 60;  // deck: comm.stall_timeout_s; 0 turns the inspector off
+  bool overlap = true;          // false: buckets are reduced only in synchronize(), after backward
+};
+
+struct GradSpec {  // an fp32 gradient
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// One bucket reduction; start_s is relative to the engine's construction.
+struct BucketRecord {
+  int64_t step;
+  int bucket;
+  size_t bytes;
+  int tensors;
+  double start_s;
+  double seconds;
+};
+
+// Where a bucket lives: gradients first_tensor .. first_tensor + tensor_count - 1, each at a
+// 64-byte aligned offset (the zero padding between them is reduced too and stays zero).
+struct BucketLayout {
+  size_t first_tensor;
+  size_t tensor_count;
+  size_t bytes;
+  float* data;
+};
+
+class FusionEngine {
+ public:
+  // Collective over comm (duplicates it twice: one for the plan, one for the stall inspector).
+  // Needs MPI_THREAD_MULTIPLE. The timeline, when given, must outlive the engine.
+  FusionEngine(MPI_Comm comm, ReduceFn reduce, FusionOptions options, Timeline* timeline = nullptr);
+  ~FusionEngine();  // joins the threads; never throws
+  FusionEngine(const FusionEngine&) = delete;
+  FusionEngine& operator=(const FusionEngine&) = delete;
+
+  // Collective, once. specs in the order backward produces the gradients. A fingerprint of
+  // names, shapes and dtypes is compared across ranks; on a mismatch every rank throws
+  // ringtrain::Error naming the first rank that differs and the tensor where it differs from
+  // rank 0. Returns, per spec, where backward must write that gradient (inside its bucket).
+  std::vector<float*> plan(const std::vector<GradSpec>& specs);
+
+  // Gradient `index` is complete. Thread-safe and cheap (no MPI on the caller's thread).
+  // Throws ringtrain::Error naming the tensor when it was already enqueued this step.
+  void enqueue(size_t index);
+
+  // Blocks until every bucket of this step is reduced and divided by the world size, then
+  // starts the next step. Throws ringtrain::Error naming the gradients never enqueued, or
+  // rethrows an error of the comm thread; the engine cannot be used after either.
+  void synchronize();
+
+  double last_wait_seconds() const { return last_wait_s_; }
+  double last_allreduce_seconds() const { return last_allreduce_s_; }
+  // Every bucket ever reduced; read it between steps (after synchronize()).
+  const std::vector<BucketRecord>& records() const { return records_; }
+  size_t bucket_count() const { return buckets_.size(); }
+  const std::vector<BucketLayout>& buckets() const { return buckets_; }
+  int64_t step() const { return step_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct StallReport;
+
+  void check_options() const;
+  void agree_on_plan(const std::vector<GradSpec>& specs) const;
+  void lay_out_buckets();
+  void comm_loop();
+  void reduce_bucket(size_t b);
+  void watchdog_loop();
+  void note_progress_locked(bool arm);
+  void reset_step_locked();
+  std::vector<uint8_t> stall_record_locked() const;
+  std::string describe_stall(const std::vector<std::vector<uint8_t>>& records,
+                             const std::vector<bool>& answered, double window_s) const;
+  [[noreturn]] void inspect_stall_and_abort(std::vector<uint8_t> mine);
+  void rethrow_if_broken_locked() const;
+
+  MPI_Comm plan_comm_ = MPI_COMM_NULL;
+  MPI_Comm stall_comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int world_ = 1;
+  ReduceFn reduce_;
+  FusionOptions options_;
+  Timeline* timeline_;
+  double start_s_;
+
+  // Fixed by plan().
+  std::vector<GradSpec> specs_;
+  std::vector<size_t> offsets_;    // float offset of each gradient in the arena
+  std::vector<size_t> bucket_of_;  // bucket index of each gradient
+  std::vector<BucketLayout> buckets_;
+  std::unique_ptr<float, void (*)(void*)> arena_{nullptr, nullptr};
+  std::vector<const char*> enqueue_names_;  // timeline names
+  std::vector<const char*> bucket_names_;
+
+  // Step state, guarded by mutex_.
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;      // comm thread: a bucket may be launched, or stop
+  std::condition_variable done_cv_;      // synchronize(): the step is reduced, or failed
+  std::condition_variable watchdog_cv_;  // watchdog: a step opened, or stop
+  std::vector<uint8_t> ready_;
+  std::vector<size_t> missing_in_bucket_;
+  size_t next_bucket_ = 0;  // the next bucket to reduce; == bucket_count(): step reduced
+  bool flush_ = false;      // synchronize() was called this step
+  bool armed_ = false;      // a step is open: the watchdog counts
+  Clock::time_point last_progress_;
+  bool stop_comm_ = false;
+  bool stop_watchdog_ = false;
+  std::exception_ptr comm_error_;
+  std::string broken_;  // non-empty: an earlier error left the step unfinishable
+  int64_t step_ = 0;
+  std::vector<BucketRecord> records_;
+  size_t step_first_record_ = 0;
+  double last_wait_s_ = 0;
+  double last_allreduce_s_ = 0;
+
+  std::thread comm_thread_;
+  std::thread watchdog_thread_;
+};
+
+}  // namespace ringtrain::comm
