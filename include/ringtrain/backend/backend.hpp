@@ -1,0 +1,174 @@
+// backend.hpp — the compute interface every device implements: tensors and the ops layers need.
+//
+// Layers never see oneDNN, cuDNN or CUDA. They ask a Backend for op objects (one per layer,
+// like cuDNN descriptors) and call them on device-resident Tensors. An op object caches
+// what it builds per input shape (oneDNN primitives, cuDNN algorithms), so a layer that
+// meets a new batch size (the last partial batch, evaluation) builds once more and then
+// reuses both. Ops allocate their outputs: `Tensor& y` is (re)allocated only when its
+// shape or layout changes, so steady-state steps allocate nothing. Activations may come
+// out in a backend-chosen layout; a layout-aware op reads any layout it is handed.
+// Parameters, gradients and optimizer state are plain fp32: gradients may be views into
+// a fusion buffer (Tensor::view), and backward writes straight into them.
+//
+// All ops are asynchronous with respect to the host on devices that have streams;
+// download() and synchronize() wait. The CPU backends run synchronously.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ringtrain/backend/tensor.hpp"
+
+namespace ringtrain::backend {
+
+// Sums n per-channel floats (host memory) across ranks in place; set for synchronized BN.
+using StatReducer = std::function<void(float* values, size_t n)>;
+
+struct ConvSpec {
+  int in_channels = 0;
+  int out_channels = 0;
+  int kernel = 3;
+  int stride = 1;
+  int padding = 0;
+  bool bias = true;
+  bool fuse_relu = false;  // y = relu(conv(x)); backward_* then expect dy of the conv output
+};
+
+struct LinearSpec {
+  int64_t in_features = 0;  // C*H*W of a 4-D input: Linear flattens in NCHW order
+  int out_features = 0;
+  bool bias = true;
+};
+
+struct BatchNormSpec {
+  int channels = 0;
+  float eps = 1e-5f;
+};
+
+enum class PoolKind { kMax, kAvg };
+
+struct PoolSpec {
+  PoolKind kind = PoolKind::kMax;
+  int kernel = 2;
+  int stride = 2;
+  int padding = 0;    // average pooling counts the padding (PyTorch's count_include_pad)
+  bool global = false;  // kernel = the whole H x W, output N x C x 1 x 1
+};
+
+struct SgdSpec {
+  float lr = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+struct LossResult {
+  double loss = 0;      // mean over the batch
+  int64_t correct = 0;  // argmax == label
+  int64_t count = 0;    // batch size
+};
+
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  // y = conv(x, w) + bias (then ReLU if spec.fuse_relu). w is plain [out, in, k, k].
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
+  // dw (plain, possibly a view) and dbias are overwritten, not accumulated.
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;
+};
+
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  // x is [N, F] or [N, C, H, W] with C*H*W = F; w is plain [out, F]; y is [N, out].
+  virtual void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;
+};
+
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  // Normalises with the batch's statistics and returns them in mean and var (biased),
+  // plain [C]. With a reducer the statistics are over every rank's batch.
+  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                Tensor& y, Tensor& mean, Tensor& var,
+                                const StatReducer* reducer) = 0;
+  virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& mean, const Tensor& var, Tensor& y) = 0;
+  // mean and var are those forward_training returned. dgamma and dbeta are this rank's
+  // own; with a reducer dx accounts for every rank's batch (synchronized BN).
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                        const Tensor& mean, const Tensor& var, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta, const StatReducer* reducer) = 0;
+};
+
+class ReluOp {
+ public:
+  virtual ~ReluOp() = default;
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // y is forward's output: dx = dy where y > 0, else 0.
+  virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  virtual void forward(const Tensor& x, Tensor& y, bool training) = 0;
+  // Uses what the last training forward kept (max positions), for the same x shape.
+  virtual void backward(const Tensor& dy, Tensor& dx) = 0;
+};
+
+// out = a + b (then ReLU if fuse_relu); a residual connection.
+class AddOp {
+ public:
+  virtual ~AddOp() = default;
+  virtual void forward(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int threads() const = 0;
+
+  // Plain memory on the device, uninitialised.
+  virtual Tensor alloc(const Shape& shape, DType dtype = DType::kF32) = 0;
+  // Host fp32 (numel values, plain order) to a plain device tensor of that shape.
+  virtual void upload(const float* host, Tensor& t) = 0;
+  // Any layout to host fp32 in plain order; waits for the device.
+  virtual void download(const Tensor& t, float* host) = 0;
+  virtual void synchronize() = 0;
+
+  virtual std::unique_ptr<ConvOp> make_conv(const ConvSpec& spec) = 0;
+  virtual std::unique_ptr<LinearOp> make_linear(const LinearSpec& spec) = 0;
+  virtual std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& spec) = 0;
+  virtual std::unique_ptr<ReluOp> make_relu() = 0;
+  virtual std::unique_ptr<PoolOp> make_pool(const PoolSpec& spec) = 0;
+  virtual std::unique_ptr<AddOp> make_add(bool fuse_relu) = 0;
+
+  // Softmax cross-entropy of plain [N, classes] logits against host labels; writes
+  // dlogits = (softmax - onehot) / N. A label outside [0, classes) is an Error.
+  virtual LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
+                                           Tensor& dlogits) = 0;
+
+  // Plain fp32 tensors of equal numel:
+  // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
+  virtual void sgd_update(Tensor& w, const Tensor& g, Tensor& momentum_buf,
+                          const SgdSpec& spec) = 0;
+  virtual void fill(Tensor& t, float value) = 0;
+  // dst = src, converting layout; dst is (re)allocated plain if its shape differs.
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void scale(Tensor& t, float factor) = 0;
+  // y = a*x + b*y (plain, equal numel).
+  virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
+};
+
+// "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). Sets the
+// thread count of the OpenMP runtime for the CPU backends; prints nothing.
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
+
+}  // namespace ringtrain::backend

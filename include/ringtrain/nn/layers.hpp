@@ -1,0 +1,215 @@
+// layers.hpp — the layers models are built from: Conv2d, BatchNorm2d, ReLU, pools, Linear,
+// Flatten, BasicBlock, Sequential.
+//
+// A layer owns its parameters, its output and its input-gradient tensors, and the
+// backend op objects that compute them. Backward overwrites gradients (no accumulation)
+// and calls `ready` for each parameter the moment its gradient is final.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/nn/parameter.hpp"
+
+namespace ringtrain::nn {
+
+using backend::Backend;
+using GradReady = std::function<void(Parameter&)>;
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  // Shape of one output for an input of shape in (both with the batch dimension).
+  virtual Shape output_shape(const Shape& in) const = 0;
+  virtual const Tensor& forward(const Tensor& x, bool training) = 0;
+  // dy is the gradient of the output; returns the gradient of the input (empty when the
+  // input needs none, the first layer).
+  virtual const Tensor& backward(const Tensor& dy, const GradReady& ready) = 0;
+  // Multiply-accumulates of forward for one image, times 2 (FLOPs).
+  virtual double forward_flops(const Shape& in) const {
+    (void)in;
+    return 0;
+  }
+  virtual void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {
+    (void)params;
+    (void)buffers;
+  }
+  virtual void set_stat_reducer(const backend::StatReducer& reducer) { (void)reducer; }
+  virtual void set_needs_input_grad(bool needed) { needs_input_grad_ = needed; }
+
+ protected:
+  std::string name_;
+  bool needs_input_grad_ = true;
+};
+
+class Conv2d : public Layer {
+ public:
+  // fuse_relu: the layer computes relu(conv(x)) (ReLU folded into the convolution).
+  Conv2d(std::string name, Backend& be, int in_c, int out_c, int kernel, int stride,
+         int padding, bool bias, bool fuse_relu = false);
+  Shape output_shape(const Shape& in) const override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  double forward_flops(const Shape& in) const override;
+  void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  Parameter& weight() { return weight_; }
+  Parameter* bias() { return spec_.bias ? &bias_ : nullptr; }
+
+ private:
+  Backend& be_;
+  backend::ConvSpec spec_;
+  std::unique_ptr<backend::ConvOp> op_;
+  std::unique_ptr<backend::ReluOp> relu_;
+  Parameter weight_, bias_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dy_pre_, dx_;
+};
+
+class BatchNorm2d : public Layer {
+ public:
+  BatchNorm2d(std::string name, Backend& be, int channels, float momentum = 0.1f,
+              float eps = 1e-5f);
+  Shape output_shape(const Shape& in) const override { return in; }
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  double forward_flops(const Shape& in) const override;
+  void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  // Synchronized BN: per-channel sums go through reducer (sum across ranks) in forward
+  // and backward, so N ranks x batch b match 1 rank x batch N*b. Empty: per-rank BN.
+  void set_stat_reducer(const backend::StatReducer& reducer) override { reducer_ = reducer; }
+  Tensor& running_mean() { return running_mean_; }
+  Tensor& running_var() { return running_var_; }
+
+ private:
+  Backend& be_;
+  int channels_;
+  float momentum_;
+  std::unique_ptr<backend::BatchNormOp> op_;
+  Parameter gamma_, beta_;
+  Tensor running_mean_, running_var_, batch_mean_, batch_var_;
+  backend::StatReducer reducer_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_;
+};
+
+class ReLU : public Layer {
+ public:
+  ReLU(std::string name, Backend& be);
+  Shape output_shape(const Shape& in) const override { return in; }
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+
+ private:
+  std::unique_ptr<backend::ReluOp> op_;
+  Tensor y_, dx_;
+};
+
+// MaxPool2d, AvgPool2d and GlobalAvgPool (spec.global).
+class Pool2d : public Layer {
+ public:
+  Pool2d(std::string name, Backend& be, const backend::PoolSpec& spec);
+  Shape output_shape(const Shape& in) const override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  double forward_flops(const Shape& in) const override;
+
+ private:
+  backend::PoolSpec spec_;
+  std::unique_ptr<backend::PoolOp> op_;
+  Tensor y_, dx_;
+};
+std::unique_ptr<Layer> max_pool2d(std::string name, Backend& be, int kernel, int stride,
+                                  int padding = 0);
+std::unique_ptr<Layer> avg_pool2d(std::string name, Backend& be, int kernel, int stride,
+                                  int padding = 0);
+std::unique_ptr<Layer> global_avg_pool(std::string name, Backend& be);
+
+// [N, C, H, W] -> [N, C*H*W]. The data is not moved: Linear reads a 4-D input in NCHW
+// order, so Flatten only changes the shape the next layer is built for.
+class Flatten : public Layer {
+ public:
+  explicit Flatten(std::string name) : Layer(std::move(name)) {}
+  Shape output_shape(const Shape& in) const override;
+  const Tensor& forward(const Tensor& x, bool) override { return x; }
+  const Tensor& backward(const Tensor& dy, const GradReady&) override { return dy; }
+};
+
+class Linear : public Layer {
+ public:
+  Linear(std::string name, Backend& be, int64_t in_features, int out_features, bool bias = true);
+  Shape output_shape(const Shape& in) const override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  double forward_flops(const Shape& in) const override;
+  void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+
+ private:
+  Backend& be_;
+  backend::LinearSpec spec_;
+  std::unique_ptr<backend::LinearOp> op_;
+  Parameter weight_, bias_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_;
+};
+
+// Layers in order; backward in reverse. Names of children are full dotted names.
+class Sequential : public Layer {
+ public:
+  explicit Sequential(std::string name) : Layer(std::move(name)) {}
+  Layer& add(std::unique_ptr<Layer> layer);
+  size_t size() const { return layers_.size(); }
+  Layer& at(size_t i) { return *layers_.at(i); }
+  Shape output_shape(const Shape& in) const override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  double forward_flops(const Shape& in) const override;
+  void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  void set_stat_reducer(const backend::StatReducer& reducer) override;
+  void set_needs_input_grad(bool needed) override;
+  // Called after each child's forward or backward with its name and seconds.
+  using LayerTimer = std::function<void(const std::string& layer, bool backward, double seconds)>;
+  void set_layer_timer(LayerTimer timer) { timer_ = std::move(timer); }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Shape> in_shapes_;
+  LayerTimer timer_;
+};
+
+// ResNet's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), where the
+// shortcut is x or, when the stride or width changes, bn(conv1x1(x)).
+class BasicBlock : public Layer {
+ public:
+  BasicBlock(std::string name, Backend& be, int in_c, int out_c, int stride);
+  Shape output_shape(const Shape& in) const override;
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  double forward_flops(const Shape& in) const override;
+  void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  void set_stat_reducer(const backend::StatReducer& reducer) override;
+
+ private:
+  Backend& be_;
+  Conv2d conv1_;
+  BatchNorm2d bn1_;
+  ReLU relu1_;
+  Conv2d conv2_;
+  BatchNorm2d bn2_;
+  std::unique_ptr<Conv2d> down_conv_;
+  std::unique_ptr<BatchNorm2d> down_bn_;
+  std::unique_ptr<backend::AddOp> add_relu_;
+  std::unique_ptr<backend::ReluOp> relu_out_;
+  std::unique_ptr<backend::AddOp> add_grads_;
+  Tensor y_, dsum_, dx_;
+};
+
+}  // namespace ringtrain::nn

@@ -1,0 +1,92 @@
+// model.hpp — Model: a network, its loss and its parameters; make_model builds the zoo.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/io/h5.hpp"
+#include "ringtrain/nn/layers.hpp"
+
+namespace ringtrain::nn {
+
+using backend::LossResult;
+
+// The data's per-image shape.
+struct ModelInput {
+  int channels = 1;
+  int height = 28;
+  int width = 28;
+};
+
+class Model {
+ public:
+  Model(std::string name, Backend& be, const ModelInput& in, int classes,
+        std::unique_ptr<Sequential> net);
+
+  const std::string& name() const { return name_; }
+  const ModelInput& input() const { return input_; }
+  int classes() const { return classes_; }
+  Backend& backend() { return be_; }
+
+  // input: [N, C, H, W] on the device (plain). Returns the logits [N, classes].
+  const Tensor& forward(const Tensor& input, bool training);
+  // Softmax cross-entropy (mean over the batch) of the last forward against host labels
+  // (one per image); sets the logits' gradient for backward().
+  LossResult loss(const int32_t* labels);
+  // Backprop of the last loss(). Calls on_grad_ready(i) the moment parameters()[i]'s
+  // gradient is final, in backward_order(). Gradients are overwritten, not accumulated.
+  void backward(const std::function<void(size_t param_index)>& on_grad_ready = {});
+  void zero_grad();
+
+  // Parameters in forward (PyTorch state_dict) order.
+  const std::vector<Parameter*>& parameters() const { return params_; }
+  // Indices into parameters() in the order backward() completes them.
+  const std::vector<size_t>& backward_order() const { return backward_order_; }
+  // BN running statistics, saved and loaded with the parameters.
+  const std::vector<NamedBuffer>& buffers() const { return buffers_; }
+  int64_t parameter_count() const;
+
+  // FLOPs of one training image: forward + backward (input and weight gradients).
+  double train_flops_per_image() const { return train_flops_; }
+  double forward_flops_per_image() const { return forward_flops_; }
+
+  // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
+  void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }
+  // Seconds of each top-level layer's forward and backward, for the timeline.
+  void set_layer_timer(Sequential::LayerTimer timer) { net_->set_layer_timer(std::move(timer)); }
+
+  // One float dataset per parameter and buffer, named as it is, in group.
+  void save(h5::Group& group);
+  // Reads what save() wrote; a missing tensor or a shape mismatch names the file and tensor.
+  void load(const h5::Group& group);
+
+ private:
+  std::string name_;
+  Backend& be_;
+  ModelInput input_;
+  int classes_;
+  std::unique_ptr<Sequential> net_;
+  std::vector<Parameter*> params_;
+  std::vector<NamedBuffer> buffers_;
+  std::vector<size_t> backward_order_;
+  double forward_flops_ = 0, train_flops_ = 0;
+  const Tensor* logits_ = nullptr;
+  Tensor dlogits_;
+};
+
+// Known names: cnn_small, resnet18_cifar, fibernet. An unknown name or a data shape the
+// model cannot take is an InputError. Weights are initialised as PyTorch does, from seed.
+std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in, int classes,
+                                  Backend& be, uint64_t seed);
+const std::vector<std::string>& model_names();
+
+// PyTorch's default initialisation: weights kaiming_uniform(a=sqrt(5)) and biases
+// uniform(+-1/sqrt(fan_in)) for conv and linear, BN gamma 1, beta 0. Each parameter's
+// random stream depends only on seed and its name.
+void init_parameters(Model& model, uint64_t seed);
+
+}  // namespace ringtrain::nn

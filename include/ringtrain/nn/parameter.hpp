@@ -1,0 +1,33 @@
+// parameter.hpp — Parameter: a named trainable tensor, its gradient and its flags.
+#pragma once
+
+#include <string>
+
+#include "ringtrain/backend/tensor.hpp"
+
+namespace ringtrain::nn {
+
+using backend::Shape;
+using backend::Tensor;
+
+struct Parameter {
+  std::string name;  // PyTorch-style: "layer2.0.conv1.weight"
+  Shape shape;
+  Tensor value;      // plain fp32 on the device
+  Tensor grad;       // plain fp32, owned or a view into a fusion buffer
+  bool no_weight_decay = false;  // BN parameters and biases
+
+  int64_t numel() const { return backend::shape_numel(shape); }
+  // Makes grad a view of external device memory (numel floats), e.g. a slot of a fusion
+  // buffer, so backward writes the gradient straight into it. The memory must outlive
+  // model's use of it.
+  void bind_grad(float* external) { grad = Tensor::view(external, shape); }
+};
+
+// A named non-trainable tensor saved with the model (BN running statistics).
+struct NamedBuffer {
+  std::string name;
+  Tensor* tensor;
+};
+
+}  // namespace ringtrain::nn

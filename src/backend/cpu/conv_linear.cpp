@@ -1,0 +1,281 @@
+// conv_linear.cpp — oneDNN convolution and inner product: forward, backward data, backward
+// weights, with primitives built once per input layout and shape.
+//
+// Activations take the layout oneDNN picks (format_tag::any); weights and gradients stay
+// plain for the optimizer and the fusion engine and are reordered at the op's edge.
+#include "ops.hpp"
+
+namespace ringtrain::backend::cpu {
+namespace {
+
+using conv_fwd = dnnl::convolution_forward;
+using conv_bwd_data = dnnl::convolution_backward_data;
+using conv_bwd_weights = dnnl::convolution_backward_weights;
+using ip_fwd = dnnl::inner_product_forward;
+using ip_bwd_data = dnnl::inner_product_backward_data;
+using ip_bwd_weights = dnnl::inner_product_backward_weights;
+
+memory::desc any_desc(const memory::dims& dims) { return {dims, dt::f32, tag::any}; }
+
+void check_same_shape(const Tensor& t, const Shape& want, const char* op, const char* what) {
+  RT_CHECK(t.shape() == want, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ",
+           shape_str(want));
+}
+
+// Writes a primitive's diff weights (in want's layout) into the plain gradient dw.
+memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memory::desc& plain,
+                        void* dw, const Shape& shape, Tensor& scratch) {
+  if (want == plain) return memory(plain, ctx.engine, dw);
+  ensure(scratch, shape, want);
+  return mem_of(ctx, scratch);
+}
+
+class Conv : public ConvOp {
+ public:
+  Conv(const Context& ctx, const ConvSpec& spec) : ctx_(ctx), s_(spec) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    Plan& p = plan_for(x);
+    memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), x_scratch_, x_reorder_);
+    memory wts = as_layout(ctx_, w, p.fwd_pd.weights_desc(), w_scratch_, w_reorder_);
+    ensure(y, p.y_shape, p.fwd_pd.dst_desc());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, y)}};
+    if (s_.bias) args[DNNL_ARG_BIAS] = mem_of(ctx_, *bias);
+    p.fwd.execute(ctx_.stream, args);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    Plan& p = current("conv backward_data", dy);
+    if (!p.bwd_data) build_backward_data(p);
+    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory wts = as_layout(ctx_, w, p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
+    ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
+    p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
+                                     {DNNL_ARG_WEIGHTS, wts},
+                                     {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}});
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
+    Plan& p = current("conv backward_weights", dy);
+    if (!p.bwd_weights) build_backward_weights(p);
+    Shape w_shape{s_.out_channels, s_.in_channels, s_.kernel, s_.kernel};
+    check_same_shape(dw, w_shape, "conv backward_weights", "dw");
+    memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), x_scratch_, x_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory::desc plain = plain_desc(w_shape);
+    memory dwts = plain_or_scratch(ctx_, p.bwd_weights_pd.diff_weights_desc(), plain, dw.raw(),
+                                   w_shape, dw_scratch_);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwts}};
+    if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = mem_of(ctx_, *dbias);
+    p.bwd_weights.execute(ctx_.stream, args);
+    if (dwts.get_data_handle() != dw.raw())
+      dw_reorder_.run(ctx_, dwts, memory(plain, ctx_.engine, dw.raw()));
+  }
+
+ private:
+  struct Plan {
+    memory::desc x_md;
+    Shape x_shape, y_shape;
+    conv_fwd::primitive_desc fwd_pd;
+    conv_fwd fwd;
+    conv_bwd_data::primitive_desc bwd_data_pd;
+    conv_bwd_data bwd_data;
+    conv_bwd_weights::primitive_desc bwd_weights_pd;
+    conv_bwd_weights bwd_weights;
+  };
+
+  memory::dims strides() const { return {s_.stride, s_.stride}; }
+  memory::dims pads() const { return {s_.padding, s_.padding}; }
+
+  Plan& plan_for(const Tensor& x) {
+    memory::desc x_md = desc_of(x);
+    for (auto& p : plans_)
+      if (p->x_md == x_md) return *(current_ = p.get());
+    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.in_channels, "conv: input ", shape_str(x.shape()),
+             " does not have ", s_.in_channels, " channels");
+    auto p = std::make_unique<Plan>();
+    p->x_md = x_md;
+    p->x_shape = x.shape();
+    int64_t oh = (x.dim(2) + 2 * s_.padding - s_.kernel) / s_.stride + 1;
+    int64_t ow = (x.dim(3) + 2 * s_.padding - s_.kernel) / s_.stride + 1;
+    p->y_shape = {x.dim(0), s_.out_channels, oh, ow};
+    memory::desc bias_md = s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any)
+                                   : memory::desc();
+    auto d = conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                            any_desc(to_dims(x.shape())), any_desc(weight_dims()), bias_md,
+                            any_desc(to_dims(p->y_shape)), strides(), pads(), pads());
+    dnnl::primitive_attr attr;
+    if (s_.fuse_relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    p->fwd_pd = dnnl_try("conv forward", [&] { return conv_fwd::primitive_desc(d, attr, ctx_.engine); });
+    p->fwd = conv_fwd(p->fwd_pd);
+    plans_.push_back(std::move(p));
+    return *(current_ = plans_.back().get());
+  }
+
+  Plan& current(const char* op, const Tensor& dy) {
+    RT_CHECK(current_ != nullptr, op, " before forward");
+    check_same_shape(dy, current_->y_shape, op, "dy");
+    return *current_;
+  }
+
+  memory::dims weight_dims() const {
+    return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel};
+  }
+
+  void build_backward_data(Plan& p) {
+    auto d = conv_bwd_data::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
+                                 any_desc(weight_dims()), p.fwd_pd.dst_desc(), strides(), pads(),
+                                 pads());
+    p.bwd_data_pd = dnnl_try("conv backward data", [&] {
+      return conv_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
+    });
+    p.bwd_data = conv_bwd_data(p.bwd_data_pd);
+  }
+
+  void build_backward_weights(Plan& p) {
+    memory::desc bias_md = s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::a)
+                                   : memory::desc();
+    auto d = conv_bwd_weights::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
+                                    any_desc(weight_dims()), bias_md, p.fwd_pd.dst_desc(),
+                                    strides(), pads(), pads());
+    p.bwd_weights_pd = dnnl_try("conv backward weights", [&] {
+      return conv_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
+    });
+    p.bwd_weights = conv_bwd_weights(p.bwd_weights_pd);
+  }
+
+  const Context& ctx_;
+  ConvSpec s_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Plan* current_ = nullptr;
+  Tensor x_scratch_, w_scratch_, wb_scratch_, dy_scratch_, dw_scratch_;
+  CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_;
+};
+
+class Linear : public LinearOp {
+ public:
+  Linear(const Context& ctx, const LinearSpec& spec) : ctx_(ctx), s_(spec) {}
+
+  void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    Plan& p = plan_for(x);
+    memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), x_scratch_, x_reorder_);
+    memory wts = as_layout(ctx_, memory(p.w_plain, ctx_.engine, w.raw()), p.w_shape,
+                           p.fwd_pd.weights_desc(), w_scratch_, w_reorder_);
+    ensure(y, p.y_shape, p.fwd_pd.dst_desc());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, y)}};
+    if (s_.bias) args[DNNL_ARG_BIAS] = mem_of(ctx_, *bias);
+    p.fwd.execute(ctx_.stream, args);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    Plan& p = current("linear backward_data", dy);
+    if (!p.bwd_data) {
+      auto d = ip_bwd_data::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)),
+                                 p.fwd_pd.dst_desc());
+      p.bwd_data_pd = dnnl_try("linear backward data", [&] {
+        return ip_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
+      });
+      p.bwd_data = ip_bwd_data(p.bwd_data_pd);
+    }
+    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory wts = as_layout(ctx_, memory(p.w_plain, ctx_.engine, w.raw()), p.w_shape,
+                           p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
+    ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
+    p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
+                                     {DNNL_ARG_WEIGHTS, wts},
+                                     {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}});
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
+    Plan& p = current("linear backward_weights", dy);
+    if (!p.bwd_weights) {
+      memory::desc bias_md = s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a)
+                                     : memory::desc();
+      auto d = ip_bwd_weights::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)), bias_md,
+                                    p.fwd_pd.dst_desc());
+      p.bwd_weights_pd = dnnl_try("linear backward weights", [&] {
+        return ip_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
+      });
+      p.bwd_weights = ip_bwd_weights(p.bwd_weights_pd);
+    }
+    check_same_shape(dw, Shape{s_.out_features, s_.in_features}, "linear backward_weights", "dw");
+    memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), x_scratch_, x_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory dwts = plain_or_scratch(ctx_, p.bwd_weights_pd.diff_weights_desc(), p.w_plain,
+                                   dw.raw(), p.w_shape, dw_scratch_);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwts}};
+    if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = mem_of(ctx_, *dbias);
+    p.bwd_weights.execute(ctx_.stream, args);
+    if (dwts.get_data_handle() != dw.raw())
+      dw_reorder_.run(ctx_, dwts, memory(p.w_plain, ctx_.engine, dw.raw()));
+  }
+
+ private:
+  struct Plan {
+    memory::desc x_md, w_plain;
+    Shape x_shape, y_shape, w_shape;
+    ip_fwd::primitive_desc fwd_pd;
+    ip_fwd fwd;
+    ip_bwd_data::primitive_desc bwd_data_pd;
+    ip_bwd_data bwd_data;
+    ip_bwd_weights::primitive_desc bwd_weights_pd;
+    ip_bwd_weights bwd_weights;
+  };
+
+  Plan& plan_for(const Tensor& x) {
+    memory::desc x_md = desc_of(x);
+    for (auto& p : plans_)
+      if (p->x_md == x_md) return *(current_ = p.get());
+    int64_t features = x.numel() / x.dim(0);
+    RT_CHECK(features == s_.in_features, "linear: input ", shape_str(x.shape()), " has ",
+             features, " features per image, the layer takes ", s_.in_features);
+    auto p = std::make_unique<Plan>();
+    p->x_md = x_md;
+    p->x_shape = x.shape();
+    p->y_shape = {x.dim(0), s_.out_features};
+    // A 4-D input is read in place: the weight [out, C*H*W] is seen as [out, C, H, W].
+    p->w_shape = x.rank() == 4 ? Shape{s_.out_features, x.dim(1), x.dim(2), x.dim(3)}
+                               : Shape{s_.out_features, s_.in_features};
+    p->w_plain = plain_desc(p->w_shape);
+    memory::desc bias_md = s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a)
+                                   : memory::desc();
+    auto d = ip_fwd::desc(dnnl::prop_kind::forward_training, any_desc(to_dims(x.shape())),
+                          any_desc(to_dims(p->w_shape)), bias_md, plain_desc(p->y_shape));
+    p->fwd_pd = dnnl_try("linear forward", [&] { return ip_fwd::primitive_desc(d, ctx_.engine); });
+    p->fwd = ip_fwd(p->fwd_pd);
+    plans_.push_back(std::move(p));
+    return *(current_ = plans_.back().get());
+  }
+
+  Plan& current(const char* op, const Tensor& dy) {
+    RT_CHECK(current_ != nullptr, op, " before forward");
+    check_same_shape(dy, current_->y_shape, op, "dy");
+    return *current_;
+  }
+
+  const Context& ctx_;
+  LinearSpec s_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Plan* current_ = nullptr;
+  Tensor x_scratch_, w_scratch_, wb_scratch_, dy_scratch_, dw_scratch_;
+  CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvOp> make_conv(const Context& ctx, const ConvSpec& spec) {
+  return std::make_unique<Conv>(ctx, spec);
+}
+std::unique_ptr<LinearOp> make_linear(const Context& ctx, const LinearSpec& spec) {
+  return std::make_unique<Linear>(ctx, spec);
+}
+
+}  // namespace ringtrain::backend::cpu

@@ -1,0 +1,73 @@
+// dnnl_util.hpp — what the oneDNN ops share: the engine, layouts on Tensors, allocation,
+// cached reorders and the error wrapper. Internal to src/backend/cpu.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::backend::cpu {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+// The engine and stream every op of one backend uses.
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+// oneDNN's description of a tensor's memory, attached to Tensors in blocked layouts.
+struct DnnlLayout : Layout {
+  explicit DnnlLayout(memory::desc d) : md(std::move(d)) {}
+  memory::desc md;
+};
+
+// Runs f, turning a dnnl::error into a ringtrain::Error that says what was being done.
+template <typename F>
+auto dnnl_try(const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    throw Error(str("oneDNN: ", what, ": ", e.what(), " (status ", int(e.status), ")"));
+  }
+}
+
+memory::dims to_dims(const Shape& shape);
+// Plain row-major desc of a shape: x, nc, nchw.
+memory::desc plain_desc(const Shape& shape);
+// The tensor's desc: its layout, or plain.
+memory::desc desc_of(const Tensor& t);
+memory mem_of(const Context& ctx, const Tensor& t);
+// Makes t a tensor of `shape` in layout md, reallocating only when either changed
+// (a view is never reallocated: its desc must already match).
+void ensure(Tensor& t, const Shape& shape, const memory::desc& md);
+
+// A reorder primitive rebuilt only when the descs change.
+class CachedReorder {
+ public:
+  void run(const Context& ctx, const memory& src, const memory& dst);
+
+ private:
+  memory::desc from_, to_;
+  dnnl::reorder prim_;
+};
+
+// Returns t's memory in layout `want`: t itself when it already is, else a reorder of it
+// into scratch (allocated once per layout).
+memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want, Tensor& scratch,
+                 CachedReorder& reorder);
+// The same for memory viewed with another desc (a plain [O, F] weight seen as [O, C, H, W]).
+memory as_layout(const Context& ctx, const memory& src, const Shape& shape,
+                 const memory::desc& want, Tensor& scratch, CachedReorder& reorder);
+
+// Reorders src (any layout) into dst's memory given as desc + pointer.
+void reorder_to(const Context& ctx, const memory& src, const memory& dst, CachedReorder& r);
+
+}  // namespace ringtrain::backend::cpu

@@ -1,0 +1,408 @@
+// norm_pool.cpp — oneDNN batch norm (with a synchronized-BN path), ReLU, pooling and add.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ops.hpp"
+
+namespace ringtrain::backend::cpu {
+namespace {
+
+using bn_fwd = dnnl::batch_normalization_forward;
+using bn_bwd = dnnl::batch_normalization_backward;
+using nflags = dnnl::normalization_flags;
+using relu_fwd = dnnl::eltwise_forward;
+using relu_bwd = dnnl::eltwise_backward;
+using pool_fwd = dnnl::pooling_forward;
+using pool_bwd = dnnl::pooling_backward;
+
+void ensure_vector(Tensor& t, int64_t n) { ensure(t, Shape{n}, plain_desc(Shape{n})); }
+
+// Element (n, c, h, w) of a 4-D tensor in a oneDNN layout with at most one inner block
+// on channels (nchw, nhwc, nChw8c, nChw16c): offset = n*sn + (c/b)*sc + h*sh + w*sw + c%b.
+struct ChannelWalk {
+  explicit ChannelWalk(const memory::desc& md) {
+    const auto& d = md.data;
+    RT_CHECK(d.ndims == 4 && d.format_kind == dnnl_blocked, "sync BN: unsupported layout");
+    const auto& blk = d.format_desc.blocking;
+    RT_CHECK(blk.inner_nblks == 0 || (blk.inner_nblks == 1 && blk.inner_idxs[0] == 1),
+             "sync BN: unsupported blocked layout");
+    block = blk.inner_nblks ? blk.inner_blks[0] : 1;
+    n = d.dims[0], h = d.dims[2], w = d.dims[3];
+    sn = blk.strides[0], sc = blk.strides[1], sh = blk.strides[2], sw = blk.strides[3];
+    offset0 = d.offset0;
+  }
+  // Calls f(offset) for every element of channel c.
+  template <typename F>
+  void channel(int64_t c, F&& f) const {
+    int64_t base = offset0 + (c / block) * sc + c % block;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x) f(base + i * sn + y * sh + x * sw);
+  }
+  int64_t count() const { return n * h * w; }
+  int64_t block, n, h, w, sn, sc, sh, sw, offset0;
+};
+
+class BatchNorm : public BatchNormOp {
+ public:
+  BatchNorm(const Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {}
+
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+    Plan& p = plan_for(x);
+    ensure_vector(mean, s_.channels);
+    ensure_vector(var, s_.channels);
+    ensure(y, x.shape(), p.x_md);
+    if (reducer && *reducer) {
+      global_statistics(p, x, mean, var, *reducer);
+      run_forward(p.global_fwd, x, gamma, beta, mean, var, y);
+    } else {
+      run_forward(p.train_fwd, x, gamma, beta, mean, var, y);
+    }
+  }
+
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& mean, const Tensor& var, Tensor& y) override {
+    Plan& p = plan_for(x);
+    ensure(y, x.shape(), p.x_md);
+    run_forward(p.global_fwd, x, gamma, beta, mean, var, y);
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                const StatReducer* reducer) override {
+    Plan& p = plan_for(x);
+    bool sync = reducer && *reducer;
+    bn_bwd& prim = sync ? p.global_bwd : p.train_bwd;
+    memory ddst = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
+    ensure(dx, x.shape(), p.x_md);
+    prim.execute(ctx_.stream, {{DNNL_ARG_SRC, mem_of(ctx_, x)},
+                               {DNNL_ARG_DIFF_DST, ddst},
+                               {DNNL_ARG_MEAN, mem_of(ctx_, mean)},
+                               {DNNL_ARG_VARIANCE, mem_of(ctx_, var)},
+                               {DNNL_ARG_SCALE, mem_of(ctx_, gamma)},
+                               {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)},
+                               {DNNL_ARG_DIFF_SCALE, mem_of(ctx_, dgamma)},
+                               {DNNL_ARG_DIFF_SHIFT, mem_of(ctx_, dbeta)}});
+    if (sync) complete_sync_backward(p, x, gamma, mean, var, dx, dgamma, dbeta, *reducer);
+  }
+
+ private:
+  struct Plan {
+    memory::desc x_md;
+    bn_fwd train_fwd, global_fwd;
+    bn_bwd train_bwd, global_bwd;
+  };
+
+  Plan& plan_for(const Tensor& x) {
+    memory::desc x_md = desc_of(x);
+    for (auto& p : plans_)
+      if (p->x_md == x_md) return *p;
+    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ", shape_str(x.shape()),
+             " does not have ", s_.channels, " channels");
+    auto p = std::make_unique<Plan>();
+    p->x_md = x_md;
+    auto scale_shift = nflags::use_scale | nflags::use_shift;
+    auto global = scale_shift | nflags::use_global_stats;
+    dnnl_try("batch norm", [&] {
+      bn_fwd::primitive_desc train(
+          bn_fwd::desc(dnnl::prop_kind::forward_training, x_md, s_.eps, scale_shift), ctx_.engine);
+      bn_fwd::primitive_desc glob(
+          bn_fwd::desc(dnnl::prop_kind::forward_training, x_md, s_.eps, global), ctx_.engine);
+      p->train_fwd = bn_fwd(train);
+      p->global_fwd = bn_fwd(glob);
+      p->train_bwd = bn_bwd(bn_bwd::primitive_desc(
+          bn_bwd::desc(dnnl::prop_kind::backward, x_md, x_md, s_.eps, scale_shift), ctx_.engine,
+          train));
+      p->global_bwd = bn_bwd(bn_bwd::primitive_desc(
+          bn_bwd::desc(dnnl::prop_kind::backward, x_md, x_md, s_.eps, global), ctx_.engine, glob));
+      return 0;
+    });
+    plans_.push_back(std::move(p));
+    return *plans_.back();
+  }
+
+  void run_forward(bn_fwd& prim, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                   const Tensor& mean, const Tensor& var, Tensor& y) {
+    prim.execute(ctx_.stream, {{DNNL_ARG_SRC, mem_of(ctx_, x)},
+                               {DNNL_ARG_DST, mem_of(ctx_, y)},
+                               {DNNL_ARG_SCALE, mem_of(ctx_, gamma)},
+                               {DNNL_ARG_SHIFT, mem_of(ctx_, beta)},
+                               {DNNL_ARG_MEAN, mem_of(ctx_, mean)},
+                               {DNNL_ARG_VARIANCE, mem_of(ctx_, var)}});
+  }
+
+  // Mean, then variance about it (two passes, so no cancellation), over every rank.
+  void global_statistics(const Plan& p, const Tensor& x, Tensor& mean, Tensor& var,
+                         const StatReducer& reducer) {
+    ChannelWalk walk(p.x_md);
+    const float* data = x.f32();
+    const int64_t C = s_.channels;
+    sums_.assign(C + 1, 0.0f);
+#pragma omp parallel for
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0;
+      walk.channel(c, [&](int64_t off) { s += data[off]; });
+      sums_[c] = float(s);
+    }
+    sums_[C] = float(walk.count());
+    reducer(sums_.data(), sums_.size());
+    global_count_ = sums_[C];
+    float* m = mean.f32();
+    for (int64_t c = 0; c < C; ++c) m[c] = sums_[c] / global_count_;
+#pragma omp parallel for
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0;
+      walk.channel(c, [&](int64_t off) {
+        double d = data[off] - m[c];
+        s += d * d;
+      });
+      sums_[c] = float(s);
+    }
+    reducer(sums_.data(), C);
+    float* v = var.f32();
+    for (int64_t c = 0; c < C; ++c) v[c] = sums_[c] / global_count_;
+  }
+
+  // dx so far is gamma*inv_std*dy (statistics held constant); add the terms through the
+  // statistics, with dgamma and dbeta summed over every rank:
+  //   dx -= gamma*inv_std/M * (sum_dbeta + xhat * sum_dgamma)
+  void complete_sync_backward(const Plan& p, const Tensor& x, const Tensor& gamma,
+                              const Tensor& mean, const Tensor& var, Tensor& dx,
+                              const Tensor& dgamma, const Tensor& dbeta,
+                              const StatReducer& reducer) {
+    const int64_t C = s_.channels;
+    sums_.resize(2 * C);
+    std::copy(dgamma.f32(), dgamma.f32() + C, sums_.begin());
+    std::copy(dbeta.f32(), dbeta.f32() + C, sums_.begin() + C);
+    reducer(sums_.data(), 2 * C);
+    ChannelWalk walk(p.x_md);
+    const float* xs = x.f32();
+    float* out = dx.f32();
+#pragma omp parallel for
+    for (int64_t c = 0; c < C; ++c) {
+      float inv_std = 1.0f / std::sqrt(var.f32()[c] + s_.eps);
+      float k = gamma.f32()[c] * inv_std / global_count_;
+      float mu = mean.f32()[c], sg = sums_[c], sb = sums_[C + c];
+      walk.channel(c, [&](int64_t off) {
+        out[off] -= k * (sb + (xs[off] - mu) * inv_std * sg);
+      });
+    }
+  }
+
+  const Context& ctx_;
+  BatchNormSpec s_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  std::vector<float> sums_;
+  float global_count_ = 0;
+  Tensor dy_scratch_;
+  CachedReorder dy_reorder_;
+};
+
+class Relu : public ReluOp {
+ public:
+  explicit Relu(const Context& ctx) : ctx_(ctx) {}
+
+  void forward(const Tensor& x, Tensor& y) override {
+    Plan& p = plan_for(x);
+    ensure(y, x.shape(), p.md);
+    p.fwd.execute(ctx_.stream, {{DNNL_ARG_SRC, mem_of(ctx_, x)}, {DNNL_ARG_DST, mem_of(ctx_, y)}});
+  }
+
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    Plan& p = plan_for(y);
+    memory ddst = as_layout(ctx_, dy, p.md, dy_scratch_, dy_reorder_);
+    ensure(dx, y.shape(), p.md);
+    p.bwd.execute(ctx_.stream, {{DNNL_ARG_DST, mem_of(ctx_, y)},
+                                {DNNL_ARG_DIFF_DST, ddst},
+                                {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}});
+  }
+
+ private:
+  struct Plan {
+    memory::desc md;
+    relu_fwd fwd;
+    relu_bwd bwd;
+  };
+
+  Plan& plan_for(const Tensor& t) {
+    memory::desc md = desc_of(t);
+    for (auto& p : plans_)
+      if (p->md == md) return *p;
+    auto p = std::make_unique<Plan>();
+    p->md = md;
+    const auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+    dnnl_try("relu", [&] {
+      relu_fwd::primitive_desc fwd(
+          relu_fwd::desc(dnnl::prop_kind::forward_training, alg, md, 0.0f, 0.0f), ctx_.engine);
+      p->fwd = relu_fwd(fwd);
+      p->bwd = relu_bwd(
+          relu_bwd::primitive_desc(relu_bwd::desc(alg, md, md, 0.0f, 0.0f), ctx_.engine, fwd));
+      return 0;
+    });
+    plans_.push_back(std::move(p));
+    return *plans_.back();
+  }
+
+  const Context& ctx_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Tensor dy_scratch_;
+  CachedReorder dy_reorder_;
+};
+
+class Pool : public PoolOp {
+ public:
+  Pool(const Context& ctx, const PoolSpec& spec) : ctx_(ctx), s_(spec) {}
+
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    Plan& p = plan_for(x);
+    ensure(y, p.y_shape, p.train_pd.dst_desc());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem_of(ctx_, x)},
+                                         {DNNL_ARG_DST, mem_of(ctx_, y)}};
+    if (training) {
+      if (p.has_workspace) args[DNNL_ARG_WORKSPACE] = p.workspace;
+      p.train.execute(ctx_.stream, args);
+      last_ = &p;
+    } else {
+      p.infer.execute(ctx_.stream, args);
+    }
+  }
+
+  void backward(const Tensor& dy, Tensor& dx) override {
+    RT_CHECK(last_ != nullptr, "pool backward before a training forward");
+    Plan& p = *last_;
+    RT_CHECK(dy.shape() == p.y_shape, "pool backward: dy ", shape_str(dy.shape()), ", expected ",
+             shape_str(p.y_shape));
+    memory ddst = as_layout(ctx_, dy, p.train_pd.dst_desc(), dy_scratch_, dy_reorder_);
+    ensure(dx, p.x_shape, p.x_md);
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, ddst},
+                                         {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}};
+    if (p.has_workspace) args[DNNL_ARG_WORKSPACE] = p.workspace;
+    p.bwd.execute(ctx_.stream, args);
+  }
+
+ private:
+  struct Plan {
+    memory::desc x_md;
+    Shape x_shape, y_shape;
+    pool_fwd::primitive_desc train_pd;
+    pool_fwd train, infer;
+    pool_bwd bwd;
+    memory workspace;
+    bool has_workspace = false;
+  };
+
+  Plan& plan_for(const Tensor& x) {
+    memory::desc x_md = desc_of(x);
+    for (auto& p : plans_)
+      if (p->x_md == x_md) return *p;
+    RT_CHECK(x.rank() == 4, "pool: input ", shape_str(x.shape()), " is not 4-D");
+    auto p = std::make_unique<Plan>();
+    p->x_md = x_md;
+    p->x_shape = x.shape();
+    int64_t kh = s_.global ? x.dim(2) : s_.kernel, kw = s_.global ? x.dim(3) : s_.kernel;
+    int64_t st = s_.global ? 1 : s_.stride, pad = s_.global ? 0 : s_.padding;
+    int64_t oh = (x.dim(2) + 2 * pad - kh) / st + 1, ow = (x.dim(3) + 2 * pad - kw) / st + 1;
+    RT_CHECK(oh >= 1 && ow >= 1, "pool: input ", shape_str(x.shape()), " smaller than the kernel");
+    p->y_shape = {x.dim(0), x.dim(1), oh, ow};
+    memory::dims strides{st, st}, kernel{kh, kw}, pl{pad, pad};
+    memory::dims pr{std::max<int64_t>(0, (oh - 1) * st + kh - x.dim(2) - pad),
+                    std::max<int64_t>(0, (ow - 1) * st + kw - x.dim(3) - pad)};
+    auto alg = s_.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
+                                         : dnnl::algorithm::pooling_avg_include_padding;
+    memory::desc y_any(to_dims(p->y_shape), dt::f32, tag::any);
+    dnnl_try("pooling", [&] {
+      p->train_pd = pool_fwd::primitive_desc(
+          pool_fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, y_any, strides, kernel, pl,
+                         pr),
+          ctx_.engine);
+      p->train = pool_fwd(p->train_pd);
+      // Inference writes the same layout as training, so a layer's output never moves.
+      p->infer = pool_fwd(pool_fwd::primitive_desc(
+          pool_fwd::desc(dnnl::prop_kind::forward_inference, alg, x_md, p->train_pd.dst_desc(),
+                         strides, kernel, pl, pr),
+          ctx_.engine));
+      p->bwd = pool_bwd(pool_bwd::primitive_desc(
+          pool_bwd::desc(alg, x_md, p->train_pd.dst_desc(), strides, kernel, pl, pr),
+          ctx_.engine, p->train_pd));
+      return 0;
+    });
+    memory::desc ws = p->train_pd.workspace_desc();
+    p->has_workspace = ws.get_size() > 0;
+    if (p->has_workspace) p->workspace = memory(ws, ctx_.engine);
+    plans_.push_back(std::move(p));
+    return *plans_.back();
+  }
+
+  const Context& ctx_;
+  PoolSpec s_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Plan* last_ = nullptr;
+  Tensor dy_scratch_;
+  CachedReorder dy_reorder_;
+};
+
+class Add : public AddOp {
+ public:
+  Add(const Context& ctx, bool fuse_relu) : ctx_(ctx), relu_(fuse_relu) {}
+
+  void forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+    RT_CHECK(a.shape() == b.shape(), "add: shapes ", shape_str(a.shape()), " and ",
+             shape_str(b.shape()), " differ");
+    memory::desc md = desc_of(a);
+    Plan& p = plan_for(md);
+    memory src1 = as_layout(ctx_, b, md, b_scratch_, b_reorder_);
+    ensure(out, a.shape(), md);
+    p.prim.execute(ctx_.stream, {{DNNL_ARG_SRC_0, mem_of(ctx_, a)},
+                                 {DNNL_ARG_SRC_1, src1},
+                                 {DNNL_ARG_DST, mem_of(ctx_, out)}});
+  }
+
+ private:
+  struct Plan {
+    memory::desc md;
+    dnnl::binary prim;
+  };
+
+  Plan& plan_for(const memory::desc& md) {
+    for (auto& p : plans_)
+      if (p->md == md) return *p;
+    auto p = std::make_unique<Plan>();
+    p->md = md;
+    dnnl::primitive_attr attr;
+    if (relu_) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    p->prim = dnnl_try("add", [&] {
+      return dnnl::binary(dnnl::binary::primitive_desc(
+          dnnl::binary::desc(dnnl::algorithm::binary_add, md, md, md), attr, ctx_.engine));
+    });
+    plans_.push_back(std::move(p));
+    return *plans_.back();
+  }
+
+  const Context& ctx_;
+  bool relu_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Tensor b_scratch_;
+  CachedReorder b_reorder_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec) {
+  return std::make_unique<BatchNorm>(ctx, spec);
+}
+std::unique_ptr<ReluOp> make_relu(const Context& ctx) { return std::make_unique<Relu>(ctx); }
+std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec) {
+  return std::make_unique<Pool>(ctx, spec);
+}
+std::unique_ptr<AddOp> make_add(const Context& ctx, bool fuse_relu) {
+  return std::make_unique<Add>(ctx, fuse_relu);
+}
+
+}  // namespace ringtrain::backend::cpu

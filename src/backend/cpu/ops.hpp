@@ -1,0 +1,20 @@
+// ops.hpp — constructors of the oneDNN op objects (internal to src/backend/cpu).
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "dnnl_util.hpp"
+
+namespace ringtrain::backend::cpu {
+
+// Op objects keep a reference to ctx: they must not outlive their backend.
+std::unique_ptr<ConvOp> make_conv(const Context& ctx, const ConvSpec& spec);
+std::unique_ptr<LinearOp> make_linear(const Context& ctx, const LinearSpec& spec);
+std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec);
+std::unique_ptr<ReluOp> make_relu(const Context& ctx);
+std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec);
+std::unique_ptr<AddOp> make_add(const Context& ctx, bool fuse_relu);
+
+}  // namespace ringtrain::backend::cpu

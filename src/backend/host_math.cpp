@@ -1,0 +1,73 @@
+// host_math.cpp — loss, SGD and elementwise loops on host memory (OpenMP).
+#include "host_math.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::backend::host {
+
+void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
+  RT_CHECK(a.numel() == b.numel(), op, ": tensors ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()), " differ in size");
+}
+
+LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t n,
+                                 int64_t classes, float* dlogits) {
+  for (int64_t i = 0; i < n; ++i)
+    RT_CHECK(labels[i] >= 0 && labels[i] < classes, "label ", labels[i], " of image ", i,
+             " is outside [0, ", classes, ")");
+  LossResult result;
+  result.count = n;
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* z = logits + i * classes;
+    float* dz = dlogits + i * classes;
+    int64_t best = 0;
+    for (int64_t k = 1; k < classes; ++k)
+      if (z[k] > z[best]) best = k;
+    double total = 0;
+    for (int64_t k = 0; k < classes; ++k) total += std::exp(double(z[k]) - z[best]);
+    double log_total = std::log(total);
+    loss += log_total - (double(z[labels[i]]) - z[best]);
+    correct += best == labels[i];
+    for (int64_t k = 0; k < classes; ++k) {
+      double p = std::exp(double(z[k]) - z[best] - log_total);
+      dz[k] = float((p - (k == labels[i] ? 1.0 : 0.0)) / double(n));
+    }
+  }
+  result.loss = loss / double(n);
+  result.correct = correct;
+  return result;
+}
+
+void sgd_update(float* w, const float* g, float* buf, int64_t n, const SgdSpec& s) {
+  const float lr = s.lr, mu = s.momentum, wd = s.weight_decay;
+  const bool nesterov = s.nesterov;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float d = g[i] + wd * w[i];
+    float b = mu * buf[i] + d;
+    buf[i] = b;
+    w[i] -= lr * (nesterov ? d + mu * b : b);
+  }
+}
+
+void fill(float* t, int64_t n, float value) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) t[i] = value;
+}
+
+void axpby(float a, const float* x, float b, float* y, int64_t n) {
+  if (x == nullptr) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = b * y[i];
+    return;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
+}
+
+}  // namespace ringtrain::backend::host

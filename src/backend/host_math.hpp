@@ -1,0 +1,19 @@
+// host_math.hpp — loops on host memory that both CPU backends share: loss, SGD, fill, axpby.
+#pragma once
+
+#include <cstdint>
+
+#include "ringtrain/backend/backend.hpp"
+
+namespace ringtrain::backend::host {
+
+void check_same_numel(const char* op, const Tensor& a, const Tensor& b);
+// dlogits = (softmax - onehot) / n; the loss is the mean; sums in double.
+LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t n,
+                                 int64_t classes, float* dlogits);
+void sgd_update(float* w, const float* g, float* buf, int64_t n, const SgdSpec& spec);
+void fill(float* t, int64_t n, float value);
+// y = a*x + b*y (x may be null when a == 0).
+void axpby(float a, const float* x, float b, float* y, int64_t n);
+
+}  // namespace ringtrain::backend::host

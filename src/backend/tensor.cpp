@@ -1,0 +1,68 @@
+// tensor.cpp — Tensor, shape helpers, host allocation and the backend factory.
+#include "ringtrain/backend/tensor.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "factories.hpp"
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/build_config.hpp"
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::backend {
+
+size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "fp32" : "bf16"; }
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+Tensor::Tensor(Shape shape, DType dtype, std::shared_ptr<void> storage, size_t bytes,
+               std::shared_ptr<const Layout> layout)
+    : shape_(std::move(shape)),
+      dtype_(dtype),
+      storage_(std::move(storage)),
+      data_(storage_.get()),
+      bytes_(bytes),
+      layout_(std::move(layout)) {}
+
+Tensor Tensor::view(float* data, Shape shape) {
+  Tensor t;
+  t.bytes_ = size_t(shape_numel(shape)) * sizeof(float);
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  return t;
+}
+
+std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  RT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
+  return std::shared_ptr<void>(p, std::free);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+  RT_REQUIRE_INPUT(threads >= 1, "backend ", name, ": threads must be >= 1, got ", threads);
+  if (name == "cpu") return make_cpu_backend(threads);
+  if (name == "ref") return make_ref_backend(threads);
+  if (name == "cuda") {
+    RT_REQUIRE_INPUT(RINGTRAIN_HAS_CUDA,
+                     "backend cuda: this ringtrain was built without CUDA (rebuild with "
+                     "make CUDA=1 where nvcc and cuDNN are installed)");
+    RT_CHECK(false, "backend cuda: not implemented in this build");
+  }
+  throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
+}
+
+}  // namespace ringtrain::backend
