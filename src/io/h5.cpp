@@ -208,23 +208,26 @@ void Dataset::read_row_list_raw(hid_t type, const std::vector<hsize_t>& rows,
     if (rows[i] <= rows[i - 1]) fail("row list is not strictly increasing");
   if (rows.back() >= shape[0]) fail(str("row ", rows.back(), " is past its ", shape[0], " rows"));
   Handle file_space(H5Dget_space(id()), H5Sclose);
-  Dims offset(shape.size(), 0), extent = shape;
-  H5S_seloper_t op = H5S_SELECT_SET;
+  Dims mem_shape = shape;
+  mem_shape[0] = rows.size();
+  Handle mem_space = dataspace(mem_shape);
+  Dims file_offset(shape.size(), 0), mem_offset(shape.size(), 0), extent = shape;
   for (size_t i = 0; i < rows.size();) {
     size_t run = 1;
     while (i + run < rows.size() && rows[i + run] == rows[i] + run) ++run;
-    offset[0] = rows[i];
+    file_offset[0] = rows[i];
+    mem_offset[0] = i;
     extent[0] = run;
-    check(H5Sselect_hyperslab(file_space.get(), op, offset.data(), nullptr, extent.data(),
-                              nullptr),
+    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, file_offset.data(), nullptr,
+                              extent.data(), nullptr),
           where(), "cannot select rows");
-    op = H5S_SELECT_OR;
+    check(H5Sselect_hyperslab(mem_space.get(), H5S_SELECT_SET, mem_offset.data(), nullptr,
+                              extent.data(), nullptr),
+          where(), "cannot select rows in memory");
+    check(H5Dread(id(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, out), where(),
+          "cannot read rows");
     i += run;
   }
-  extent[0] = rows.size();
-  Handle mem_space = dataspace(extent);
-  check(H5Dread(id(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, out), where(),
-        "cannot read rows");
 }
 
 void Dataset::write_rows_raw(hid_t type, hsize_t start, hsize_t count, const void* data) {
