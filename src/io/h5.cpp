@@ -199,6 +199,37 @@ void Dataset::read_rows_raw(hid_t type, hsize_t start, hsize_t count, void* out,
         "cannot read rows");
 }
 
+void Dataset::read_row_list_raw(hid_t type, const std::vector<hsize_t>& rows,
+                                void* out) const {
+  if (rows.empty()) return;
+  Dims shape = dims();
+  if (shape.empty()) fail("is a scalar; cannot read rows");
+  for (size_t i = 1; i < rows.size(); ++i)
+    if (rows[i] <= rows[i - 1]) fail("row list is not strictly increasing");
+  if (rows.back() >= shape[0]) fail(str("row ", rows.back(), " is past its ", shape[0], " rows"));
+  Handle file_space(H5Dget_space(id()), H5Sclose);
+  Dims mem_shape = shape;
+  mem_shape[0] = rows.size();
+  Handle mem_space = dataspace(mem_shape);
+  Dims file_offset(shape.size(), 0), mem_offset(shape.size(), 0), extent = shape;
+  for (size_t i = 0; i < rows.size();) {
+    size_t run = 1;
+    while (i + run < rows.size() && rows[i + run] == rows[i] + run) ++run;
+    file_offset[0] = rows[i];
+    mem_offset[0] = i;
+    extent[0] = run;
+    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, file_offset.data(), nullptr,
+                              extent.data(), nullptr),
+          where(), "cannot select rows");
+    check(H5Sselect_hyperslab(mem_space.get(), H5S_SELECT_SET, mem_offset.data(), nullptr,
+                              extent.data(), nullptr),
+          where(), "cannot select rows in memory");
+    check(H5Dread(id(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, out), where(),
+          "cannot read rows");
+    i += run;
+  }
+}
+
 void Dataset::write_rows_raw(hid_t type, hsize_t start, hsize_t count, const void* data) {
   Dims shape = dims();
   if (shape.empty()) {
@@ -259,6 +290,17 @@ Dataset Group::open_dataset(const std::string& name) const {
   const std::string at = str("file ", file_, ": dataset ", child_path(name));
   if (!exists(name)) throw Error(str(at, " is missing"));
   Handle d = checked(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), H5Dclose, at, "cannot open");
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
+Dataset Group::open_dataset(const std::string& name, size_t chunk_cache_bytes) const {
+  const std::string at = str("file ", file_, ": dataset ", child_path(name));
+  if (!exists(name)) throw Error(str(at, " is missing"));
+  Handle access(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  // A prime slot count well above the chunks the cache can hold keeps collisions rare.
+  check(H5Pset_chunk_cache(access.get(), 100003, chunk_cache_bytes, 1.0), at,
+        "cannot set the chunk cache");
+  Handle d = checked(H5Dopen2(id(), name.c_str(), access.get()), H5Dclose, at, "cannot open");
   return Dataset(std::move(d), file_, child_path(name));
 }
 

@@ -20,17 +20,17 @@ namespace ringtrain::shard {
 constexpr const char* kFormatName = "ringtrain-shard";
 constexpr int32_t kFormatVersion = 1;
 
-constexpr const char* kAttrFormat = "format";                // string, kFormatName
+constexpr const char* kAttrFormat = "format";                 // string, kFormatName
 constexpr const char* kAttrFormatVersion = "format_version";  // int32
-constexpr const char* kAttrDataset = "dataset";              // string: fiber, cifar10, fashion_mnist, ...
-constexpr const char* kAttrSplit = "split";                  // string: train, val, test
-constexpr const char* kAttrClassNames = "class_names";       // string[classes]
-constexpr const char* kAttrMean = "mean";                    // float[C]
-constexpr const char* kAttrStd = "std";                      // float[C]
-constexpr const char* kAttrShardIndex = "shard_index";       // int32
-constexpr const char* kAttrShardCount = "shard_count";       // int32
-constexpr const char* kAttrFirstSample = "first_sample";     // int64, global index of row 0
-constexpr const char* kAttrSplitSamples = "split_samples";   // int64, samples in the whole split
+constexpr const char* kAttrDataset = "dataset";  // string: fiber, cifar10, fashion_mnist, ...
+constexpr const char* kAttrSplit = "split";      // string: train, val, test
+constexpr const char* kAttrClassNames = "class_names";      // string[classes]
+constexpr const char* kAttrMean = "mean";                   // float[C]
+constexpr const char* kAttrStd = "std";                     // float[C]
+constexpr const char* kAttrShardIndex = "shard_index";      // int32
+constexpr const char* kAttrShardCount = "shard_count";      // int32
+constexpr const char* kAttrFirstSample = "first_sample";    // int64, global index of row 0
+constexpr const char* kAttrSplitSamples = "split_samples";  // int64, samples in the whole split
 
 constexpr const char* kImages = "images";
 constexpr const char* kLabels = "labels";

@@ -143,6 +143,14 @@ class Dataset : public Object {
   void read_rows(hsize_t start, hsize_t count, T* out) const {
     read_rows_raw(native_type<T>(), start, count, out, false);
   }
+  // Reads the listed rows along dim 0 (strictly increasing) into out, in that order: one
+  // H5Dread per run of consecutive rows, through one file and one memory dataspace. (One
+  // H5Dread over the union of the runs' hyperslabs is 20-30x slower on chunked datasets
+  // in HDF5 1.10: it builds a per-chunk selection map for the irregular selection.)
+  template <typename T>
+  void read_row_list(const std::vector<hsize_t>& rows, T* out) const {
+    read_row_list_raw(native_type<T>(), rows, out);
+  }
   template <typename T>
   void write_rows(hsize_t start, hsize_t count, const T* data) {
     write_rows_raw(native_type<T>(), start, count, data);
@@ -153,6 +161,7 @@ class Dataset : public Object {
   bool holds_type(hid_t type) const;
   void expect_type(hid_t type, size_t rank, const char* type_name) const;
   void read_rows_raw(hid_t type, hsize_t start, hsize_t count, void* out, bool whole) const;
+  void read_row_list_raw(hid_t type, const std::vector<hsize_t>& rows, void* out) const;
   void write_rows_raw(hid_t type, hsize_t start, hsize_t count, const void* data);
 };
 
@@ -166,6 +175,8 @@ class Group : public Object {
   Group create_group(const std::string& name);
   Group open_group(const std::string& name) const;
   Dataset open_dataset(const std::string& name) const;
+  // Opens a dataset with its own raw-data chunk cache of cache_bytes (HDF5's default: 1 MiB).
+  Dataset open_dataset(const std::string& name, size_t chunk_cache_bytes) const;
   // Creates a dataset of the given shape; chunk_rows > 0 chunks it along dim 0.
   template <typename T>
   Dataset create_dataset(const std::string& name, const Dims& dims, hsize_t chunk_rows = 0,

@@ -1,0 +1,85 @@
+// shard_set.hpp — opens every shard of one split read-only, checks it against the shard
+// format, and reads any set of global sample ids with one HDF5 read per shard touched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ringtrain/io/h5.hpp"
+
+namespace ringtrain::data {
+
+// What a split holds, from its shards' attributes.
+struct DatasetInfo {
+  std::string directory, dataset, split;
+  int64_t samples = 0;
+  int channels = 0, height = 0, width = 0;
+  int classes = 0;
+  std::vector<std::string> class_names;
+  std::vector<float> mean, std;  // per channel, pixel/255 units, from the train split
+  int shards = 0;
+
+  size_t image_bytes() const { return size_t(channels) * height * width; }
+};
+
+// All shards <dir>/<split>-<i>-of-<K>.h5 of one split, open read-only. Sample g is row
+// g - first_sample of the shard that holds it. Not thread-safe: one thread reads at a time.
+class ShardSet {
+ public:
+  // HDF5's raw-data chunk cache for the whole split, shared out evenly over its shards'
+  // /images: with it a shuffled epoch re-reads few chunks (1 MiB per dataset, HDF5's
+  // default, holds 16 of rt-shard's 64 KiB chunks).
+  static constexpr size_t kDefaultChunkCacheBytes = size_t(64) << 20;
+
+  // Opens and checks every shard; any problem throws InputError naming the file (or the
+  // directory and the pattern) and what to run to re-create the shards.
+  static ShardSet open(const std::string& dir, const std::string& split,
+                       size_t chunk_cache_bytes = kDefaultChunkCacheBytes);
+
+  const DatasetInfo& info() const { return info_; }
+  int64_t size() const { return info_.samples; }
+
+  // Reads samples ids[0..n) (any order, repeats allowed) into images (n * C*H*W bytes, in
+  // the order of ids) and labels (n). Only the requested rows are read: per shard, the ids
+  // are sorted and each run of consecutive rows is one hyperslab read (h5.hpp says why not
+  // one read over their union). Labels are read whole at open (4 bytes a sample) and
+  // checked there: a label outside 0..classes-1 throws InputError naming the file and row.
+  void read(const int64_t* ids, size_t n, uint8_t* images, int32_t* labels);
+
+  // Extra per-sample uint8 datasets (fiber shards: multi_hot, pass, zone_pass).
+  bool has(const std::string& name) const;
+  // Elements per sample of dataset name (product of its dims after the first).
+  size_t row_elements(const std::string& name) const;
+  // Reads rows ids[0..n) of a uint8 per-sample dataset into out (n * row_elements(name)).
+  void read_extra(const std::string& name, const int64_t* ids, size_t n, uint8_t* out);
+
+ private:
+  struct Shard {
+    std::string path;
+    h5::File file;
+    h5::Dataset images;
+    std::vector<int32_t> labels;
+    int64_t first = 0, rows = 0;
+  };
+  // One requested sample: its row in the shard and where the caller wants it.
+  struct Request {
+    int64_t row;
+    size_t position;  // index into the caller's ids
+  };
+  ShardSet() = default;
+  void add_shard(h5::File file, size_t chunk_cache_bytes);
+  void group_by_shard(const int64_t* ids, size_t n);
+  void unique_rows(const std::vector<Request>& requests);
+
+  DatasetInfo info_;
+  std::vector<Shard> shards_;
+  std::vector<std::vector<Request>> requests_;  // per shard, reused between reads
+  std::vector<hsize_t> rows_;                   // unique rows of one shard
+  std::vector<uint8_t> scratch_;
+};
+
+// What to run to re-create a split of the dataset (rt-shard ... or rt-fibergen ...).
+std::string recreate_hint(const std::string& dataset, const std::string& dir);
+
+}  // namespace ringtrain::data

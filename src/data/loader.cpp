@@ -1,0 +1,134 @@
+// loader.cpp — the reader thread, its bounded queue and the consumer side.
+#include "ringtrain/data/loader.hpp"
+
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/core/timer.hpp"
+
+namespace ringtrain::data {
+
+Loader::Loader(ShardSet shards, const LoaderOptions& options)
+    : shards_(std::move(shards)),
+      info_(shards_.info()),
+      options_(options),
+      sampler_(info_.samples, options.batch_per_rank, options.world_size, options.remainder,
+               options.shuffle, options.seed),
+      normaliser_(info_.mean, info_.std) {
+  RT_REQUIRE_INPUT(options.prefetch_batches >= 1, "prefetch_batches ", options.prefetch_batches,
+                   ": must be at least 1");
+  RT_REQUIRE_INPUT(options.augment_pad >= 0, "augment_pad ", options.augment_pad,
+                   ": must not be negative");
+  RT_CHECK(options.rank >= 0 && options.rank < options.world_size, "rank ", options.rank,
+           " outside world of ", options.world_size);
+  thread_ = std::thread([this] { run(); });
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  to_reader_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Loader::start_epoch(int epoch) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generation_;
+    epoch_ = epoch;
+    epoch_started_ = true;
+    epoch_done_ = false;
+    error_ = nullptr;
+    for (auto& b : queue_) recycled_.push_back(std::move(b));
+    queue_.clear();
+  }
+  to_reader_.notify_all();
+}
+
+bool Loader::next(Batch& batch) {
+  Stopwatch waited;
+  std::unique_lock<std::mutex> lock(mutex_);
+  RT_CHECK(epoch_started_, "Loader::next before start_epoch");
+  to_consumer_.wait(lock, [&] { return !queue_.empty() || error_ || epoch_done_; });
+  if (error_) std::rethrow_exception(error_);
+  if (queue_.empty()) return false;
+  std::swap(batch, queue_.front());
+  recycled_.push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  batch.wait_seconds = waited.seconds();
+  lock.unlock();
+  to_reader_.notify_all();
+  return true;
+}
+
+void Loader::run() {
+  uint64_t done_generation = 0;
+  for (;;) {
+    uint64_t generation;
+    int epoch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      to_reader_.wait(lock, [&] { return stopping_ || generation_ != done_generation; });
+      if (stopping_) return;
+      generation = generation_;
+      epoch = epoch_;
+    }
+    try {
+      produce_epoch(generation, epoch);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation == generation_) error_ = std::current_exception();
+    }
+    done_generation = generation;
+    to_consumer_.notify_all();
+  }
+}
+
+void Loader::produce_epoch(uint64_t generation, int epoch) {
+  const std::vector<int64_t> order = sampler_.epoch_order(epoch);
+  const int64_t steps = steps_per_epoch();
+  for (int64_t step = 0; step < steps; ++step) {
+    Batch batch;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_ || generation != generation_) return;
+      if (!recycled_.empty()) {
+        batch = std::move(recycled_.back());
+        recycled_.pop_back();
+      }
+    }
+    fill(batch, order, epoch, step);
+    std::unique_lock<std::mutex> lock(mutex_);
+    to_reader_.wait(lock, [&] {
+      return stopping_ || generation != generation_ ||
+             int(queue_.size()) < options_.prefetch_batches;
+    });
+    if (stopping_ || generation != generation_) return;
+    queue_.push_back(std::move(batch));
+    lock.unlock();
+    to_consumer_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (generation == generation_) epoch_done_ = true;
+}
+
+void Loader::fill(Batch& batch, const std::vector<int64_t>& order, int epoch, int64_t step) {
+  batch.ids = sampler_.step_ids(order, options_.rank, step);
+  batch.step = step;
+  batch.n = int(batch.ids.size());
+  batch.wait_seconds = 0;
+  const size_t bytes = info_.image_bytes();
+  pixels_.resize(batch.ids.size() * bytes);
+  batch.labels.resize(batch.ids.size());
+  batch.images.resize(batch.ids.size() * bytes);
+  shards_.read(batch.ids.data(), batch.ids.size(), pixels_.data(), batch.labels.data());
+  for (size_t i = 0; i < batch.ids.size(); ++i) {
+    const AugmentParams params =
+        options_.augment ? augment_params(options_.seed, epoch, batch.ids[i], options_.augment_pad)
+                         : AugmentParams{};
+    transform_image(pixels_.data() + i * bytes, info_.channels, info_.height, info_.width, params,
+                    normaliser_, batch.images.data() + i * bytes);
+  }
+}
+
+}  // namespace ringtrain::data

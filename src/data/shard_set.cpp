@@ -1,0 +1,278 @@
+// shard_set.cpp — opening and checking a split's shards, and batched reads of sample ids.
+#include "ringtrain/data/shard_set.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/data/shard_format.hpp"
+
+namespace ringtrain::data {
+namespace fs = std::filesystem;
+
+std::string recreate_hint(const std::string& dataset, const std::string& dir) {
+  if (dataset == "fiber")
+    return "re-create it with: rt-fibergen --output " + dir + " --count N --seed S";
+  if (dataset == "cifar10")
+    return "re-create it with: rt-shard cifar10 --input CIFAR_DIR --output " + dir;
+  if (dataset == "fashion_mnist")
+    return "re-create it with: rt-shard fashion-mnist --output " + dir;
+  if (!dataset.empty())
+    return "re-create it with: rt-shard idx --images F --labels F --dataset " + dataset +
+           " --output " + dir;
+  return "re-create it with rt-shard (CIFAR-10, IDX) or rt-fibergen (fiber) --output " + dir;
+}
+
+namespace {
+
+const char* type_name(const h5::Dataset& ds) {
+  if (ds.holds<uint8_t>()) return "uint8";
+  if (ds.holds<int32_t>()) return "int32";
+  if (ds.holds<uint32_t>()) return "uint32";
+  if (ds.holds<int64_t>()) return "int64";
+  if (ds.holds<uint64_t>()) return "uint64";
+  if (ds.holds<float>()) return "float32";
+  if (ds.holds<double>()) return "float64";
+  return "another type";
+}
+
+std::string shape_text(const h5::Dims& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
+// The shard files of a split found in dir, by shard count, each sorted by index.
+std::map<int, std::map<int, std::string>> find_shards(const std::string& dir,
+                                                      const std::string& split) {
+  const std::regex pattern(split + R"(-(\d{5})-of-(\d{5})\.h5)");
+  std::map<int, std::map<int, std::string>> found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern))
+      found[std::stoi(m[2].str())][std::stoi(m[1].str())] = entry.path().string();
+  }
+  return found;
+}
+
+std::string read_dataset_name(const h5::File& file) {
+  try {
+    return file.root().attr_string(shard::kAttrDataset);
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+// The checks one file must pass on its own: format, version, datasets, shard attributes.
+void check_shard(const h5::File& file, const std::string& split, int index, int count) {
+  const auto& root = file.root();
+  const std::string& path = file.name();
+  RT_REQUIRE_INPUT(root.has_attr(shard::kAttrFormat), path, ": attribute ", shard::kAttrFormat,
+                   " is missing (not a ringtrain shard)");
+  const std::string format = root.attr_string(shard::kAttrFormat);
+  RT_REQUIRE_INPUT(format == shard::kFormatName, path, ": format is '", format, "', expected '",
+                   shard::kFormatName, "' (not a ringtrain shard)");
+  const int32_t version = root.attr<int32_t>(shard::kAttrFormatVersion);
+  RT_REQUIRE_INPUT(version == shard::kFormatVersion, path, ": format_version is ", version,
+                   ", this ringtrain reads version ", shard::kFormatVersion);
+  const std::string stored_split = root.attr_string(shard::kAttrSplit);
+  RT_REQUIRE_INPUT(stored_split == split, path, ": split is '", stored_split, "', expected '",
+                   split, "'");
+  const int32_t stored_index = root.attr<int32_t>(shard::kAttrShardIndex);
+  const int32_t stored_count = root.attr<int32_t>(shard::kAttrShardCount);
+  RT_REQUIRE_INPUT(stored_index == index && stored_count == count, path, ": shard_index/count ",
+                   "are ", stored_index, "/", stored_count, " but the file name says ", index, "/",
+                   count);
+  const auto images = root.open_dataset(shard::kImages);
+  RT_REQUIRE_INPUT(images.holds<uint8_t>() && images.dims().size() == 4, path,
+                   ": /images must be uint8 [N, C, H, W], found ", type_name(images), " ",
+                   shape_text(images.dims()));
+  const auto labels = root.open_dataset(shard::kLabels);
+  const h5::Dims rows{images.dims()[0]};
+  RT_REQUIRE_INPUT(labels.holds<int32_t>() && labels.dims() == rows, path,
+                   ": /labels must be int32 ", shape_text(rows), " (one per image), found ",
+                   type_name(labels), " ", shape_text(labels.dims()));
+}
+
+}  // namespace
+
+ShardSet ShardSet::open(const std::string& dir, const std::string& split,
+                        size_t chunk_cache_bytes) {
+  const std::string any_hint = recreate_hint("", dir);
+  RT_REQUIRE_INPUT(fs::is_directory(dir), "shard directory ", dir, " does not exist; create the ",
+                   "shards with rt-shard (CIFAR-10, IDX) or rt-fibergen (fiber) --output ", dir);
+  const auto found = find_shards(dir, split);
+  const std::string pattern = (fs::path(dir) / (split + "-NNNNN-of-NNNNN.h5")).string();
+  RT_REQUIRE_INPUT(!found.empty(), "no shards of split '", split, "' in ", dir, " (looked for ",
+                   pattern,
+                   "); create them with rt-shard (CIFAR-10, IDX) or rt-fibergen "
+                   "(fiber) --output ",
+                   dir);
+  RT_REQUIRE_INPUT(found.size() == 1, dir, ": split '", split, "' has shards of two conversions (",
+                   found.begin()->first, " and ", std::next(found.begin())->first,
+                   " shards); remove the stale files and ", any_hint);
+  const int count = found.begin()->first;
+  const auto& files = found.begin()->second;
+
+  ShardSet set;
+  for (int i = 0; i < count; ++i) {
+    const std::string path = (fs::path(dir) / shard::file_name(split, i, count)).string();
+    if (!files.count(i)) {
+      const std::string dataset = read_dataset_name(h5::File::open_read(files.begin()->second));
+      throw InputError(str(path, " is missing (split '", split, "' has ", count, " shards, ",
+                           files.size(), " found); ", recreate_hint(dataset, dir)));
+    }
+    std::string dataset;
+    try {
+      h5::File file = h5::File::open_read(path);
+      dataset = read_dataset_name(file);
+      check_shard(file, split, i, count);
+      set.add_shard(std::move(file), chunk_cache_bytes / count);
+    } catch (const InputError& e) {
+      throw InputError(str(e.what(), "; ", recreate_hint(dataset, dir)));
+    } catch (const Error& e) {
+      throw InputError(str(e.what(), "; ", recreate_hint(dataset, dir)));
+    }
+  }
+  set.info_.directory = dir;
+  set.info_.shards = count;
+  set.requests_.resize(count);
+  return set;
+}
+
+void ShardSet::add_shard(h5::File file, size_t chunk_cache_bytes) {
+  const std::string path = file.name();
+  Shard shard{path, std::move(file), h5::Dataset(h5::Handle(), path, "/images"), {}};
+  const auto& r = shard.file.root();
+  shard.images = r.open_dataset(shard::kImages, chunk_cache_bytes);
+  shard.labels = r.open_dataset(shard::kLabels).read_all<int32_t>();
+  const h5::Dims dims = shard.images.dims();
+  shard.first = r.attr<int64_t>(shard::kAttrFirstSample);
+  shard.rows = int64_t(dims[0]);
+
+  DatasetInfo here;
+  here.dataset = r.attr_string(shard::kAttrDataset);
+  here.split = r.attr_string(shard::kAttrSplit);
+  here.samples = r.attr<int64_t>(shard::kAttrSplitSamples);
+  here.channels = int(dims[1]);
+  here.height = int(dims[2]);
+  here.width = int(dims[3]);
+  here.class_names = r.attr_strings(shard::kAttrClassNames);
+  here.classes = int(here.class_names.size());
+  here.mean = r.attr_vector<float>(shard::kAttrMean);
+  here.std = r.attr_vector<float>(shard::kAttrStd);
+  RT_REQUIRE_INPUT(here.classes > 0, path, ": class_names is empty");
+  RT_REQUIRE_INPUT(here.mean.size() == size_t(here.channels) && here.std.size() == here.mean.size(),
+                   path, ": mean and std have ", here.mean.size(), " and ", here.std.size(),
+                   " values for ", here.channels, " channels");
+  for (float s : here.std) RT_REQUIRE_INPUT(s > 0, path, ": std ", s, " is not positive");
+  for (size_t row = 0; row < shard.labels.size(); ++row)
+    RT_REQUIRE_INPUT(shard.labels[row] >= 0 && shard.labels[row] < here.classes, path, ": row ",
+                     row, " has label ", shard.labels[row], ", outside 0..", here.classes - 1, " (",
+                     here.classes, " class names)");
+
+  const int64_t expected_first = shards_.empty() ? 0 : shards_.back().first + shards_.back().rows;
+  RT_REQUIRE_INPUT(shard.first == expected_first, path, ": first_sample is ", shard.first,
+                   ", expected ", expected_first, " (where the previous shard ends)");
+  if (shards_.empty()) {
+    info_ = here;
+  } else {
+    const std::string& first_path = shards_.front().path;
+    RT_REQUIRE_INPUT(here.dataset == info_.dataset, path, ": dataset is '", here.dataset, "', ",
+                     first_path, " says '", info_.dataset, "'");
+    RT_REQUIRE_INPUT(
+        here.channels == info_.channels && here.height == info_.height && here.width == info_.width,
+        path, ": images are ", here.channels, "x", here.height, "x", here.width, ", ", first_path,
+        " holds ", info_.channels, "x", info_.height, "x", info_.width);
+    RT_REQUIRE_INPUT(here.class_names == info_.class_names, path, ": class_names (", here.classes,
+                     ") differ from those of ", first_path, " (", info_.classes, ")");
+    RT_REQUIRE_INPUT(here.samples == info_.samples, path, ": split_samples is ", here.samples, ", ",
+                     first_path, " says ", info_.samples);
+  }
+  const bool last = int(shards_.size()) + 1 == r.attr<int32_t>(shard::kAttrShardCount);
+  RT_REQUIRE_INPUT(!last || shard.first + shard.rows == here.samples, path, ": split_samples is ",
+                   here.samples, " but the shards hold ", shard.first + shard.rows);
+  shards_.push_back(std::move(shard));
+}
+
+void ShardSet::group_by_shard(const int64_t* ids, size_t n) {
+  for (auto& r : requests_) r.clear();
+  for (size_t i = 0; i < n; ++i) {
+    RT_CHECK(ids[i] >= 0 && ids[i] < info_.samples, "sample id ", ids[i], " is outside split ",
+             info_.split, " of ", info_.samples, " samples");
+    // Shards hold consecutive ranges: the last shard whose first sample is <= id.
+    auto it = std::upper_bound(shards_.begin(), shards_.end(), ids[i],
+                               [](int64_t id, const Shard& s) { return id < s.first; });
+    const size_t s = size_t(it - shards_.begin()) - 1;
+    requests_[s].push_back({ids[i] - shards_[s].first, i});
+  }
+  for (auto& r : requests_)
+    std::sort(r.begin(), r.end(), [](const Request& a, const Request& b) {
+      return a.row < b.row || (a.row == b.row && a.position < b.position);
+    });
+}
+
+// Collects the distinct rows of one shard's sorted requests into rows_.
+void ShardSet::unique_rows(const std::vector<Request>& requests) {
+  rows_.clear();
+  for (const Request& q : requests)
+    if (rows_.empty() || rows_.back() != hsize_t(q.row)) rows_.push_back(hsize_t(q.row));
+}
+
+void ShardSet::read(const int64_t* ids, size_t n, uint8_t* images, int32_t* labels) {
+  group_by_shard(ids, n);
+  const size_t bytes = info_.image_bytes();
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (requests_[s].empty()) continue;
+    unique_rows(requests_[s]);
+    scratch_.resize(rows_.size() * bytes);
+    shards_[s].images.read_row_list(rows_, scratch_.data());
+    size_t slot = 0;
+    for (const Request& q : requests_[s]) {
+      while (rows_[slot] != hsize_t(q.row)) ++slot;
+      labels[q.position] = shards_[s].labels[q.row];
+      std::memcpy(images + q.position * bytes, scratch_.data() + slot * bytes, bytes);
+    }
+  }
+}
+
+bool ShardSet::has(const std::string& name) const {
+  return !shards_.empty() && shards_.front().file.root().exists(name);
+}
+
+size_t ShardSet::row_elements(const std::string& name) const {
+  RT_REQUIRE_INPUT(has(name), shards_.front().path, ": dataset /", name, " is missing; ",
+                   recreate_hint(info_.dataset, info_.directory));
+  const h5::Dims dims = shards_.front().file.root().open_dataset(name).dims();
+  size_t elements = 1;
+  for (size_t i = 1; i < dims.size(); ++i) elements *= dims[i];
+  return elements;
+}
+
+void ShardSet::read_extra(const std::string& name, const int64_t* ids, size_t n, uint8_t* out) {
+  const size_t elements = row_elements(name);
+  group_by_shard(ids, n);
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (requests_[s].empty()) continue;
+    const h5::Dataset ds = shards_[s].file.root().open_dataset(name);
+    RT_REQUIRE_INPUT(
+        ds.holds<uint8_t>() && !ds.dims().empty() && ds.dims()[0] == hsize_t(shards_[s].rows),
+        shards_[s].path, ": /", name, " must be uint8 with one row per image, found ",
+        type_name(ds), " ", shape_text(ds.dims()), "; ",
+        recreate_hint(info_.dataset, info_.directory));
+    unique_rows(requests_[s]);
+    scratch_.resize(rows_.size() * elements);
+    ds.read_row_list(rows_, scratch_.data());
+    size_t slot = 0;
+    for (const Request& q : requests_[s]) {
+      while (rows_[slot] != hsize_t(q.row)) ++slot;
+      std::memcpy(out + q.position * elements, scratch_.data() + slot * elements, elements);
+    }
+  }
+}
+
+}  // namespace ringtrain::data
