@@ -1,6 +1,8 @@
 // loader.cpp — the reader thread, its bounded queue and the consumer side.
 #include "ringtrain/data/loader.hpp"
 
+#include <algorithm>
+
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 
@@ -10,7 +12,9 @@ Loader::Loader(ShardSet shards, const LoaderOptions& options)
     : shards_(std::move(shards)),
       info_(shards_.info()),
       options_(options),
-      sampler_(info_.samples, options.batch_per_rank, options.world_size, options.remainder,
+      sampler_(options.max_samples > 0 ? std::min(info_.samples, options.max_samples)
+                                       : info_.samples,
+               options.batch_per_rank, options.world_size, options.remainder,
                options.shuffle, options.seed),
       normaliser_(info_.mean, info_.std) {
   RT_REQUIRE_INPUT(options.prefetch_batches >= 1, "prefetch_batches ", options.prefetch_batches,

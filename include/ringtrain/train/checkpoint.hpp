@@ -1,0 +1,42 @@
+// checkpoint.hpp — periodic and signal-triggered checkpoints, and resuming from them.
+//
+// A checkpoint is one HDF5 file, written atomically by rank 0: /params (weights and BN
+// statistics), /optimizer (momentum buffers, step count), and the global step as an
+// attribute. The data position needs nothing more: the loader's order is a pure function
+// of (seed, epoch), so step g is batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1.
+#pragma once
+
+#include <cstdint>
+
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/config/config.hpp"
+#include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/optimizer.hpp"
+
+namespace ringtrain::train {
+
+struct ResumePoint {
+  int64_t global_step = 0;
+};
+
+class CheckpointState {
+ public:
+  // Installs SIGTERM and SIGUSR1 handlers that ask for a checkpoint and a clean stop.
+  CheckpointState(const Config& config, const comm::Communicator& comm);
+  ~CheckpointState();
+
+  // True when train.checkpoint_every says step is due.
+  bool due(int64_t global_step) const;
+  // Collective: true on every rank when any rank has received SIGTERM or SIGUSR1.
+  bool stop_requested() const;
+  // Collective: rank 0 writes the checkpoint atomically.
+  void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const;
+  // Every rank reads the checkpoint; errors name the file and say how to start afresh.
+  ResumePoint load(nn::Model& model, nn::Sgd& sgd) const;
+
+ private:
+  const Config& config_;
+  const comm::Communicator& comm_;
+};
+
+}  // namespace ringtrain::train

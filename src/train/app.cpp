@@ -1,0 +1,69 @@
+// app.cpp — the program behind main(): MPI start-up, the command line, exit codes.
+//
+// Errors every rank meets alike (the deck, the world size) are printed once, by rank 0,
+// and every rank exits 2. Set-up errors go through agree(): the failing rank prints, every
+// rank exits non-zero. An error inside a step, where the other ranks may be waiting in a
+// collective, is printed by its rank, which then aborts the job so that nothing hangs.
+#include <cstdio>
+#include <memory>
+
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/config/config.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
+#include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/trainer.hpp"
+
+namespace ringtrain::train {
+namespace {
+
+// Parses the command line; errors here are the same on every rank.
+int configure(int argc, char** argv, const comm::Communicator& comm, Config& config) {
+  try {
+    CommandLine cl = parse_command_line(argc, argv);
+    if (cl.help) {
+      log::info(cl.help_text);
+      return kExitOk;
+    }
+    validate_for_world(cl.config, comm.size());
+    if (cl.print_deck) {
+      log::info(cl.config.effective_deck);
+      return kExitOk;
+    }
+    config = cl.config;
+    return -1;  // go on and train
+  } catch (const InputError& e) {
+    if (comm.rank() == 0) log::error(e.what());
+    return kExitBadInput;
+  }
+}
+
+}  // namespace
+
+int run_app(int argc, char** argv) {
+  std::unique_ptr<comm::Communicator> comm;
+  try {
+    comm = std::make_unique<comm::Communicator>();
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    return kExitFailure;
+  }
+  Config config;
+  int code = configure(argc, argv, *comm, config);
+  if (code >= 0) return code;
+  try {
+    train(config, *comm);
+    return kExitOk;
+  } catch (const PeerFailed& e) {
+    return e.code();
+  } catch (const AgreedError& e) {
+    log::error(e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    if (comm->size() > 1) comm->abort(kExitFailure);
+    return kExitFailure;
+  }
+}
+
+}  // namespace ringtrain::train

@@ -1,0 +1,564 @@
+// trainer.cpp — one training run: set-up agreed by every rank, epochs of overlapped steps,
+// evaluation across ranks, and the results file.
+#include "ringtrain/train/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <limits>
+#include <unordered_map>
+
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/fusion_engine.hpp"
+#include "ringtrain/comm/timeline.hpp"
+#include "ringtrain/comm/wiring.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
+#include "ringtrain/core/timer.hpp"
+#include "ringtrain/data/loader.hpp"
+#include "ringtrain/io/h5.hpp"
+#include "ringtrain/io/results.hpp"
+#include "ringtrain/nn/lr_schedule.hpp"
+#include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/optimizer.hpp"
+#include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/checkpoint.hpp"
+#include "ringtrain/train/report.hpp"
+
+namespace ringtrain::train {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Loss and accuracy sums over some batches of this rank (reduced across ranks to report).
+struct Sums {
+  double loss = 0;  // sum over samples
+  double correct = 0;
+  double count = 0;
+  void add(const backend::LossResult& r) {
+    loss += r.loss * double(r.count);
+    correct += double(r.correct);
+    count += double(r.count);
+  }
+};
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+class Trainer {
+ public:
+  Trainer(const Config& config, comm::Communicator& comm) : cfg_(config), comm_(comm) {}
+  void run();
+
+ private:
+  void set_up();
+  void open_data();
+  void build_model();
+  void build_comm();
+  void build_optimizer();
+  void print_start() const;
+  void train_epoch(int epoch);
+  StepTimes train_step(const data::Batch& batch, Sums& sums);
+  void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
+  Sums evaluate(data::Loader& loader);
+  Sums reduce(Sums s) const;
+  void average_bn_buffers();
+  const backend::Tensor& upload(const data::Batch& batch);
+  void write_results(double test_loss, double test_acc);
+
+  const Config& cfg_;
+  comm::Communicator& comm_;
+  int batch_per_rank_ = 0;
+  int threads_ = 1;
+  std::unique_ptr<data::Loader> train_loader_, eval_loader_, test_loader_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<nn::Model> model_;
+  std::unique_ptr<comm::Allreducer> grad_reducer_, stat_reducer_;
+  std::unique_ptr<comm::Timeline> timeline_;
+  std::unique_ptr<comm::FusionEngine> engine_;
+  std::vector<size_t> slot_of_param_;  // parameter index -> fusion engine slot
+  std::unique_ptr<nn::Sgd> sgd_;
+  std::unique_ptr<nn::LRSchedule> schedule_;
+  std::unique_ptr<CheckpointState> checkpoint_;
+  std::unordered_map<const std::string*, std::pair<const char*, const char*>> layer_names_;
+  backend::Tensor input_;
+  PhaseLog phases_;
+  std::vector<io::EpochRow> epochs_;
+  std::string start_time_;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
+  int first_epoch_ = 1;
+  int64_t skip_steps_ = 0;  // of first_epoch_, already done before a resume
+  bool stop_ = false;
+};
+
+// ---- set-up -----------------------------------------------------------------------------
+
+void Trainer::set_up() {
+  start_time_ = utc_now();
+  batch_per_rank_ = cfg_.train.batch_per_rank > 0 ? cfg_.train.batch_per_rank
+                                                  : cfg_.train.global_batch / comm_.size();
+  threads_ = cfg_.train.threads > 0 ? cfg_.train.threads : comm_.cpu_threads_per_rank();
+  agree(comm_, [&] {
+    if (comm_.rank() == 0) h5::require_writable_dir(cfg_.output.dir, "output.dir");
+    open_data();
+  });
+  agree(comm_, [&] { build_model(); });
+  agree(comm_, [&] { build_comm(); });  // a schedule mismatch throws on every rank alike
+  agree(comm_, [&] { build_optimizer(); });
+  checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_);
+  if (cfg_.resume) {
+    agree(comm_, [&] {
+      ResumePoint at = checkpoint_->load(*model_, *sgd_);
+      global_step_ = at.global_step;
+    });
+    first_epoch_ = int(global_step_ / steps_per_epoch_) + 1;
+    skip_steps_ = global_step_ % steps_per_epoch_;
+    log::info(str("resumed from ", cfg_.checkpoint_path(), " at step ", global_step_,
+                  " (epoch ", first_epoch_, ", step ", skip_steps_, ")"));
+  }
+}
+
+void Trainer::open_data() {
+  data::LoaderOptions train;
+  train.batch_per_rank = batch_per_rank_;
+  train.shuffle = cfg_.data.shuffle;
+  train.augment = cfg_.data.augment;
+  train.prefetch_batches = cfg_.data.prefetch_batches;
+  train.seed = cfg_.train.seed;
+  train.remainder = data::parse_remainder(cfg_.data.remainder);
+  train.rank = comm_.rank();
+  train.world_size = comm_.size();
+  train.max_samples = cfg_.data.samples_per_rank > 0
+                          ? cfg_.data.samples_per_rank * comm_.size()
+                          : cfg_.data.max_train_samples;
+  data::ShardSet train_shards = data::ShardSet::open(cfg_.data.dir, cfg_.data.train_split);
+  if (train.max_samples > train_shards.size())
+    throw InputError(str(cfg_.deck_path, ": ", train.max_samples, " train samples wanted (",
+                         cfg_.data.samples_per_rank > 0 ? "data.samples_per_rank x world size"
+                                                        : "data.max_train_samples",
+                         "), but ", cfg_.data.dir, " has ", train_shards.size()));
+  train_loader_ = std::make_unique<data::Loader>(std::move(train_shards), train);
+
+  data::LoaderOptions eval = train;
+  eval.shuffle = false;
+  eval.augment = false;
+  eval.remainder = data::Remainder::kAll;
+  eval.max_samples = 0;
+  if (!cfg_.data.eval_split.empty())
+    eval_loader_ = std::make_unique<data::Loader>(
+        data::ShardSet::open(cfg_.data.dir, cfg_.data.eval_split), eval);
+  if (!cfg_.data.test_split.empty())
+    test_loader_ = std::make_unique<data::Loader>(
+        data::ShardSet::open(cfg_.data.dir, cfg_.data.test_split), eval);
+
+  steps_per_epoch_ = train_loader_->steps_per_epoch();
+  total_steps_ = steps_per_epoch_ * cfg_.train.epochs;
+  if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
+}
+
+void Trainer::build_model() {
+  backend_ = backend::make_backend(cfg_.train.backend, threads_);
+  const auto& info = train_loader_->info();
+  model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width},
+                          info.classes, *backend_, cfg_.train.seed);
+  timeline_ = std::make_unique<comm::Timeline>(cfg_.output.timeline, comm_.rank());
+  if (timeline_->enabled()) {
+    model_->set_layer_timer([this](const std::string& layer, bool backward, double seconds) {
+      auto& names = layer_names_[&layer];
+      if (!names.first) {
+        names.first = timeline_->intern("forward " + layer);
+        names.second = timeline_->intern("backward " + layer);
+      }
+      double t1 = comm::Timeline::now();
+      timeline_->span(backward ? names.second : names.first, backward ? "backward" : "forward",
+                      t1 - seconds, t1);
+    });
+  }
+}
+
+void Trainer::build_comm() {
+  comm::AllreduceOptions options;
+  options.wire = comm::parse_wire(cfg_.comm.wire);
+  options.chunk_bytes = size_t(cfg_.comm.chunk_kib) * 1024;
+  options.ranks_per_node = cfg_.comm.ranks_per_node;
+  grad_reducer_ = comm::make_allreducer(comm_, comm::parse_algorithm(cfg_.comm.algorithm), options);
+  stat_reducer_ = comm::make_allreducer(comm_, comm::Algorithm::mpi, comm::AllreduceOptions{});
+  if (cfg_.comm.sync_bn && comm_.size() > 1)
+    model_->set_stat_reducer([this](float* v, size_t n) { stat_reducer_->sum(v, n); });
+
+  comm::FusionOptions fusion;
+  fusion.fusion_mib = cfg_.comm.fusion_mib;
+  fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
+  fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
+  fusion.overlap = cfg_.comm.overlap;
+  comm::Allreducer* reducer = grad_reducer_.get();
+  engine_ = comm::make_fusion_engine(
+      comm_, [reducer](float* data, size_t count) { reducer->sum(data, count); }, fusion,
+      timeline_.get());
+
+  // Gradients live in the engine's buckets, in the order backward completes them.
+  const auto& params = model_->parameters();
+  std::vector<comm::GradSpec> specs;
+  for (size_t index : model_->backward_order())
+    specs.push_back({params[index]->name + ".grad", params[index]->shape});
+  std::vector<float*> slots = engine_->plan(specs);
+  slot_of_param_.assign(params.size(), 0);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    size_t index = model_->backward_order()[k];
+    params[index]->bind_grad(slots[k]);
+    slot_of_param_[index] = k;
+  }
+}
+
+void Trainer::build_optimizer() {
+  nn::SgdOptions sgd;
+  sgd.momentum = cfg_.train.momentum;
+  sgd.nesterov = cfg_.train.nesterov;
+  sgd.weight_decay = cfg_.train.weight_decay;
+  sgd.decay_bn_and_bias = cfg_.train.decay_bn_and_bias;
+  sgd_ = std::make_unique<nn::Sgd>(model_->parameters(), sgd, *backend_);
+
+  const int64_t global_batch = int64_t(batch_per_rank_) * comm_.size();
+  nn::LRScheduleOptions lr;
+  lr.base_lr = cfg_.train.scale_lr
+                   ? nn::scaled_lr(cfg_.train.lr, global_batch, cfg_.train.base_batch)
+                   : cfg_.train.lr;
+  lr.warmup_steps = int64_t(std::llround(cfg_.train.warmup_epochs * double(steps_per_epoch_)));
+  lr.total_steps = std::max<int64_t>(total_steps_, 1);
+  lr.decay = cfg_.train.schedule;
+  for (int e : cfg_.train.step_epochs) lr.milestones.push_back(int64_t(e) * steps_per_epoch_);
+  lr.gamma = cfg_.train.step_gamma;
+  schedule_ = std::make_unique<nn::LRSchedule>(lr);
+}
+
+void Trainer::print_start() const {
+  const auto& info = train_loader_->info();
+  const auto& t = *train_loader_;
+  std::string header =
+      str("ringtrain | ", comm_.size(), " rank(s) on ", comm_.node_count(), " node(s) | ",
+          backend_->name(), " x ", threads_, " thread(s) per rank | ", cfg_.comm.algorithm,
+          " allreduce");
+  log::info(deck_box(header, cfg_.effective_deck));
+  log::info(str("threads: ", comm_.cpu_threads_description()));
+  log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width,
+                ", ", info.classes, " classes; train ", t.sampler().samples(), " samples, ",
+                steps_per_epoch_, " steps/epoch of ", batch_per_rank_, " per rank x ",
+                comm_.size(), " = ", batch_per_rank_ * comm_.size(), " global",
+                t.sampler().unseen_per_epoch() ? str(" (", t.sampler().unseen_per_epoch(),
+                                                     " dropped per epoch)")
+                                               : std::string()));
+  log::info(str("model: ", model_->name(), ", ", model_->parameter_count(), " parameters, ",
+                model_->train_flops_per_image() / 1e9, " GFLOP per training image; ",
+                engine_->bucket_count(), " fusion bucket(s)"));
+}
+
+// ---- training ---------------------------------------------------------------------------
+
+const backend::Tensor& Trainer::upload(const data::Batch& batch) {
+  const auto& info = train_loader_->info();
+  backend::Shape shape{batch.n, info.channels, info.height, info.width};
+  if (input_.empty() || input_.shape() != shape) input_ = backend_->alloc(shape);
+  backend_->upload(batch.images.data(), input_);
+  return input_;
+}
+
+StepTimes Trainer::train_step(const data::Batch& batch, Sums& sums) {
+  StepTimes t;
+  comm::Timeline& tl = *timeline_;
+  double t0 = comm::Timeline::now();
+  const backend::Tensor& x = upload(batch);
+  model_->forward(x, true);
+  sums.add(model_->loss(batch.labels.data()));
+  double t1 = comm::Timeline::now();
+  model_->backward([this](size_t index) { engine_->enqueue(slot_of_param_[index]); });
+  double t2 = comm::Timeline::now();
+  engine_->synchronize();
+  double t3 = comm::Timeline::now();
+  sgd_->step(schedule_->lr(global_step_));
+  backend_->synchronize();
+  double t4 = comm::Timeline::now();
+  tl.span("forward", "step", t0, t1);
+  tl.span("backward", "step", t1, t2);
+  tl.span("optimizer", "step", t3, t4);
+  t.forward = t1 - t0;
+  t.backward = t2 - t1;
+  t.allreduce_wait = t3 - t2;
+  t.optimizer = t4 - t3;
+  return t;
+}
+
+void Trainer::train_epoch(int epoch) {
+  data::Loader& loader = *train_loader_;
+  loader.start_epoch(epoch);
+  Sums epoch_sums, interval;
+  Stopwatch epoch_clock;
+  size_t interval_first = phases_.steps();
+  int64_t step = 0;
+  data::Batch batch;
+  for (; step < skip_steps_ && loader.next(batch); ++step) {
+  }
+  skip_steps_ = 0;
+  while (!stop_ && global_step_ < total_steps_) {
+    double t0 = comm::Timeline::now();
+    if (!loader.next(batch)) break;
+    double t1 = comm::Timeline::now();
+    timeline_->span("data", "step", t0, t1);
+    Sums step_sums;
+    StepTimes t = train_step(batch, step_sums);
+    t.data = t1 - t0;
+    t.step = comm::Timeline::now() - t0;
+    phases_.add(t);
+    epoch_sums.loss += step_sums.loss;
+    epoch_sums.correct += step_sums.correct;
+    epoch_sums.count += step_sums.count;
+    interval.loss += step_sums.loss;
+    interval.correct += step_sums.correct;
+    interval.count += step_sums.count;
+    ++step;
+    ++global_step_;
+    if (step % cfg_.train.log_interval == 0 || step == steps_per_epoch_) {
+      log_interval(epoch, step, steps_per_epoch_, interval, interval_first);
+      interval = Sums{};
+      interval_first = phases_.steps();
+    }
+    if (checkpoint_->due(global_step_)) checkpoint_->save(*model_, *sgd_, global_step_);
+    stop_ = checkpoint_->stop_requested();
+  }
+  double seconds = epoch_clock.seconds();
+  Sums total = reduce(epoch_sums);
+  average_bn_buffers();
+  Sums eval;
+  if (eval_loader_) eval = reduce(evaluate(*eval_loader_));
+  io::EpochRow row;
+  row.epoch = epoch;
+  row.steps = step;
+  row.train_loss = total.count ? total.loss / total.count : kNaN;
+  row.train_acc = total.count ? total.correct / total.count : kNaN;
+  row.eval_loss = eval.count ? eval.loss / eval.count : kNaN;
+  row.eval_acc = eval.count ? eval.correct / eval.count : kNaN;
+  row.seconds = seconds;
+  row.images_per_s = seconds > 0 ? total.count / seconds : 0;
+  row.lr = schedule_->lr(std::max<int64_t>(global_step_ - 1, 0));
+  epochs_.push_back(row);
+  log::info(str("epoch ", epoch, " done in ", format_duration(seconds), " | train loss ",
+                row.train_loss, " acc ", row.train_acc,
+                eval_loader_ ? str(" | ", cfg_.data.eval_split, " loss ", row.eval_loss, " acc ",
+                                   row.eval_acc)
+                             : std::string(),
+                " | ", int64_t(row.images_per_s), " img/s"));
+}
+
+void Trainer::log_interval(int epoch, int64_t step, int64_t steps, Sums& interval,
+                           size_t first_step) {
+  Sums all = reduce(interval);  // collective: every rank logs at the same steps
+  StepTimes mean = phases_.mean(first_step, phases_.steps());
+  Progress p;
+  p.epoch = epoch;
+  p.epochs = cfg_.train.epochs;
+  p.step = step;
+  p.steps = steps;
+  p.loss = all.count ? all.loss / all.count : kNaN;
+  p.acc = all.count ? all.correct / all.count : kNaN;
+  p.images_per_s = mean.step > 0 ? double(batch_per_rank_) * comm_.size() / mean.step : 0;
+  p.eta_s = mean.step * double(total_steps_ - global_step_);
+  p.ms = {mean.data * 1e3,           mean.forward * 1e3,   mean.backward * 1e3,
+          mean.allreduce_wait * 1e3, mean.optimizer * 1e3, mean.step * 1e3};
+  log::info(progress_line(p));
+}
+
+Sums Trainer::evaluate(data::Loader& loader) {
+  loader.start_epoch(0);
+  Sums sums;
+  data::Batch batch;
+  while (loader.next(batch)) {
+    model_->forward(upload(batch), false);
+    sums.add(model_->loss(batch.labels.data()));
+  }
+  return sums;
+}
+
+Sums Trainer::reduce(Sums s) const {
+  double v[3] = {s.loss, s.correct, s.count};
+  comm_.allreduce_sum(v, 3);
+  return Sums{v[0], v[1], v[2]};
+}
+
+// Per-rank batch norm leaves each rank its own running statistics; evaluation and the
+// saved model use their mean over ranks.
+void Trainer::average_bn_buffers() {
+  if (comm_.size() == 1) return;
+  std::vector<float> host;
+  for (const auto& buffer : model_->buffers()) {
+    backend::Tensor& t = *buffer.tensor;
+    host.resize(size_t(t.numel()));
+    backend_->download(t, host.data());
+    stat_reducer_->sum(host.data(), host.size());
+    for (float& v : host) v /= float(comm_.size());
+    backend_->upload(host.data(), t);
+  }
+}
+
+// ---- results ----------------------------------------------------------------------------
+
+std::vector<double> column_of(const std::vector<comm::BucketRecord>& records,
+                              double (*get)(const comm::BucketRecord&)) {
+  std::vector<double> out;
+  out.reserve(records.size());
+  for (const auto& r : records) out.push_back(get(r));
+  return out;
+}
+
+template <typename T>
+std::vector<T> cast(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+// Steps that count for throughput: all but the first few, which build primitives.
+size_t warmup_steps(size_t steps) { return std::min<size_t>(3, steps / 4); }
+
+io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t warm,
+                      int64_t global_batch) {
+  io::Summary s;
+  const int world = t.world_size;
+  const auto& step = t.phases.at("step");
+  const auto& wait = t.phases.at("allreduce_wait");
+  double slowest_sum = 0;
+  std::vector<double> rank_mean(world, 0), rank_wait(world, 0), rank_comm(world, 0);
+  for (int64_t k = int64_t(warm); k < t.steps; ++k) {
+    double slowest = 0;
+    for (int r = 0; r < world; ++r) {
+      double v = step[size_t(r * t.steps + k)];
+      slowest = std::max(slowest, v);
+      rank_mean[r] += v;
+      rank_wait[r] += wait[size_t(r * t.steps + k)];
+    }
+    slowest_sum += slowest;
+  }
+  for (size_t i = 0; i < c.rank.size(); ++i)
+    if (c.step[i] >= int64_t(warm)) rank_comm[size_t(c.rank[i])] += c.seconds[i];
+  const double timed = double(t.steps - int64_t(warm));
+  s.images_per_s = slowest_sum > 0 ? double(global_batch) * timed / slowest_sum : 0;
+  double max_mean = 0, mean_mean = 0, waits = 0, comms = 0;
+  for (int r = 0; r < world; ++r) {
+    max_mean = std::max(max_mean, rank_mean[r]);
+    mean_mean += rank_mean[r] / world;
+    waits += rank_wait[r];
+    comms += rank_comm[r];
+  }
+  s.load_imbalance = mean_mean > 0 ? max_mean / mean_mean : 1;
+  s.exposed_comm_fraction = world > 1 && comms > 0 ? std::min(1.0, waits / comms) : 0;
+  return s;
+}
+
+void Trainer::write_results(double test_loss, double test_acc) {
+  io::Results r;
+  const int world = comm_.size();
+  // Every rank takes part in the gathers; rank 0 writes.
+  r.timings.world_size = world;
+  r.timings.steps = int64_t(phases_.steps());
+  for (auto& [phase, values] : phases_.columns())
+    r.timings.phases[phase] = comm_.gather_to_root(values);
+  const auto& records = engine_->records();
+  auto gather = [&](double (*get)(const comm::BucketRecord&)) {
+    return comm_.gather_to_root(column_of(records, get));
+  };
+  std::vector<double> step = gather([](const comm::BucketRecord& b) { return double(b.step); });
+  std::vector<double> bucket = gather([](const comm::BucketRecord& b) { return double(b.bucket); });
+  std::vector<double> bytes = gather([](const comm::BucketRecord& b) { return double(b.bytes); });
+  std::vector<double> tensors = gather([](const comm::BucketRecord& b) { return double(b.tensors); });
+  r.comm.start_s = gather([](const comm::BucketRecord& b) { return b.start_s; });
+  r.comm.seconds = gather([](const comm::BucketRecord& b) { return b.seconds; });
+  std::vector<std::string> hosts = comm_.gather_strings_to_root(comm_.hostname());
+  if (comm_.rank() != 0) return;
+
+  r.comm.step = cast<int64_t>(step);
+  r.comm.bucket = cast<int64_t>(bucket);
+  r.comm.bytes = cast<int64_t>(bytes);
+  r.comm.tensors = cast<int64_t>(tensors);
+  for (int rank = 0; rank < world; ++rank)
+    r.comm.rank.insert(r.comm.rank.end(), records.size(), rank);
+  r.deck = cfg_.effective_deck;
+  auto& info = r.info;
+  info.start_time = start_time_;
+  info.world_size = world;
+  info.nodes = comm_.node_count();
+  info.hosts = hosts;
+  info.backend = backend_->name();
+  info.algorithm = grad_reducer_->name();
+  info.precision = cfg_.train.precision;
+  info.wire = cfg_.comm.wire;
+  info.model = model_->name();
+  info.dataset = train_loader_->info().dataset;
+  info.fusion_mib = cfg_.comm.fusion_mib;
+  info.first_bucket_mib = cfg_.comm.first_bucket_mib;
+  info.overlap = cfg_.comm.overlap;
+  info.threads_per_rank = threads_;
+  info.batch_per_rank = batch_per_rank_;
+  info.global_batch = batch_per_rank_ * world;
+  if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
+  r.epochs = epochs_;
+  r.summary = summarise(r.timings, r.comm, warmup_steps(phases_.steps()), info.global_batch);
+  double epoch_seconds = 0;
+  for (const auto& e : epochs_) epoch_seconds += e.seconds;
+  r.summary.time_per_epoch_s = epochs_.empty() ? 0 : epoch_seconds / double(epochs_.size());
+  r.summary.test_loss = test_loss;
+  r.summary.test_acc = test_acc;
+  r.summary.scaling_efficiency = kNaN;
+  if (!cfg_.output.baseline.empty()) {
+    io::BaselineFigures base = io::read_baseline(cfg_.output.baseline);
+    r.summary.baseline = cfg_.output.baseline;
+    if (base.images_per_s > 0)
+      r.summary.scaling_efficiency = (r.summary.images_per_s / world) /
+                                     (base.images_per_s / base.world_size);
+  }
+  io::write_results(cfg_.results_path(), r);
+  log::info(str("summary: ", int64_t(r.summary.images_per_s), " img/s over ", world,
+                " rank(s) | exposed comm ", int(r.summary.exposed_comm_fraction * 100 + 0.5),
+                "% of allreduce time | load imbalance ", r.summary.load_imbalance,
+                std::isnan(test_acc) ? std::string() : str(" | test acc ", test_acc)));
+  log::info(str("results: ", cfg_.results_path()));
+}
+
+void Trainer::run() {
+  set_up();
+  print_start();
+  phases_.reserve(size_t(total_steps_));
+  for (int epoch = first_epoch_; epoch <= cfg_.train.epochs && !stop_; ++epoch) {
+    if (global_step_ >= total_steps_) break;
+    train_epoch(epoch);
+  }
+  if (stop_) {
+    checkpoint_->save(*model_, *sgd_, global_step_);
+    log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
+  }
+  double test_loss = kNaN, test_acc = kNaN;
+  if (test_loader_ && !stop_) {
+    Sums test = reduce(evaluate(*test_loader_));
+    if (test.count > 0) {
+      test_loss = test.loss / test.count;
+      test_acc = test.correct / test.count;
+      log::info(str(cfg_.data.test_split, ": loss ", test_loss, " acc ", test_acc, " (",
+                    int64_t(test.count), " samples)"));
+    }
+  }
+  agree(comm_, [&] { write_results(test_loss, test_acc); });
+  if (timeline_->enabled()) {
+    std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
+    comm::write_timeline(comm_, *timeline_, path);
+    log::info(str("timeline: ", path, " (chrome://tracing or ui.perfetto.dev)"));
+  }
+}
+
+}  // namespace
+
+void train(const Config& config, comm::Communicator& comm) {
+  Trainer trainer(config, comm);
+  trainer.run();
+}
+
+}  // namespace ringtrain::train
