@@ -47,5 +47,7 @@ struct MpiFixture {
 
 }  // namespace rt_test
 
-// Use in exactly one .cpp of each MPI test binary, after BOOST_TEST_MODULE.
-#define RT_MPI_TEST_MAIN BOOST_TEST_GLOBAL_FIXTURE(rt_test::MpiFixture);
+// Use in exactly one .cpp of each MPI test binary, after BOOST_TEST_MODULE. Boost pastes the
+// fixture's name into an identifier, so it must be unqualified.
+using RtMpiFixture = rt_test::MpiFixture;
+#define RT_MPI_TEST_MAIN BOOST_TEST_GLOBAL_FIXTURE(RtMpiFixture);
