@@ -472,7 +472,9 @@ void FusionEngine::comm_loop() {
   };
   while (true) {
     work_cv_.wait(lock, [&] { return stop_comm_ || launchable(); });
-    if (stop_comm_) return;
+    // Even when stopping, reduce every bucket that is complete: the other ranks launch the
+    // same ones (same enqueued set, same order), and would wait forever for our half.
+    if (!launchable()) return;
     size_t b = next_bucket_;
     lock.unlock();
     double t0 = Timeline::now();
@@ -554,11 +556,11 @@ std::string FusionEngine::describe_stall(const std::vector<std::vector<uint8_t>>
                          bucket, " of step ", step);
   std::string silent_text =
       silent.empty() ? std::string()
-                     : str(ranks_text(silent), silent.size() == 1 ? " does" : " do",
-                           " not answer within ", seconds_text(window_s),
-                           " s (stuck outside the engine, e.g. in compute or I/O, or exited)");
+                     : str(ranks_text(silent), " did not answer within ", seconds_text(window_s),
+                           " s: stuck outside the engine (e.g. in compute or I/O) or exited");
 
-  std::vector<std::string> waits;
+  // Missing tensors of that bucket, grouped by the set of ranks that lack them.
+  std::vector<std::pair<std::vector<int>, std::vector<std::string>>> groups;
   std::vector<int> stopped, in_synchronize;
   std::vector<bool> lacks(records.size(), false);
   size_t total_missing = 0;
@@ -570,8 +572,11 @@ std::string FusionEngine::describe_stall(const std::vector<std::vector<uint8_t>>
         if (answered[r] && state[r].step == step && !state[r].ready[i]) ranks.push_back(int(r));
       if (ranks.empty()) continue;
       for (int r : ranks) lacks[size_t(r)] = true;
-      if (++total_missing <= kMaxNamesListed)
-        waits.push_back(spec_text(specs_[i]) + " on " + ranks_text(ranks));
+      if (++total_missing > kMaxNamesListed) continue;
+      auto group = std::find_if(groups.begin(), groups.end(),
+                                [&](const auto& g) { return g.first == ranks; });
+      if (group == groups.end()) group = groups.insert(groups.end(), {ranks, {}});
+      group->second.push_back(spec_text(specs_[i]));
     }
   }
   for (size_t r = 0; r < records.size(); ++r)
@@ -581,10 +586,19 @@ std::string FusionEngine::describe_stall(const std::vector<std::vector<uint8_t>>
     return line +
            " has every gradient on every rank, but its allreduce has not finished "
            "(a rank is stuck inside the reduction)";
-  if (total_missing == 0) return line + " still waits for " + silent_text;
+  if (total_missing == 0)
+    return line + " still waits for " + ranks_text(silent) + ", which did not answer within " +
+           seconds_text(window_s) +
+           " s (stuck outside the engine, e.g. in compute or I/O, or exited)";
   line += " still waits for ";
-  for (size_t k = 0; k < waits.size(); ++k) line += (k ? ", " : "") + waits[k];
-  if (total_missing > waits.size()) line += str(", and ", total_missing - waits.size(), " more");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    line += g ? "; " : "";
+    for (size_t k = 0; k < groups[g].second.size(); ++k)
+      line += (k ? ", " : "") + groups[g].second[k];
+    line += " on " + ranks_text(groups[g].first);
+  }
+  if (total_missing > kMaxNamesListed)
+    line += str(" (and ", total_missing - kMaxNamesListed, " more)");
   std::vector<std::string> causes;
   if (!stopped.empty()) causes.push_back(ranks_text(stopped) + " stopped enqueuing");
   if (!in_synchronize.empty())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# fusion_timeline.sh — the Chrome-trace file of a 3-rank run parses as JSON (Python's json) and
+# holds every rank as a process, with compute and comm threads and each bucket's allreduce.
+set -u
+BIN=${BIN:-bin}
+PYTHON=${PYTHON:-/usr/bin/python3}
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+exe=$BIN/tests/mpi_test_fusion_engine
+[ -x "$exe" ] || { echo "missing $exe: run make $exe"; exit 1; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+np=3
+RT_TEST_TIMELINE=$dir/trace.json timeout 120 $MPIRUN -np $np -x RT_TEST_TIMELINE \
+  "$exe" --run_test=fusion_timeline/writes_one_trace_for_all_ranks || { echo "FAIL: the run failed"; exit 1; }
+ls "$dir"
+"$PYTHON" - "$dir/trace.json" "$np" <<'PY'
+import json, sys
+path, np = sys.argv[1], int(sys.argv[2])
+trace = json.load(open(path))
+events = trace["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+spans = [e for e in events if e.get("ph") == "X"]
+problems = []
+for r in range(np):
+    if names.get(r) != f"rank {r}": problems.append(f"no process_name 'rank {r}'")
+    if threads.get((r, 0)) != "compute" or threads.get((r, 1)) != "comm": problems.append(f"rank {r}: thread names {threads}")
+    comm = [e for e in spans if e["pid"] == r and e["cat"] == "comm"]
+    if not comm or any(e["tid"] != 1 or e["args"]["bytes"] <= 0 or e["args"]["tensors"] <= 0 for e in comm):
+        problems.append(f"rank {r}: bad allreduce spans {comm[:2]}")
+    if not any(e["pid"] == r and e["cat"] == "enqueue" for e in spans): problems.append(f"rank {r}: no enqueue spans")
+    if not any(e["pid"] == r and e["cat"] == "wait" for e in spans): problems.append(f"rank {r}: no wait spans")
+if any(e["ts"] < 0 or e["dur"] < 0 for e in spans): problems.append("negative ts or dur")
+print(f"{path}: {len(spans)} spans from {len(names)} ranks")
+if problems:
+    print("FAIL:", *problems, sep="\n  ")
+    sys.exit(1)
+PY

@@ -1,0 +1,486 @@
+// test_fusion_engine.cpp — the fusion engine across ranks: exact means, random ready orders,
+// bucket layout, plan mismatches, misuse errors, the timeline file; and, run one at a time by
+// tests/e2e/fusion_stall.sh because they abort the job, the stall inspector's cases.
+// np: 2 3 4
+#define BOOST_TEST_MODULE fusion_engine
+#define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "mpi_test.hpp"
+#include "ringtrain/comm/fusion_engine.hpp"
+#include "ringtrain/comm/timeline.hpp"
+#include "ringtrain/core/error.hpp"
+
+RT_MPI_TEST_MAIN
+
+using namespace ringtrain;
+using namespace ringtrain::comm;
+using rt_test::all_ok;
+
+namespace {
+
+// The reduction the engine is given: MPI's own allreduce on a communicator of its own.
+class MpiSum {
+ public:
+  MpiSum() { MPI_Comm_dup(MPI_COMM_WORLD, &comm_); }
+  ~MpiSum() { MPI_Comm_free(&comm_); }
+  ReduceFn fn() const {
+    MPI_Comm comm = comm_;
+    return [comm](float* data, size_t count) {
+      for (size_t done = 0; done < count; done += INT_MAX) {
+        int n = int(std::min<size_t>(INT_MAX, count - done));
+        int rc = MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm);
+        if (rc != MPI_SUCCESS) throw Error(str("MPI_Allreduce failed: ", rc));
+      }
+    };
+  }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// In backward order; with small_buckets() they make a 10 KiB first bucket, a bucket exactly at
+// the 0.5 MiB cap, a mixed one, an oversized tensor alone, and an odd-sized tail.
+std::vector<GradSpec> model_specs() {
+  return {{"fc2.bias", {10}},
+          {"fc2.weight", {10, 128}},
+          {"fc1.bias", {128}},
+          {"fc1.weight", {128, 1024}},
+          {"conv3.bias", {64}},
+          {"conv3.weight", {64, 32, 3, 3}},
+          {"conv2.bias", {32}},
+          {"conv2.weight", {32, 16, 3, 3}},
+          {"conv1.bias", {16}},
+          {"conv1.weight", {16, 3, 5, 5}},
+          {"embed.weight", {300, 1000}},
+          {"odd.weight", {7, 3}}};
+}
+
+FusionOptions small_buckets(bool overlap = true) {
+  FusionOptions options;
+  options.fusion_mib = 0.5;
+  options.first_bucket_mib = 0.01;
+  options.overlap = overlap;
+  return options;
+}
+
+size_t numel(const GradSpec& spec) {
+  size_t n = 1;
+  for (int64_t d : spec.shape) n *= size_t(d);
+  return n;
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Multiples of 1/16 in [-62.5, 62.5], different per rank, step, tensor and element: any sum of
+// a few of them is exact in float, so the exact mean is known.
+float grad_value(int rank, int64_t step, size_t tensor, size_t element) {
+  uint64_t h = mix(mix(mix(mix(uint64_t(rank)) + uint64_t(step)) + tensor) + element);
+  return float(int64_t(h % 2001) - 1000) / 16.0f;
+}
+
+// Correctly rounded: the sum is exact in double, and double rounding of a quotient is harmless
+// when the wide format has at least 2p+2 bits (53 >= 2*24+2).
+float exact_mean(int world, int64_t step, size_t tensor, size_t element) {
+  double sum = 0;
+  for (int r = 0; r < world; ++r) sum += grad_value(r, step, tensor, element);
+  return float(sum / world);
+}
+
+void fill_gradient(float* gradient, const GradSpec& spec, int rank, int64_t step, size_t tensor) {
+  for (size_t e = 0; e < numel(spec); ++e) gradient[e] = grad_value(rank, step, tensor, e);
+}
+
+std::vector<size_t> random_order(size_t n, int rank, int64_t step) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(uint64_t(rank) * 1000003u + uint64_t(step) * 7919u + 17u);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+// One training step as backward does it, but on a second thread and in a random order per rank:
+// write a gradient, enqueue it; then synchronize() on this thread.
+void run_step(FusionEngine& engine, const std::vector<float*>& where,
+              const std::vector<GradSpec>& specs, int64_t step) {
+  int rank = rt_test::world_rank();
+  std::thread backward([&] {
+    for (size_t i : random_order(specs.size(), rank, step)) {
+      fill_gradient(where[i], specs[i], rank, step, i);
+      engine.enqueue(i);
+    }
+  });
+  backward.join();
+  engine.synchronize();
+}
+
+// Elements that are not bitwise the exact mean, plus padding that is not zero.
+size_t count_wrong(const FusionEngine& engine, const std::vector<float*>& where,
+                   const std::vector<GradSpec>& specs, int64_t step) {
+  int world = rt_test::world_size();
+  size_t wrong = 0;
+  for (size_t i = 0; i < specs.size(); ++i)
+    for (size_t e = 0; e < numel(specs[i]); ++e) {
+      float want = exact_mean(world, step, i, e);
+      wrong += std::memcmp(&where[i][e], &want, sizeof want) != 0;
+    }
+  for (const BucketLayout& b : engine.buckets()) {
+    const float* end = b.data + b.bytes / sizeof(float);
+    for (size_t i = b.first_tensor; i < b.first_tensor + b.tensor_count; ++i) {
+      const float* next = i + 1 < b.first_tensor + b.tensor_count ? where[i + 1] : end;
+      for (const float* p = where[i] + numel(specs[i]); p < next; ++p) wrong += *p != 0.0f;
+    }
+  }
+  return wrong;
+}
+
+uint64_t checksum(const FusionEngine& engine) {
+  uint64_t h = 1469598103934665603ull;
+  for (const BucketLayout& b : engine.buckets()) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(b.data);
+    for (size_t k = 0; k < b.bytes; ++k) h = (h ^ bytes[k]) * 1099511628211ull;
+  }
+  return h;
+}
+
+bool same_on_every_rank(uint64_t value) {
+  uint64_t root = value;
+  MPI_Bcast(&root, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  return all_ok(root == value);
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ringtrain::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Every rank checks the same expected text; all ranks must agree that it matched.
+void expect_on_every_rank(const std::string& got, const std::string& want) {
+  bool ok = got == want;
+  if (!ok) BOOST_TEST_MESSAGE("rank " << rt_test::world_rank() << " got: " << got);
+  BOOST_TEST(all_ok(ok), "want on every rank: " << want << "\nrank " << rt_test::world_rank()
+                                                << " got: " << got);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(fusion_engine)
+
+BOOST_AUTO_TEST_CASE(means_are_exact_and_identical_on_every_rank_whatever_the_ready_order) {
+  MpiSum sum;
+  auto specs = model_specs();
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  auto where = engine.plan(specs);
+  for (int64_t step = 0; step < 3; ++step) {
+    run_step(engine, where, specs, step);
+    size_t wrong = count_wrong(engine, where, specs, step);
+    BOOST_TEST(all_ok(wrong == 0), "step " << step << ": " << wrong << " elements wrong on rank "
+                                           << rt_test::world_rank());
+    BOOST_TEST(same_on_every_rank(checksum(engine)), "step " << step << ": ranks differ bitwise");
+  }
+  BOOST_TEST(engine.step() == 3);
+  BOOST_TEST(engine.records().size() == 3 * engine.bucket_count());
+  for (size_t k = 0; k < engine.records().size(); ++k) {  // in bucket order, step after step
+    BOOST_TEST(engine.records()[k].step == int64_t(k / engine.bucket_count()));
+    BOOST_TEST(engine.records()[k].bucket == int(k % engine.bucket_count()));
+  }
+  BOOST_TEST(engine.last_allreduce_seconds() > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(overlap_off_reduces_only_in_synchronize_and_gives_the_same_bits) {
+  MpiSum sum;
+  auto specs = model_specs();
+  int rank = rt_test::world_rank();
+  std::map<bool, uint64_t> sums;
+  for (bool overlap : {true, false}) {
+    FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets(overlap));
+    auto where = engine.plan(specs);
+    for (int64_t step = 0; step < 2; ++step) {
+      for (size_t i : random_order(specs.size(), rank, step)) {
+        fill_gradient(where[i], specs[i], rank, step, i);
+        engine.enqueue(i);
+      }
+      if (!overlap) {  // nothing may touch the buffers before synchronize(): still our values
+        size_t touched = 0;
+        for (size_t i = 0; i < specs.size(); ++i)
+          for (size_t e = 0; e < numel(specs[i]); ++e)
+            touched += where[i][e] != grad_value(rank, step, i, e);
+        BOOST_TEST(all_ok(touched == 0), touched << " elements changed before synchronize()");
+      }
+      engine.synchronize();
+      BOOST_TEST(all_ok(count_wrong(engine, where, specs, step) == 0));
+    }
+    sums[overlap] = checksum(engine);
+  }
+  BOOST_TEST(all_ok(sums[true] == sums[false]), "overlap on and off differ");
+}
+
+BOOST_AUTO_TEST_CASE(buckets_respect_the_caps_and_never_split_a_tensor) {
+  MpiSum sum;
+  auto specs = model_specs();
+  FusionOptions options = small_buckets();
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  auto where = engine.plan(specs);
+  const auto& buckets = engine.buckets();
+  auto padded_bytes = [&](size_t i) { return (numel(specs[i]) + 15) / 16 * 64; };
+  const size_t first_cap = size_t(options.first_bucket_mib * (1 << 20));
+  const size_t cap = size_t(options.fusion_mib * (1 << 20));
+
+  // Worked out by hand from the shapes: 10 KiB first, then 0.5 MiB buckets, greedy.
+  std::vector<std::pair<size_t, size_t>> want = {{0, 3}, {3, 1}, {4, 6}, {10, 1}, {11, 1}};
+  BOOST_TEST_REQUIRE(engine.bucket_count() == want.size());
+  size_t next_tensor = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    BOOST_TEST(buckets[b].first_tensor == want[b].first);
+    BOOST_TEST(buckets[b].tensor_count == want[b].second);
+    BOOST_TEST(buckets[b].first_tensor == next_tensor);  // consecutive, covering every tensor
+    next_tensor += buckets[b].tensor_count;
+    size_t bytes = 0;
+    for (size_t i = buckets[b].first_tensor; i < next_tensor; ++i) {
+      BOOST_TEST(reinterpret_cast<uintptr_t>(where[i]) % 64 == 0);
+      BOOST_TEST(where[i] == buckets[b].data + bytes / sizeof(float));  // inside, in order
+      bytes += padded_bytes(i);
+    }
+    BOOST_TEST(buckets[b].bytes == bytes);
+    size_t limit = b == 0 ? first_cap : cap;
+    BOOST_TEST((buckets[b].bytes <= limit || buckets[b].tensor_count == 1), "bucket " << b);
+    if (b + 1 < buckets.size())  // greedy: the next tensor did not fit
+      BOOST_TEST(buckets[b].bytes + padded_bytes(next_tensor) > limit);
+  }
+  BOOST_TEST(next_tensor == specs.size());
+  BOOST_TEST(buckets[3].bytes > cap);  // the oversized tensor, alone and whole
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_with_another_name_is_named_on_every_rank) {
+  MpiSum sum;
+  int last = rt_test::world_size() - 1;
+  auto specs = model_specs();
+  if (rt_test::world_rank() == last) specs[3].name = "fc1.weight_t";
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  expect_on_every_rank(
+      error_of([&] { engine.plan(specs); }),
+      str("fusion plan mismatch: rank ", last, " differs from rank 0 at gradient 3: rank ", last,
+          " has fc1.weight_t [128, 1024] but rank 0 has fc1.weight [128, 1024] (every rank must "
+          "plan the same gradients, in the same order, with the same shapes)"));
+}
+
+BOOST_AUTO_TEST_CASE(ranks_with_another_shape_are_named_on_every_rank) {
+  MpiSum sum;
+  int world = rt_test::world_size();
+  auto specs = model_specs();
+  if (rt_test::world_rank() > 0) specs[9].shape = {16, 3, 3, 3};
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  std::string others;
+  if (world > 2) {
+    others = str(" (", world - 1, " ranks differ from rank 0: ranks 1");
+    for (int r = 2; r < world; ++r) others += str(", ", r);
+    others += ")";
+  }
+  expect_on_every_rank(error_of([&] { engine.plan(specs); }),
+                       "fusion plan mismatch: rank 1 differs from rank 0 at gradient 9: rank 1 "
+                       "has conv1.weight [16, 3, 3, 3] but rank 0 has conv1.weight [16, 3, 5, 5]" +
+                           others +
+                           " (every rank must plan the same gradients, in the same order, with "
+                           "the same shapes)");
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_with_fewer_gradients_is_named_on_every_rank) {
+  MpiSum sum;
+  auto specs = model_specs();
+  if (rt_test::world_rank() == 1) specs.pop_back();
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  expect_on_every_rank(error_of([&] { engine.plan(specs); }),
+                       "fusion plan mismatch: rank 1 differs from rank 0 at gradient 11: rank 1 "
+                       "has no gradient 11 (only 11) but rank 0 has odd.weight [7, 3] (every rank "
+                       "must plan the same gradients, in the same order, with the same shapes)");
+}
+
+BOOST_AUTO_TEST_CASE(different_fusion_sizes_are_named_on_every_rank) {
+  MpiSum sum;
+  FusionOptions options = small_buckets();
+  if (rt_test::world_rank() == 1) options.fusion_mib = 2;
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  expect_on_every_rank(error_of([&] { engine.plan(model_specs()); }),
+                       "fusion options differ across ranks: rank 1 has comm.fusion_mib = 2 but "
+                       "rank 0 has 0.5 (every rank must read the same deck)");
+}
+
+BOOST_AUTO_TEST_CASE(a_gradient_enqueued_twice_is_named_and_the_step_still_completes) {
+  MpiSum sum;
+  auto specs = model_specs();
+  int rank = rt_test::world_rank();
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  auto where = engine.plan(specs);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    fill_gradient(where[i], specs[i], rank, 0, i);
+    engine.enqueue(i);
+  }
+  expect_on_every_rank(error_of([&] { engine.enqueue(2); }),
+                       "gradient fc1.bias [128] (index 2) enqueued twice in step 0 (enqueue each "
+                       "gradient once per step, after backward has written it)");
+  engine.synchronize();
+  BOOST_TEST(all_ok(count_wrong(engine, where, specs, 0) == 0));
+}
+
+BOOST_AUTO_TEST_CASE(synchronize_names_the_gradients_never_enqueued) {
+  MpiSum sum;
+  auto specs = model_specs();
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  engine.plan(specs);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (i != 6 && i != 11) engine.enqueue(i);
+  std::string want =
+      "synchronize() in step 0: 2 of 12 gradients never enqueued: conv2.bias [32], odd.weight "
+      "[7, 3] (backward must enqueue every planned gradient once per step)";
+  expect_on_every_rank(error_of([&] { engine.synchronize(); }), want);
+  expect_on_every_rank(error_of([&] { engine.synchronize(); }),
+                       "fusion engine unusable after an earlier error: " + want);
+  // Leaving scope must not hang: the comm thread is parked before the unfinished bucket.
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_input_errors) {
+  MpiSum sum;
+  FusionOptions options;
+  options.fusion_mib = 0;
+  std::string got;
+  try {
+    FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  } catch (const InputError& e) {
+    got = e.what();
+  }
+  BOOST_TEST(got == "comm.fusion_mib = 0: must be a size in MiB > 0");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(fusion_timeline)
+
+// RT_TEST_TIMELINE keeps the file where tests/e2e/fusion_timeline.sh checks it with Python.
+BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
+  int rank = rt_test::world_rank(), world = rt_test::world_size();
+  const char* keep = std::getenv("RT_TEST_TIMELINE");
+  std::string path =
+      keep ? keep : "/tmp/rt-test-fusion-timeline-" + std::to_string(world) + ".json";
+  MpiSum sum;
+  auto specs = model_specs();
+  Timeline timeline(true, rank);
+  size_t buckets = 0;
+  std::vector<size_t> bucket_bytes;
+  {
+    FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets(), &timeline);
+    auto where = engine.plan(specs);
+    for (int64_t step = 0; step < 2; ++step) run_step(engine, where, specs, step);
+    buckets = engine.bucket_count();
+    for (const auto& b : engine.buckets()) bucket_bytes.push_back(b.bytes);
+  }
+  timeline.write_chrome_trace(MPI_COMM_WORLD, path);
+
+  bool ok = true;
+  std::string why;
+  if (rank == 0) {
+    namespace pt = boost::property_tree;
+    pt::ptree trace;
+    try {
+      pt::read_json(path, trace);
+    } catch (const std::exception& e) {
+      ok = false;
+      why = e.what();
+    }
+    std::map<int, std::string> process_names;
+    std::map<int, std::map<std::string, int>> spans;  // pid -> category -> count
+    std::set<size_t> comm_bytes;
+    pt::ptree events;
+    if (auto child = trace.get_child_optional("traceEvents")) events = *child;
+    for (const auto& item : events) {
+      const pt::ptree& e = item.second;
+      int pid = e.get<int>("pid", -1);
+      if (e.get<std::string>("ph", "") == "M" && e.get<std::string>("name", "") == "process_name")
+        process_names[pid] = e.get<std::string>("args.name", "");
+      if (e.get<std::string>("ph", "") != "X") continue;
+      spans[pid][e.get<std::string>("cat", "")] += 1;
+      if (e.get<std::string>("cat", "") == "comm")
+        comm_bytes.insert(e.get<size_t>("args.bytes", 0));
+    }
+    for (int r = 0; r < world; ++r) {
+      if (process_names[r] != "rank " + std::to_string(r)) ok = false, why += " process_name";
+      if (spans[r]["comm"] != int(2 * buckets)) ok = false, why += " comm spans";
+      if (spans[r]["enqueue"] != int(2 * specs.size())) ok = false, why += " enqueue spans";
+      if (spans[r]["wait"] != 2) ok = false, why += " wait spans";
+    }
+    if (comm_bytes != std::set<size_t>(bucket_bytes.begin(), bucket_bytes.end()))
+      ok = false, why += " bucket bytes";
+    if (!keep) std::remove(path.c_str());
+  }
+  BOOST_TEST(all_ok(ok), "trace " << path << " wrong:" << why);
+}
+
+BOOST_AUTO_TEST_CASE(an_unwritable_path_is_an_error_on_every_rank) {
+  Timeline timeline(true, rt_test::world_rank());
+  timeline.span("step", "train", Timeline::now(), Timeline::now() + 1e-3);
+  std::string got =
+      error_of([&] { timeline.write_chrome_trace(MPI_COMM_WORLD, "/proc/rt/t.json"); });
+  std::string want = "timeline: rank 0: cannot create /proc/rt/t.json.tmp.";
+  BOOST_TEST(all_ok(got.rfind(want, 0) == 0), "got: " << got);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the stall inspector: each case aborts the job, so tests/e2e/fusion_stall.sh runs them
+// one at a time (--run_test=fusion_stall/NAME) and checks every rank's line and exit. ---------
+
+BOOST_AUTO_TEST_SUITE(fusion_stall, *boost::unit_test::disabled())
+
+namespace {
+constexpr int kStuckRank = 1;
+
+// Step 0 completes everywhere; in step 1 rank 1 enqueues only `stuck_enqueues` gradients (in
+// plan order) and then computes "forever"; the others enqueue everything and synchronize().
+void stall_in_step_one(size_t stuck_enqueues) {
+  MpiSum sum;
+  auto specs = model_specs();
+  FusionOptions options = small_buckets();
+  options.stall_timeout_s = 2;
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  auto where = engine.plan(specs);
+  run_step(engine, where, specs, 0);
+  bool stuck = rt_test::world_rank() == kStuckRank;
+  for (size_t i = 0; i < (stuck ? stuck_enqueues : specs.size()); ++i) engine.enqueue(i);
+  if (stuck) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // stands for a hung compute kernel
+  } else {
+    engine.synchronize();
+  }
+  BOOST_FAIL("the stall inspector did not abort the job");
+}
+}  // namespace
+
+// Rank 1 stops inside bucket 2 (it enqueued conv3.*): every rank names what it lacks.
+BOOST_AUTO_TEST_CASE(rank_stops_enqueuing) {
+  stall_in_step_one(6);
+}
+
+// Rank 1 never reaches the engine in step 1: it cannot answer; the others name it.
+BOOST_AUTO_TEST_CASE(rank_stuck_outside_the_engine) {
+  stall_in_step_one(0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
