@@ -93,8 +93,9 @@ class BatchNormOp {
  public:
   virtual ~BatchNormOp() = default;
   // Normalises with the batch's statistics and returns them in mean and var (biased),
-  // plain [C]. With a reducer the statistics are over every rank's batch.
-  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+  // plain [C]. With a reducer the statistics are over every rank's batch. Returns the
+  // number of values per channel they cover (N*H*W, summed over ranks with a reducer).
+  virtual double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                 Tensor& y, Tensor& mean, Tensor& var,
                                 const StatReducer* reducer) = 0;
   virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -43,6 +43,8 @@ class Layer {
     (void)params;
     (void)buffers;
   }
+  // Parameters in the order backward() calls `ready` for them. Leaves: collect()'s order.
+  virtual void collect_backward_order(std::vector<Parameter*>& order);
   virtual void set_stat_reducer(const backend::StatReducer& reducer) { (void)reducer; }
   virtual void set_needs_input_grad(bool needed) { needs_input_grad_ = needed; }
 
@@ -70,8 +72,8 @@ class Conv2d : public Layer {
   std::unique_ptr<backend::ConvOp> op_;
   std::unique_ptr<backend::ReluOp> relu_;
   Parameter weight_, bias_;
-  const Tensor* x_ = nullptr;
-  Tensor y_, dy_pre_, dx_;
+  Tensor x_;
+  Tensor y_, dy_pre_, dx_, empty_;
 };
 
 class BatchNorm2d : public Layer {
@@ -96,8 +98,9 @@ class BatchNorm2d : public Layer {
   std::unique_ptr<backend::BatchNormOp> op_;
   Parameter gamma_, beta_;
   Tensor running_mean_, running_var_, batch_mean_, batch_var_;
+  double batch_count_ = 0;
   backend::StatReducer reducer_;
-  const Tensor* x_ = nullptr;
+  Tensor x_;
   Tensor y_, dx_;
 };
 
@@ -157,8 +160,8 @@ class Linear : public Layer {
   backend::LinearSpec spec_;
   std::unique_ptr<backend::LinearOp> op_;
   Parameter weight_, bias_;
-  const Tensor* x_ = nullptr;
-  Tensor y_, dx_;
+  Tensor x_;
+  Tensor y_, dx_, empty_;
 };
 
 // Layers in order; backward in reverse. Names of children are full dotted names.
@@ -173,6 +176,7 @@ class Sequential : public Layer {
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
   void set_needs_input_grad(bool needed) override;
   // Called after each child's forward or backward with its name and seconds.
@@ -181,7 +185,6 @@ class Sequential : public Layer {
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Shape> in_shapes_;
   LayerTimer timer_;
 };
 
@@ -195,10 +198,10 @@ class BasicBlock : public Layer {
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
 
  private:
-  Backend& be_;
   Conv2d conv1_;
   BatchNorm2d bn1_;
   ReLU relu1_;
@@ -209,7 +212,7 @@ class BasicBlock : public Layer {
   std::unique_ptr<backend::AddOp> add_relu_;
   std::unique_ptr<backend::ReluOp> relu_out_;
   std::unique_ptr<backend::AddOp> add_grads_;
-  Tensor y_, dsum_, dx_;
+  Tensor y_, dsum_, dx_, empty_;
 };
 
 }  // namespace ringtrain::nn

@@ -49,8 +49,8 @@ class BatchNorm : public BatchNormOp {
  public:
   BatchNorm(const Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {}
 
-  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
-                        Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+  double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                          Tensor& mean, Tensor& var, const StatReducer* reducer) override {
     Plan& p = plan_for(x);
     ensure_vector(mean, s_.channels);
     ensure_vector(var, s_.channels);
@@ -58,9 +58,10 @@ class BatchNorm : public BatchNormOp {
     if (reducer && *reducer) {
       global_statistics(p, x, mean, var, *reducer);
       run_forward(p.global_fwd, x, gamma, beta, mean, var, y);
-    } else {
-      run_forward(p.train_fwd, x, gamma, beta, mean, var, y);
+      return global_count_;
     }
+    run_forward(p.train_fwd, x, gamma, beta, mean, var, y);
+    return double(x.dim(0) * x.dim(2) * x.dim(3));
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -83,6 +84,9 @@ class BatchNorm : public BatchNormOp {
                                {DNNL_ARG_MEAN, mem_of(ctx_, mean)},
                                {DNNL_ARG_VARIANCE, mem_of(ctx_, var)},
                                {DNNL_ARG_SCALE, mem_of(ctx_, gamma)},
+                               // oneDNN 2.6 insists on a shift argument here though the
+                               // backward pass never reads it.
+                               {DNNL_ARG_SHIFT, mem_of(ctx_, gamma)},
                                {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)},
                                {DNNL_ARG_DIFF_SCALE, mem_of(ctx_, dgamma)},
                                {DNNL_ARG_DIFF_SHIFT, mem_of(ctx_, dbeta)}});

@@ -177,8 +177,8 @@ class BatchNorm : public BatchNormOp {
  public:
   explicit BatchNorm(const BatchNormSpec& s) : s_(s) {}
 
-  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
-                        Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+  double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                          Tensor& mean, Tensor& var, const StatReducer* reducer) override {
     expect_plain(x, "batch norm x");
     set_dims(x);
     realloc_plain(mean, {C_});
@@ -193,6 +193,7 @@ class BatchNorm : public BatchNormOp {
     if (reducer && *reducer) (*reducer)(sums.data(), C_);
     for (int64_t c = 0; c < C_; ++c) var.f32()[c] = float(sums[c] / count_);
     normalise(x, gamma, beta, mean, var, y);
+    return count_;
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -1,0 +1,158 @@
+// blocks.cpp — Sequential and ResNet's BasicBlock.
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/core/timer.hpp"
+#include "ringtrain/nn/layers.hpp"
+
+namespace ringtrain::nn {
+
+// ---- Sequential -----------------------------------------------------------------------
+
+Layer& Sequential::add(std::unique_ptr<Layer> layer) {
+  layers_.push_back(std::move(layer));
+  return *layers_.back();
+}
+
+Shape Sequential::output_shape(const Shape& in) const {
+  Shape shape = in;
+  for (const auto& layer : layers_) shape = layer->output_shape(shape);
+  return shape;
+}
+
+const Tensor& Sequential::forward(const Tensor& x, bool training) {
+  const Tensor* cur = &x;
+  for (auto& layer : layers_) {
+    if (!timer_) {
+      cur = &layer->forward(*cur, training);
+      continue;
+    }
+    Stopwatch watch;
+    cur = &layer->forward(*cur, training);
+    timer_(layer->name(), false, watch.seconds());
+  }
+  return *cur;
+}
+
+const Tensor& Sequential::backward(const Tensor& dy, const GradReady& ready) {
+  const Tensor* cur = &dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    if (!timer_) {
+      cur = &(*it)->backward(*cur, ready);
+      continue;
+    }
+    Stopwatch watch;
+    cur = &(*it)->backward(*cur, ready);
+    timer_((*it)->name(), true, watch.seconds());
+  }
+  return *cur;
+}
+
+double Sequential::forward_flops(const Shape& in) const {
+  double flops = 0;
+  Shape shape = in;
+  for (const auto& layer : layers_) {
+    flops += layer->forward_flops(shape);
+    shape = layer->output_shape(shape);
+  }
+  return flops;
+}
+
+void Sequential::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {
+  for (auto& layer : layers_) layer->collect(params, buffers);
+}
+
+void Sequential::collect_backward_order(std::vector<Parameter*>& order) {
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->collect_backward_order(order);
+}
+
+void Sequential::set_stat_reducer(const backend::StatReducer& reducer) {
+  for (auto& layer : layers_) layer->set_stat_reducer(reducer);
+}
+
+void Sequential::set_needs_input_grad(bool needed) {
+  needs_input_grad_ = needed;
+  if (!layers_.empty()) layers_.front()->set_needs_input_grad(needed);
+}
+
+// ---- BasicBlock -----------------------------------------------------------------------
+
+BasicBlock::BasicBlock(std::string name, Backend& be, int in_c, int out_c, int stride)
+    : Layer(name),
+      conv1_(name + ".conv1", be, in_c, out_c, 3, stride, 1, false),
+      bn1_(name + ".bn1", be, out_c),
+      relu1_(name + ".relu", be),
+      conv2_(name + ".conv2", be, out_c, out_c, 3, 1, 1, false),
+      bn2_(name + ".bn2", be, out_c),
+      add_relu_(be.make_add(true)),
+      relu_out_(be.make_relu()),
+      add_grads_(be.make_add(false)) {
+  if (stride != 1 || in_c != out_c) {
+    down_conv_ = std::make_unique<Conv2d>(name + ".downsample.0", be, in_c, out_c, 1, stride, 0,
+                                          false);
+    down_bn_ = std::make_unique<BatchNorm2d>(name + ".downsample.1", be, out_c);
+  }
+}
+
+Shape BasicBlock::output_shape(const Shape& in) const { return conv1_.output_shape(in); }
+
+const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
+  const Tensor* a = &conv1_.forward(x, training);
+  a = &bn1_.forward(*a, training);
+  a = &relu1_.forward(*a, training);
+  a = &conv2_.forward(*a, training);
+  a = &bn2_.forward(*a, training);
+  const Tensor* shortcut = &x;
+  if (down_conv_) shortcut = &down_bn_->forward(down_conv_->forward(x, training), training);
+  add_relu_->forward(*a, *shortcut, y_);
+  return y_;
+}
+
+const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
+  relu_out_->backward(y_, dy, dsum_);
+  const Tensor* dshort = &dsum_;
+  if (down_conv_) dshort = &down_conv_->backward(down_bn_->backward(dsum_, ready), ready);
+  const Tensor* g = &bn2_.backward(dsum_, ready);
+  g = &conv2_.backward(*g, ready);
+  g = &relu1_.backward(*g, ready);
+  g = &bn1_.backward(*g, ready);
+  g = &conv1_.backward(*g, ready);
+  if (!needs_input_grad_) return empty_;
+  add_grads_->forward(*g, *dshort, dx_);
+  return dx_;
+}
+
+double BasicBlock::forward_flops(const Shape& in) const {
+  Shape mid = conv1_.output_shape(in);
+  double flops = conv1_.forward_flops(in) + conv2_.forward_flops(mid);
+  if (down_conv_) flops += down_conv_->forward_flops(in);
+  return flops;
+}
+
+void BasicBlock::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {
+  conv1_.collect(params, buffers);
+  bn1_.collect(params, buffers);
+  conv2_.collect(params, buffers);
+  bn2_.collect(params, buffers);
+  if (down_conv_) {
+    down_conv_->collect(params, buffers);
+    down_bn_->collect(params, buffers);
+  }
+}
+
+void BasicBlock::collect_backward_order(std::vector<Parameter*>& order) {
+  if (down_conv_) {
+    down_bn_->collect_backward_order(order);
+    down_conv_->collect_backward_order(order);
+  }
+  bn2_.collect_backward_order(order);
+  conv2_.collect_backward_order(order);
+  bn1_.collect_backward_order(order);
+  conv1_.collect_backward_order(order);
+}
+
+void BasicBlock::set_stat_reducer(const backend::StatReducer& reducer) {
+  bn1_.set_stat_reducer(reducer);
+  bn2_.set_stat_reducer(reducer);
+  if (down_bn_) down_bn_->set_stat_reducer(reducer);
+}
+
+}  // namespace ringtrain::nn

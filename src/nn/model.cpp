@@ -1,0 +1,103 @@
+// model.cpp — Model: forward, loss, backward with gradient-ready callbacks, save and load.
+#include "ringtrain/nn/model.hpp"
+
+#include <unordered_map>
+
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::nn {
+
+Model::Model(std::string name, Backend& be, const ModelInput& in, int classes,
+             std::unique_ptr<Sequential> net)
+    : name_(std::move(name)), be_(be), input_(in), classes_(classes), net_(std::move(net)) {
+  net_->collect(params_, buffers_);
+  std::vector<Parameter*> order;
+  net_->collect_backward_order(order);
+  std::unordered_map<const Parameter*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
+  for (Parameter* p : order) backward_order_.push_back(index.at(p));
+  RT_CHECK(backward_order_.size() == params_.size(), "model ", name_,
+           ": backward order misses parameters");
+  // The input needs no gradient: the first layer skips its backward-data pass.
+  net_->set_needs_input_grad(false);
+  forward_flops_ = net_->forward_flops({1, in.channels, in.height, in.width});
+  // Backward computes the input and the weight gradients: two more forwards' worth.
+  train_flops_ = 3.0 * forward_flops_;
+}
+
+int64_t Model::parameter_count() const {
+  int64_t n = 0;
+  for (const Parameter* p : params_) n += p->numel();
+  return n;
+}
+
+const Tensor& Model::forward(const Tensor& input, bool training) {
+  RT_CHECK(input.rank() == 4 && input.dim(1) == input_.channels && input.dim(2) == input_.height &&
+               input.dim(3) == input_.width,
+           "model ", name_, ": input ", shape_str(input.shape()), " is not [N,", input_.channels,
+           ",", input_.height, ",", input_.width, "]");
+  logits_ = &net_->forward(input, training);
+  return *logits_;
+}
+
+LossResult Model::loss(const int32_t* labels) {
+  RT_CHECK(logits_ != nullptr, "model ", name_, ": loss() before forward()");
+  return be_.softmax_cross_entropy(*logits_, labels, dlogits_);
+}
+
+void Model::backward(const std::function<void(size_t)>& on_grad_ready) {
+  RT_CHECK(!dlogits_.empty(), "model ", name_, ": backward() before loss()");
+  std::unordered_map<const Parameter*, size_t> index;
+  net_->backward(dlogits_, [&](Parameter& p) {
+    if (!on_grad_ready) return;
+    if (index.empty())
+      for (size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
+    on_grad_ready(index.at(&p));
+  });
+}
+
+void Model::zero_grad() {
+  for (Parameter* p : params_) be_.fill(p->grad, 0.0f);
+}
+
+namespace {
+
+void save_tensor(Backend& be, h5::Group& group, const std::string& name, const Tensor& t) {
+  std::vector<float> host(size_t(t.numel()));
+  be.download(t, host.data());
+  h5::Dims dims(t.shape().begin(), t.shape().end());
+  group.write<float>(name, dims, host.data());
+}
+
+void load_tensor(Backend& be, const h5::Group& group, const std::string& model,
+                 const std::string& name, Tensor& t) {
+  RT_REQUIRE_INPUT(group.exists(name), "file ", group.file_name(), ": ", group.path(),
+                   " has no tensor ", name, " for model ", model);
+  h5::Dataset ds = group.open_dataset(name);
+  h5::Dims dims = ds.dims();
+  Shape file_shape(dims.begin(), dims.end());
+  RT_REQUIRE_INPUT(file_shape == t.shape(), "file ", group.file_name(), ": tensor ", name,
+                   " has shape ", shape_str(file_shape), " but model ", model, " needs ",
+                   shape_str(t.shape()));
+  RT_REQUIRE_INPUT(ds.holds<float>(), "file ", group.file_name(), ": tensor ", name,
+                   " is not float32");
+  std::vector<float> host = ds.read_all<float>();
+  be.upload(host.data(), t);
+}
+
+}  // namespace
+
+void Model::save(h5::Group& group) {
+  group.set_attr("model", name_);
+  group.set_attr("classes", int32_t(classes_));
+  group.set_attr("input_chw", std::vector<int32_t>{input_.channels, input_.height, input_.width});
+  for (const Parameter* p : params_) save_tensor(be_, group, p->name, p->value);
+  for (const NamedBuffer& b : buffers_) save_tensor(be_, group, b.name, *b.tensor);
+}
+
+void Model::load(const h5::Group& group) {
+  for (Parameter* p : params_) load_tensor(be_, group, name_, p->name, p->value);
+  for (const NamedBuffer& b : buffers_) load_tensor(be_, group, name_, b.name, *b.tensor);
+}
+
+}  // namespace ringtrain::nn

@@ -1,0 +1,389 @@
+// test_backend_ops.cpp — every oneDNN op against the reference loops, forward and backward.
+#include <boost/test/unit_test.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "nn_test_util.hpp"
+#include "ringtrain/build_config.hpp"
+#include "ringtrain/core/error.hpp"
+
+using namespace ringtrain;
+using namespace ringtrain::backend;
+using namespace rt_test;
+
+namespace {
+
+// A oneDNN backend and the reference, fed the same seeded data.
+struct Pair {
+  std::unique_ptr<Backend> cpu = make_backend("cpu", 2);
+  std::unique_ptr<Backend> ref = make_backend("ref", 2);
+  Backend& be(int i) { return i == 0 ? *cpu : *ref; }
+};
+
+// fp32 results of different summation orders: a few ulps of the largest value.
+constexpr double kTol = 2e-5;
+
+void check_conv(const ConvSpec& s, const Shape& x_shape, uint64_t seed) {
+  std::printf("conv %d->%d k%d s%d p%d bias %d relu %d, x %s\n", s.in_channels, s.out_channels,
+              s.kernel, s.stride, s.padding, s.bias, s.fuse_relu, shape_str(x_shape).c_str());
+  Pair p;
+  Shape w_shape{s.out_channels, s.in_channels, s.kernel, s.kernel};
+  Tensor x[2], w[2], b[2], y[2], dy[2], dx[2], dw[2], db[2];
+  std::unique_ptr<ConvOp> op[2];
+  for (int i = 0; i < 2; ++i) {
+    Backend& be = p.be(i);
+    x[i] = random_tensor(be, x_shape, seed);
+    w[i] = random_tensor(be, w_shape, seed + 1, -0.3f, 0.3f);
+    b[i] = random_tensor(be, {s.out_channels}, seed + 2);
+    op[i] = be.make_conv(s);
+    op[i]->forward(x[i], w[i], s.bias ? &b[i] : nullptr, y[i]);
+  }
+  expect_close("conv forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
+  for (int i = 0; i < 2; ++i) {
+    Backend& be = p.be(i);
+    dy[i] = random_tensor(be, y[1].shape(), seed + 3);
+    dw[i] = be.alloc(w_shape);
+    db[i] = be.alloc({s.out_channels});
+    op[i]->backward_weights(x[i], dy[i], dw[i], s.bias ? &db[i] : nullptr);
+    op[i]->backward_data(dy[i], w[i], dx[i]);
+  }
+  expect_close("conv backward dw", *p.cpu, dw[0], *p.ref, dw[1], kTol);
+  if (s.bias) expect_close("conv backward dbias", *p.cpu, db[0], *p.ref, db[1], kTol);
+  expect_close("conv backward dx", *p.cpu, dx[0], *p.ref, dx[1], kTol);
+}
+
+void check_pool(const PoolSpec& s, const Shape& x_shape, uint64_t seed) {
+  std::printf("pool %s k%d s%d p%d global %d, x %s\n", s.kind == PoolKind::kMax ? "max" : "avg",
+              s.kernel, s.stride, s.padding, s.global, shape_str(x_shape).c_str());
+  Pair p;
+  Tensor x[2], y[2], y_eval[2], dy[2], dx[2];
+  std::unique_ptr<PoolOp> op[2];
+  for (int i = 0; i < 2; ++i) {
+    Backend& be = p.be(i);
+    x[i] = random_tensor(be, x_shape, seed);
+    op[i] = be.make_pool(s);
+    op[i]->forward(x[i], y_eval[i], false);
+    op[i]->forward(x[i], y[i], true);
+    dy[i] = random_tensor(be, y[i].shape(), seed + 1);
+    op[i]->backward(dy[i], dx[i]);
+  }
+  expect_close("pool forward (inference)", *p.cpu, y_eval[0], *p.ref, y_eval[1], kTol);
+  expect_close("pool forward (training)", *p.cpu, y[0], *p.ref, y[1], kTol);
+  expect_close("pool backward dx", *p.cpu, dx[0], *p.ref, dx[1], kTol);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(backend_ops)
+
+BOOST_AUTO_TEST_CASE(conv_matches_reference) {
+  check_conv({3, 8, 3, 1, 1, true, false}, {2, 3, 9, 9}, 11);
+  check_conv({1, 32, 3, 1, 1, true, true}, {3, 1, 12, 12}, 12);
+  check_conv({16, 32, 3, 2, 1, false, false}, {2, 16, 9, 9}, 13);
+  check_conv({32, 32, 3, 1, 1, false, false}, {2, 32, 6, 6}, 14);
+  check_conv({16, 32, 1, 2, 0, false, false}, {2, 16, 8, 8}, 15);
+  check_conv({32, 64, 3, 1, 1, true, true}, {2, 32, 7, 7}, 16);
+}
+
+BOOST_AUTO_TEST_CASE(linear_matches_reference) {
+  for (const Shape& x_shape : {Shape{5, 24}, Shape{3, 32, 2, 3}}) {
+    std::printf("linear, x %s\n", shape_str(x_shape).c_str());
+    int64_t f = shape_numel(x_shape) / x_shape[0];
+    LinearSpec s{f, 7, true};
+    Pair p;
+    Tensor x[2], w[2], b[2], y[2], dy[2], dx[2], dw[2], db[2];
+    for (int i = 0; i < 2; ++i) {
+      Backend& be = p.be(i);
+      x[i] = random_tensor(be, x_shape, 21);
+      w[i] = random_tensor(be, {7, f}, 22);
+      b[i] = random_tensor(be, {7}, 23);
+      auto op = be.make_linear(s);
+      op->forward(x[i], w[i], &b[i], y[i]);
+      dy[i] = random_tensor(be, {x_shape[0], 7}, 24);
+      dw[i] = be.alloc({7, f});
+      db[i] = be.alloc({7});
+      op->backward_weights(x[i], dy[i], dw[i], &db[i]);
+      op->backward_data(dy[i], w[i], dx[i]);
+    }
+    expect_close("linear forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
+    expect_close("linear backward dw", *p.cpu, dw[0], *p.ref, dw[1], kTol);
+    expect_close("linear backward dbias", *p.cpu, db[0], *p.ref, db[1], kTol);
+    expect_close("linear backward dx", *p.cpu, dx[0], *p.ref, dx[1], kTol);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(conv_output_in_blocked_layout_feeds_linear) {
+  // A convolution's output stays in oneDNN's layout; Linear must read it in NCHW order.
+  Pair p;
+  Tensor x[2], w[2], y[2], fw[2], out[2], dout[2], dy[2];
+  for (int i = 0; i < 2; ++i) {
+    Backend& be = p.be(i);
+    x[i] = random_tensor(be, {2, 16, 4, 4}, 31);
+    w[i] = random_tensor(be, {32, 16, 3, 3}, 32, -0.2f, 0.2f);
+    fw[i] = random_tensor(be, {5, 32 * 16}, 33, -0.1f, 0.1f);
+    auto conv = be.make_conv({16, 32, 3, 1, 1, false, false});
+    auto fc = be.make_linear({32 * 16, 5, false});
+    conv->forward(x[i], w[i], nullptr, y[i]);
+    fc->forward(y[i], fw[i], nullptr, out[i]);
+    dout[i] = random_tensor(be, {2, 5}, 34);
+    fc->backward_data(dout[i], fw[i], dy[i]);
+  }
+  std::printf("conv output layout: %s\n", y[0].is_plain() ? "plain" : "blocked");
+  expect_close("linear of conv output", *p.cpu, out[0], *p.ref, out[1], kTol);
+  expect_close("linear dx in conv layout", *p.cpu, dy[0], *p.ref, dy[1], kTol);
+}
+
+BOOST_AUTO_TEST_CASE(batch_norm_matches_reference) {
+  for (const Shape& x_shape : {Shape{4, 3, 5, 5}, Shape{2, 32, 4, 4}}) {
+    std::printf("batch norm, x %s\n", shape_str(x_shape).c_str());
+    int c = int(x_shape[1]);
+    Pair p;
+    Tensor x[2], g[2], b[2], y[2], mean[2], var[2], dy[2], dx[2], dg[2], db[2], yi[2];
+    for (int i = 0; i < 2; ++i) {
+      Backend& be = p.be(i);
+      // Channels with different offsets and spreads, as real activations have.
+      x[i] = random_tensor(be, x_shape, 41, 0.5f, 3.0f);
+      g[i] = random_tensor(be, {c}, 42, 0.5f, 1.5f);
+      b[i] = random_tensor(be, {c}, 43);
+      auto op = be.make_batch_norm({c, 1e-5f});
+      double count = op->forward_training(x[i], g[i], b[i], y[i], mean[i], var[i], nullptr);
+      BOOST_TEST(count == double(x_shape[0] * x_shape[2] * x_shape[3]));
+      dy[i] = random_tensor(be, x_shape, 44);
+      dg[i] = be.alloc({c});
+      db[i] = be.alloc({c});
+      op->backward(x[i], dy[i], g[i], mean[i], var[i], dx[i], dg[i], db[i], nullptr);
+      op->forward_inference(x[i], g[i], b[i], mean[i], var[i], yi[i]);
+    }
+    expect_close("bn forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
+    expect_close("bn batch mean", *p.cpu, mean[0], *p.ref, mean[1], kTol);
+    expect_close("bn batch var", *p.cpu, var[0], *p.ref, var[1], 1e-4);
+    expect_close("bn backward dx", *p.cpu, dx[0], *p.ref, dx[1], 1e-4);
+    expect_close("bn backward dgamma", *p.cpu, dg[0], *p.ref, dg[1], kTol);
+    expect_close("bn backward dbeta", *p.cpu, db[0], *p.ref, db[1], kTol);
+    expect_close("bn inference y", *p.cpu, yi[0], *p.ref, yi[1], kTol);
+  }
+}
+
+namespace {
+
+// Two "ranks" as threads: the reducer sums each call's values across both, like an
+// allreduce, with a barrier so that every call meets its partner.
+class TwoRankReducer {
+ public:
+  StatReducer for_rank(int r) {
+    return [this, r](float* v, size_t n) { reduce(r, v, n); };
+  }
+
+ private:
+  void reduce(int r, float* v, size_t n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    slot_[r].assign(v, v + n);
+    ++arrived_;
+    int gen = generation_;
+    if (arrived_ == 2) {
+      sum_.assign(n, 0.0f);
+      for (size_t i = 0; i < n; ++i) sum_[i] = slot_[0][i] + slot_[1][i];
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+    std::copy(sum_.begin(), sum_.end(), v);
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<float> slot_[2], sum_;
+  int arrived_ = 0, generation_ = 0;
+};
+
+// Synchronized BN over two half batches equals plain BN over the whole batch.
+void check_sync_batch_norm(const std::string& backend_name) {
+  const int c = 16, n = 4, hw = 5;
+  std::printf("sync batch norm on %s: 2 ranks x batch %d vs 1 rank x batch %d\n",
+              backend_name.c_str(), n / 2, n);
+  auto whole_be = make_backend("ref", 2);
+  std::vector<float> xv = random_values(size_t(n) * c * hw * hw, 51, 0.5f, 3.0f);
+  std::vector<float> dyv = random_values(xv.size(), 52);
+  std::vector<float> gv = random_values(c, 53, 0.5f, 1.5f), bv = random_values(c, 54);
+  // The reference: one rank, the whole batch. Each half's loss is scaled by 1/2 in the
+  // whole batch's mean, so its dy is half of each rank's dy.
+  std::vector<float> dy_whole(dyv);
+  for (float& v : dy_whole) v *= 0.5f;
+  Tensor x = to_device(*whole_be, {n, c, hw, hw}, xv), dy = to_device(*whole_be, {n, c, hw, hw}, dy_whole);
+  Tensor g = to_device(*whole_be, {c}, gv), b = to_device(*whole_be, {c}, bv);
+  Tensor y, mean, var, dx, dg = whole_be->alloc({c}), db = whole_be->alloc({c});
+  auto op = whole_be->make_batch_norm({c, 1e-5f});
+  op->forward_training(x, g, b, y, mean, var, nullptr);
+  op->backward(x, dy, g, mean, var, dx, dg, db, nullptr);
+  std::vector<float> y_ref = to_host(*whole_be, y), dx_ref = to_host(*whole_be, dx);
+  // dx of the whole batch is half of what each rank computes for its own loss.
+  for (float& v : dx_ref) v *= 2.0f;
+
+  TwoRankReducer reducer;
+  std::vector<float> y_got(xv.size()), dx_got(xv.size()), count(2);
+  size_t half = xv.size() / 2;
+  auto rank = [&](int r) {
+    auto be = make_backend(backend_name, 1);
+    Shape shape{n / 2, c, hw, hw};
+    std::vector<float> xr(xv.begin() + r * half, xv.begin() + (r + 1) * half);
+    std::vector<float> dyr(dyv.begin() + r * half, dyv.begin() + (r + 1) * half);
+    Tensor xt = to_device(*be, shape, xr), dyt = to_device(*be, shape, dyr);
+    Tensor gt = to_device(*be, {c}, gv), bt = to_device(*be, {c}, bv);
+    Tensor yt, mt, vt, dxt, dgt = be->alloc({c}), dbt = be->alloc({c});
+    StatReducer red = reducer.for_rank(r);
+    auto bn = be->make_batch_norm({c, 1e-5f});
+    count[r] = float(bn->forward_training(xt, gt, bt, yt, mt, vt, &red));
+    bn->backward(xt, dyt, gt, mt, vt, dxt, dgt, dbt, &red);
+    be->download(yt, y_got.data() + r * half);
+    be->download(dxt, dx_got.data() + r * half);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  BOOST_TEST(count[0] == float(n * hw * hw));
+  BOOST_TEST(count[1] == float(n * hw * hw));
+  expect_close("sync bn y (2 ranks vs whole batch)", y_got, y_ref, 1e-5);
+  expect_close("sync bn dx (2 ranks vs whole batch)", dx_got, dx_ref, 1e-4);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(synchronized_batch_norm_equals_whole_batch) {
+  check_sync_batch_norm("ref");
+  check_sync_batch_norm("cpu");
+}
+
+BOOST_AUTO_TEST_CASE(relu_and_add_match_reference) {
+  Pair p;
+  Shape shape{2, 16, 3, 3};
+  Tensor x[2], y[2], dy[2], dx[2], a[2], s[2], sr[2];
+  for (int i = 0; i < 2; ++i) {
+    Backend& be = p.be(i);
+    x[i] = random_tensor(be, shape, 61);
+    auto relu = be.make_relu();
+    relu->forward(x[i], y[i]);
+    dy[i] = random_tensor(be, shape, 62);
+    relu->backward(y[i], dy[i], dx[i]);
+    a[i] = random_tensor(be, shape, 63);
+    be.make_add(false)->forward(x[i], a[i], s[i]);
+    be.make_add(true)->forward(x[i], a[i], sr[i]);
+  }
+  expect_close("relu forward", *p.cpu, y[0], *p.ref, y[1], 0);
+  expect_close("relu backward", *p.cpu, dx[0], *p.ref, dx[1], 0);
+  expect_close("add", *p.cpu, s[0], *p.ref, s[1], 0);
+  expect_close("add + relu", *p.cpu, sr[0], *p.ref, sr[1], 0);
+}
+
+BOOST_AUTO_TEST_CASE(pools_match_reference) {
+  check_pool({PoolKind::kMax, 2, 2, 0, false}, {2, 3, 8, 8}, 71);
+  check_pool({PoolKind::kMax, 3, 2, 1, false}, {2, 16, 7, 7}, 72);
+  check_pool({PoolKind::kAvg, 2, 2, 0, false}, {2, 16, 6, 6}, 73);
+  check_pool({PoolKind::kAvg, 3, 2, 1, false}, {2, 3, 7, 7}, 74);
+  check_pool({PoolKind::kAvg, 1, 1, 0, true}, {2, 32, 4, 4}, 75);
+}
+
+BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
+  for (const char* name : {"cpu", "ref"}) {
+    auto be = make_backend(name, 2);
+    std::vector<float> z = random_values(3 * 4, 81, -2, 2);
+    int32_t labels[3] = {2, 0, 3};
+    Tensor logits = to_device(*be, {3, 4}, z), dz;
+    LossResult r = be->softmax_cross_entropy(logits, labels, dz);
+    double loss = 0;
+    int64_t correct = 0;
+    std::vector<float> want(12);
+    for (int i = 0; i < 3; ++i) {
+      double total = 0;
+      int best = 0;
+      for (int k = 0; k < 4; ++k) total += std::exp(double(z[i * 4 + k]));
+      for (int k = 0; k < 4; ++k) best = z[i * 4 + k] > z[i * 4 + best] ? k : best;
+      correct += best == labels[i];
+      loss -= std::log(std::exp(double(z[i * 4 + labels[i]])) / total);
+      for (int k = 0; k < 4; ++k)
+        want[i * 4 + k] = float((std::exp(double(z[i * 4 + k])) / total - (k == labels[i])) / 3);
+    }
+    BOOST_TEST(r.loss == loss / 3, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(r.correct == correct);
+    BOOST_TEST(r.count == 3);
+    expect_close(std::string(name) + " softmax cross-entropy gradient", to_host(*be, dz), want, 1e-6);
+    int32_t bad[3] = {2, 4, 0};
+    try {
+      be->softmax_cross_entropy(logits, bad, dz);
+      BOOST_FAIL("no throw");
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()).find("label 4 of image 1 is outside [0, 4)") !=
+                 std::string::npos);
+    }
+
+    for (bool nesterov : {false, true}) {
+      std::vector<float> w = random_values(37, 82), g = random_values(37, 83),
+                         m = random_values(37, 84);
+      Tensor wt = to_device(*be, {37}, w), gt = to_device(*be, {37}, g), mt = to_device(*be, {37}, m);
+      SgdSpec s{0.1f, 0.9f, 5e-4f, nesterov};
+      be->sgd_update(wt, gt, mt, s);
+      std::vector<float> w_want(37), m_want(37);
+      for (int i = 0; i < 37; ++i) {
+        float d = g[i] + s.weight_decay * w[i];
+        m_want[i] = s.momentum * m[i] + d;
+        w_want[i] = w[i] - s.lr * (nesterov ? d + s.momentum * m_want[i] : m_want[i]);
+      }
+      expect_close(std::string(name) + (nesterov ? " sgd nesterov w" : " sgd w"), to_host(*be, wt),
+                   w_want, 1e-6);
+      expect_close(std::string(name) + " sgd momentum", to_host(*be, mt), m_want, 1e-6);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fill_copy_scale_axpby_and_views) {
+  for (const char* name : {"cpu", "ref"}) {
+    auto be = make_backend(name, 2);
+    std::vector<float> xv = random_values(10, 91), yv = random_values(10, 92);
+    Tensor x = to_device(*be, {10}, xv), y = to_device(*be, {10}, yv), c;
+    be->axpby(2.0f, x, -1.0f, y);
+    be->copy(y, c);
+    be->scale(c, 0.5f);
+    std::vector<float> want(10);
+    for (int i = 0; i < 10; ++i) want[i] = (2.0f * xv[i] - yv[i]) * 0.5f;
+    expect_close(std::string(name) + " axpby, copy, scale", to_host(*be, c), want, 0);
+    std::vector<float> external(10, 7.0f);
+    Tensor v = Tensor::view(external.data(), {10});
+    BOOST_TEST(v.is_view());
+    be->fill(v, -3.0f);
+    BOOST_TEST(external[9] == -3.0f);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(download_of_blocked_layout_is_plain) {
+  Pair p;
+  Tensor x[2], w[2], y[2];
+  for (int i = 0; i < 2; ++i) {
+    x[i] = random_tensor(p.be(i), {1, 16, 5, 5}, 95);
+    w[i] = random_tensor(p.be(i), {32, 16, 3, 3}, 96);
+    p.be(i).make_conv({16, 32, 3, 1, 1, false, false})->forward(x[i], w[i], nullptr, y[i]);
+  }
+  Tensor plain;
+  p.cpu->copy(y[0], plain);
+  BOOST_TEST(plain.is_plain());
+  expect_close("copy of a blocked tensor", *p.cpu, plain, *p.ref, y[1], kTol);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_and_unbuilt_backends_are_input_errors) {
+  try {
+    make_backend("tpu", 1);
+    BOOST_FAIL("no throw");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()) == "unknown backend 'tpu': known backends are cpu, ref, cuda");
+  }
+#if !RINGTRAIN_HAS_CUDA
+  try {
+    make_backend("cuda", 1);
+    BOOST_FAIL("no throw");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()).rfind("backend cuda: this ringtrain was built without CUDA", 0) == 0);
+  }
+#endif
+}
+
+BOOST_AUTO_TEST_SUITE_END()
