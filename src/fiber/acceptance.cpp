@@ -14,32 +14,43 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr SizeLimit kNone{{0, false}, 0, {0, false}};
 constexpr SizeLimit kNoLimit{{kInf, true}, 0, {kInf, true}};
 // "no limit <= um; none > um"
-constexpr SizeLimit any_up_to(double um) { return {{um, true}, 0, {um, true}}; }
+constexpr SizeLimit any_up_to(double um) {
+  return {{um, true}, 0, {um, true}};
+}
 // "no limit < free_um; max_counted from free_um to counted_um; none > counted_um"
 constexpr SizeLimit counted(double free_um, int max_counted, double counted_um) {
   return {{free_um, false}, max_counted, {counted_um, true}};
 }
 // "none >= um"
-constexpr SizeLimit none_from(double um) { return {{um, false}, 0, {um, false}}; }
+constexpr SizeLimit none_from(double um) {
+  return {{um, false}, 0, {um, false}};
+}
 
-// Single-mode, polished (UPC, RL >= 45 dB) and angle-polished (APC, RL >= 60 dB): the 2015
-// edition gives both the same limits; they stay separate tables so either can change alone.
-constexpr std::array<ZoneRule, kZones> kSingleModeRules{{
-    {kNone, kNone, false},                                // A core 0-25
-    {any_up_to(3), counted(2, 5, 5), false},              // B cladding 25-115
-    {kNoLimit, kNoLimit, true},                           // C adhesive 115-135
-    {kNoLimit, none_from(10), true},                      // D contact 135-250
+// IEC 61300-3-35:2015, one table per fiber type (zones by diameter, sizes in um). Single-mode
+// PC (UPC, RL >= 45 dB) and angle-polished (APC, RL >= 60 dB) carry the same limits in that
+// edition; they stay separate tables so either can change alone.
+constexpr std::array<ZoneRule, kZones> kSmUpcRules{{
+    {kNone, kNone, false},                    // A core 0-25
+    {any_up_to(3), counted(2, 5, 5), false},  // B cladding 25-115
+    {kNoLimit, kNoLimit, true},               // C adhesive 115-135
+    {kNoLimit, none_from(10), true},          // D contact 135-250
 }};
-constexpr std::array<ZoneRule, kZones> kMultiModeRules{{
-    {any_up_to(3), counted(0, 4, 5), false},              // A core 0-65: 4 defects <= 5 um
-    {any_up_to(5), counted(2, 5, 5), false},              // B cladding 65-115
-    {kNoLimit, kNoLimit, true},                           // C adhesive 115-135
-    {kNoLimit, none_from(10), true},                      // D contact 135-250
+constexpr std::array<ZoneRule, kZones> kSmApcRules{{
+    {kNone, kNone, false},                    // A core 0-25
+    {any_up_to(3), counted(2, 5, 5), false},  // B cladding 25-115
+    {kNoLimit, kNoLimit, true},               // C adhesive 115-135
+    {kNoLimit, none_from(10), true},          // D contact 135-250
+}};
+constexpr std::array<ZoneRule, kZones> kMmUpcRules{{
+    {any_up_to(3), counted(0, 4, 5), false},  // A core 0-65: 4 defects <= 5 um
+    {any_up_to(5), counted(2, 5, 5), false},  // B cladding 65-115
+    {kNoLimit, kNoLimit, true},               // C adhesive 115-135
+    {kNoLimit, none_from(10), true},          // D contact 135-250
 }};
 
-const AcceptanceTable kSmUpc{FiberType::kSmUpc, {0, 25, 115, 135, 250}, kSingleModeRules, 9, 125};
-const AcceptanceTable kSmApc{FiberType::kSmApc, {0, 25, 115, 135, 250}, kSingleModeRules, 9, 125};
-const AcceptanceTable kMmUpc{FiberType::kMmUpc, {0, 65, 115, 135, 250}, kMultiModeRules, 50, 125};
+const AcceptanceTable kSmUpc{FiberType::kSmUpc, {0, 25, 115, 135, 250}, kSmUpcRules, 9, 125};
+const AcceptanceTable kSmApc{FiberType::kSmApc, {0, 25, 115, 135, 250}, kSmApcRules, 9, 125};
+const AcceptanceTable kMmUpc{FiberType::kMmUpc, {0, 65, 115, 135, 250}, kMmUpcRules, 50, 125};
 
 // Tallies one zone's counted sizes against its limit; false once the zone fails.
 struct LimitCheck {
@@ -52,28 +63,40 @@ struct LimitCheck {
   }
 };
 
-bool is_linear(DefectKind kind) { return kind == DefectKind::kScratch || kind == DefectKind::kLint; }
+bool is_linear(DefectKind kind) {
+  return kind == DefectKind::kScratch || kind == DefectKind::kLint;
+}
 
 }  // namespace
 
 const char* fiber_type_name(FiberType type) {
   switch (type) {
-    case FiberType::kSmUpc: return "sm-upc";
-    case FiberType::kSmApc: return "sm-apc";
-    case FiberType::kMmUpc: return "mm-upc";
+    case FiberType::kSmUpc:
+      return "sm-upc";
+    case FiberType::kSmApc:
+      return "sm-apc";
+    case FiberType::kMmUpc:
+      return "mm-upc";
   }
   return "?";
 }
 
 const char* defect_kind_name(DefectKind kind) {
   switch (kind) {
-    case DefectKind::kScratch: return "scratch";
-    case DefectKind::kPit: return "pit";
-    case DefectKind::kChip: return "chip";
-    case DefectKind::kCrack: return "crack";
-    case DefectKind::kDust: return "dust";
-    case DefectKind::kLint: return "lint";
-    case DefectKind::kOilFilm: return "oil_film";
+    case DefectKind::kScratch:
+      return "scratch";
+    case DefectKind::kPit:
+      return "pit";
+    case DefectKind::kChip:
+      return "chip";
+    case DefectKind::kCrack:
+      return "crack";
+    case DefectKind::kDust:
+      return "dust";
+    case DefectKind::kLint:
+      return "lint";
+    case DefectKind::kOilFilm:
+      return "oil_film";
   }
   return "?";
 }
@@ -92,22 +115,29 @@ int class_severity(int cls) {
 
 int defect_class(DefectKind kind) {
   switch (kind) {
-    case DefectKind::kScratch: return kScratch;
+    case DefectKind::kScratch:
+      return kScratch;
     case DefectKind::kPit:
-    case DefectKind::kChip: return kChipPit;
-    case DefectKind::kCrack: return kCrack;
+    case DefectKind::kChip:
+      return kChipPit;
+    case DefectKind::kCrack:
+      return kCrack;
     case DefectKind::kDust:
     case DefectKind::kLint:
-    case DefectKind::kOilFilm: return kContamination;
+    case DefectKind::kOilFilm:
+      return kContamination;
   }
   return kClean;
 }
 
 const AcceptanceTable& acceptance_table(FiberType type) {
   switch (type) {
-    case FiberType::kSmUpc: return kSmUpc;
-    case FiberType::kSmApc: return kSmApc;
-    case FiberType::kMmUpc: return kMmUpc;
+    case FiberType::kSmUpc:
+      return kSmUpc;
+    case FiberType::kSmApc:
+      return kSmApc;
+    case FiberType::kMmUpc:
+      return kMmUpc;
   }
   throw Error(str("fiber type ", int(type), " has no acceptance table"));
 }

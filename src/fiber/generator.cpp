@@ -34,7 +34,9 @@ int available_cores() {
 }
 
 // Rows of consecutive shards: shard s of k holds [s*n/k, (s+1)*n/k).
-int64_t shard_begin(int64_t n, int shard, int shards) { return n * shard / shards; }
+int64_t shard_begin(int64_t n, int shard, int shards) {
+  return n * shard / shards;
+}
 
 // The datasets of one shard, open while its rows are written.
 struct ShardWriter {
@@ -133,9 +135,9 @@ struct PixelStats {
 void require_png_dir(const std::string& path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (parent.empty()) parent = ".";
-  RT_REQUIRE_INPUT(std::filesystem::is_directory(parent) && access(parent.c_str(), W_OK | X_OK) == 0,
-                   "--png-grid ", path, ": directory ", parent.string(),
-                   " does not exist or is not writable");
+  RT_REQUIRE_INPUT(
+      std::filesystem::is_directory(parent) && access(parent.c_str(), W_OK | X_OK) == 0,
+      "--png-grid ", path, ": directory ", parent.string(), " does not exist or is not writable");
 }
 
 }  // namespace
@@ -159,8 +161,8 @@ void validate(const DatasetOptions& o) {
   RT_REQUIRE_INPUT(o.threads >= 0, "--threads ", o.threads, ": must be at least 1");
   RT_REQUIRE_INPUT(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction ", o.val_fraction,
                    ": must be in [0, 1)");
-  RT_REQUIRE_INPUT(o.test_fraction >= 0 && o.test_fraction < 1, "--test-fraction ",
-                   o.test_fraction, ": must be in [0, 1)");
+  RT_REQUIRE_INPUT(o.test_fraction >= 0 && o.test_fraction < 1, "--test-fraction ", o.test_fraction,
+                   ": must be in [0, 1)");
   const auto splits = plan_splits(o);
   RT_REQUIRE_INPUT(!splits.empty() && splits[0].name == "train", "--count ", o.count,
                    " with --val-fraction ", o.val_fraction, " and --test-fraction ",
@@ -215,9 +217,9 @@ DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* pro
     for (int s = 0; s < options.shards; ++s) {
       const int64_t begin = shard_begin(split.samples, s, options.shards);
       const int64_t end = shard_begin(split.samples, s + 1, options.shards);
-      const std::string path =
-          (std::filesystem::path(options.output_dir) / shard::file_name(split.name, s, options.shards))
-              .string();
+      const std::string path = (std::filesystem::path(options.output_dir) /
+                                shard::file_name(split.name, s, options.shards))
+                                   .string();
       writers.push_back(open_shard(path, end - begin, options.size));
       summary.files.push_back(path);
       for (int64_t row = begin; row < end; row += kBlockImages) {
@@ -229,8 +231,8 @@ DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* pro
           stats.add(sample.pixels);
           auto& tiles = grid[sample.label];
           if (int(tiles.size()) < kGridColumns)
-            tiles.push_back({std::move(sample.pixels), options.size, sample.label,
-                             sample.pass != 0, sample.fiber});
+            tiles.push_back({std::move(sample.pixels), options.size, sample.label, sample.pass != 0,
+                             sample.fiber});
         }
       }
     }

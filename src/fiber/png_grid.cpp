@@ -3,6 +3,7 @@
 #include "ringtrain/fiber/png_grid.hpp"
 
 #include <png.h>
+#include <unistd.h>
 
 #include <array>
 #include <cctype>
@@ -10,7 +11,6 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 
 #include "ringtrain/core/error.hpp"
 
@@ -25,18 +25,15 @@ struct Glyph {
   uint8_t rows[5];
 };
 constexpr Glyph kFont[] = {
-    {'A', {2, 5, 7, 5, 5}}, {'B', {6, 5, 6, 5, 6}}, {'C', {3, 4, 4, 4, 3}},
-    {'D', {6, 5, 5, 5, 6}}, {'E', {7, 4, 6, 4, 7}}, {'F', {7, 4, 6, 4, 4}},
-    {'G', {3, 4, 5, 5, 3}}, {'H', {5, 5, 7, 5, 5}}, {'I', {7, 2, 2, 2, 7}},
-    {'J', {1, 1, 1, 5, 2}}, {'K', {5, 5, 6, 5, 5}}, {'L', {4, 4, 4, 4, 7}},
-    {'M', {5, 7, 7, 5, 5}}, {'N', {6, 5, 5, 5, 5}}, {'O', {2, 5, 5, 5, 2}},
-    {'P', {6, 5, 6, 4, 4}}, {'Q', {2, 5, 5, 6, 3}}, {'R', {6, 5, 6, 5, 5}},
-    {'S', {3, 4, 2, 1, 6}}, {'T', {7, 2, 2, 2, 2}}, {'U', {5, 5, 5, 5, 7}},
-    {'V', {5, 5, 5, 5, 2}}, {'W', {5, 5, 7, 7, 5}}, {'X', {5, 5, 2, 5, 5}},
-    {'Y', {5, 5, 2, 2, 2}}, {'Z', {7, 1, 2, 4, 7}}, {'0', {7, 5, 5, 5, 7}},
-    {'1', {2, 6, 2, 2, 7}}, {'2', {6, 1, 2, 4, 7}}, {'3', {6, 1, 2, 1, 6}},
-    {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 6, 1, 6}}, {'6', {3, 4, 7, 5, 7}},
-    {'7', {7, 1, 1, 2, 2}}, {'8', {7, 5, 7, 5, 7}}, {'9', {7, 5, 7, 1, 6}},
+    {'A', {2, 5, 7, 5, 5}}, {'B', {6, 5, 6, 5, 6}}, {'C', {3, 4, 4, 4, 3}}, {'D', {6, 5, 5, 5, 6}},
+    {'E', {7, 4, 6, 4, 7}}, {'F', {7, 4, 6, 4, 4}}, {'G', {3, 4, 5, 5, 3}}, {'H', {5, 5, 7, 5, 5}},
+    {'I', {7, 2, 2, 2, 7}}, {'J', {1, 1, 1, 5, 2}}, {'K', {5, 5, 6, 5, 5}}, {'L', {4, 4, 4, 4, 7}},
+    {'M', {5, 7, 7, 5, 5}}, {'N', {6, 5, 5, 5, 5}}, {'O', {2, 5, 5, 5, 2}}, {'P', {6, 5, 6, 4, 4}},
+    {'Q', {2, 5, 5, 6, 3}}, {'R', {6, 5, 6, 5, 5}}, {'S', {3, 4, 2, 1, 6}}, {'T', {7, 2, 2, 2, 2}},
+    {'U', {5, 5, 5, 5, 7}}, {'V', {5, 5, 5, 5, 2}}, {'W', {5, 5, 7, 7, 5}}, {'X', {5, 5, 2, 5, 5}},
+    {'Y', {5, 5, 2, 2, 2}}, {'Z', {7, 1, 2, 4, 7}}, {'0', {7, 5, 5, 5, 7}}, {'1', {2, 6, 2, 2, 7}},
+    {'2', {6, 1, 2, 4, 7}}, {'3', {6, 1, 2, 1, 6}}, {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 6, 1, 6}},
+    {'6', {3, 4, 7, 5, 7}}, {'7', {7, 1, 1, 2, 2}}, {'8', {7, 5, 7, 5, 7}}, {'9', {7, 5, 7, 1, 6}},
     {'-', {0, 0, 7, 0, 0}}, {'_', {0, 0, 0, 0, 7}}, {'/', {1, 1, 2, 4, 4}},
 };
 
@@ -69,7 +66,8 @@ class Sheet {
       if (const Glyph* g = glyph(ch))
         for (int r = 0; r < 5; ++r)
           for (int b = 0; b < 3; ++b)
-            if (g->rows[r] & (4 >> b)) fill(x + b * kFontScale, y + r * kFontScale, kFontScale, kFontScale, c);
+            if (g->rows[r] & (4 >> b))
+              fill(x + b * kFontScale, y + r * kFontScale, kFontScale, kFontScale, c);
       x += 4 * kFontScale;
     }
     return x;
@@ -94,7 +92,8 @@ void draw_tile(Sheet& sheet, const GridTile& t, int x0, int y0, int scale) {
   sheet.text(x0 + 4 * kFontScale, cy, class_names()[t.label], kClassColour[t.label]);
   sheet.text(x0, cy + kLine, fiber_type_name(t.fiber), {170, 170, 170});
   const std::string verdict = t.pass ? "PASS" : "FAIL";
-  sheet.text(x0 + t.size * scale - 4 * kFontScale * 4, cy, verdict, t.pass ? kPassColour : kFailColour);
+  sheet.text(x0 + t.size * scale - 4 * kFontScale * 4, cy, verdict,
+             t.pass ? kPassColour : kFailColour);
 }
 
 // Owns the libpng write state and the FILE.
@@ -137,8 +136,8 @@ void write_png_grid(const std::string& path, const std::vector<GridTile>& tiles,
   const int rows = (int(tiles.size()) + columns - 1) / columns;
   Sheet sheet(gap + columns * cell_w, gap + rows * cell_h);
   for (size_t i = 0; i < tiles.size(); ++i) {
-    RT_CHECK(tiles[i].size == size && tiles[i].pixels.size() == size_t(size) * size,
-             "png grid ", path, ": tile ", i, " has the wrong size");
+    RT_CHECK(tiles[i].size == size && tiles[i].pixels.size() == size_t(size) * size, "png grid ",
+             path, ": tile ", i, " has the wrong size");
     draw_tile(sheet, tiles[i], gap + int(i % columns) * cell_w, gap + int(i / columns) * cell_h,
               scale);
   }

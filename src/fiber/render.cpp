@@ -23,12 +23,24 @@ constexpr int kN = kRenderSize;
 struct Vec2 {
   double x, y;
 };
-Vec2 operator+(Vec2 a, Vec2 b) { return {a.x + b.x, a.y + b.y}; }
-Vec2 operator-(Vec2 a, Vec2 b) { return {a.x - b.x, a.y - b.y}; }
-Vec2 operator*(double s, Vec2 a) { return {s * a.x, s * a.y}; }
-double dot(Vec2 a, Vec2 b) { return a.x * b.x + a.y * b.y; }
-double norm(Vec2 a) { return std::sqrt(dot(a, a)); }
-Vec2 polar(double r, double angle) { return {r * std::cos(angle), r * std::sin(angle)}; }
+Vec2 operator+(Vec2 a, Vec2 b) {
+  return {a.x + b.x, a.y + b.y};
+}
+Vec2 operator-(Vec2 a, Vec2 b) {
+  return {a.x - b.x, a.y - b.y};
+}
+Vec2 operator*(double s, Vec2 a) {
+  return {s * a.x, s * a.y};
+}
+double dot(Vec2 a, Vec2 b) {
+  return a.x * b.x + a.y * b.y;
+}
+double norm(Vec2 a) {
+  return std::sqrt(dot(a, a));
+}
+Vec2 polar(double r, double angle) {
+  return {r * std::cos(angle), r * std::sin(angle)};
+}
 
 double segment_distance(Vec2 p, Vec2 a, Vec2 b) {
   Vec2 ab = b - a;
@@ -126,10 +138,14 @@ Scene plan_scene(Rng& rng, FiberType type) {
   return s;
 }
 
-float clamp01(double v) { return float(std::min(1.0, std::max(0.0, v))); }
+float clamp01(double v) {
+  return float(std::min(1.0, std::max(0.0, v)));
+}
 
 // Soft coverage of "inside radius r" at distance d, with an edge `edge` wide.
-float disk_coverage(double d, double r, double edge) { return clamp01(0.5 + (r - d) / edge); }
+float disk_coverage(double d, double r, double edge) {
+  return clamp01(0.5 + (r - d) / edge);
+}
 
 float texture_at(const Scene& s, int x, int y) {
   double gx = x * 8.0 / (kN - 1), gy = y * 8.0 / (kN - 1);
@@ -210,9 +226,15 @@ class Painter {
     for (Vec2 u : f.points) p.push_back(to_pixels(u));
     switch (f.shape) {
       case Feature::kStroke:
-      case Feature::kClosedStroke: stroke(p, f.shape == Feature::kClosedStroke, f.soft_um); break;
-      case Feature::kPolygon: polygon(p, f.soft_um); break;
-      case Feature::kDisk: disk(p[0], f.radius_um, f.soft_um); break;
+      case Feature::kClosedStroke:
+        stroke(p, f.shape == Feature::kClosedStroke, f.soft_um);
+        break;
+      case Feature::kPolygon:
+        polygon(p, f.soft_um);
+        break;
+      case Feature::kDisk:
+        disk(p[0], f.radius_um, f.soft_um);
+        break;
     }
     cov_.apply(img_, f.target, f.alpha);
   }
@@ -330,9 +352,12 @@ PlannedDefect plan_scratch(Rng& rng) {
 PlannedDefect plan_pit(Rng& rng, double min_um) {
   double size = rng.uniform(min_um, 12);
   Vec2 c = random_point(rng, 0, 52);
-  std::vector<Feature> fs{
-      {Feature::kDisk, {c}, size / 2, kPsfUm, float(rng.uniform(0.02, 0.1)),
-       float(rng.uniform(0.85, 1.0))}};
+  std::vector<Feature> fs{{Feature::kDisk,
+                           {c},
+                           size / 2,
+                           kPsfUm,
+                           float(rng.uniform(0.02, 0.1)),
+                           float(rng.uniform(0.85, 1.0))}};
   if (rng.chance(0.6))
     fs.push_back({Feature::kDisk, {c}, size / 2 + 1.0, kPsfUm, 1.0f, float(rng.uniform(0.4, 0.7))});
   // Paint the rim first so the dark centre covers its inside.
@@ -346,7 +371,11 @@ PlannedDefect plan_chip(Rng& rng, double min_um) {
   double angle = rng.uniform(0, 2 * kPi);
   Vec2 c = polar(kCladdingRadiusUm - 0.3 * size, angle);
   double limit = kCladdingRadiusUm + 1.0;
-  Feature f{Feature::kPolygon, {}, 0, kPsfUm, float(rng.uniform(0.03, 0.12)),
+  Feature f{Feature::kPolygon,
+            {},
+            0,
+            kPsfUm,
+            float(rng.uniform(0.03, 0.12)),
             float(rng.uniform(0.85, 1.0))};
   const int n = rng.between(12, 18);
   for (int k = 0; k < n; ++k) {
@@ -388,8 +417,8 @@ PlannedDefect plan_crack(Rng& rng) {
     int rays = rng.between(5, 9);
     double turn = rng.uniform(0, 2 * kPi);
     for (int k = 0; k < rays; ++k)
-      fs.push_back(stroke(jagged_path(rng, c, turn + 2 * kPi * (k + rng.uniform(-0.25, 0.25)) / rays,
-                                      rng.uniform(18, 55))));
+      fs.push_back(stroke(jagged_path(
+          rng, c, turn + 2 * kPi * (k + rng.uniform(-0.25, 0.25)) / rays, rng.uniform(18, 55))));
   } else {
     double angle = rng.uniform(0, 2 * kPi);
     bool from_edge = rng.chance(0.6);
@@ -400,8 +429,8 @@ PlannedDefect plan_crack(Rng& rng) {
     for (int b = 0; b < branches && main.size() > 2; ++b) {
       const Vec2& from = main[1 + rng.below(int(main.size()) - 2)];
       double side = rng.chance(0.5) ? 1 : -1;
-      fs.push_back(stroke(jagged_path(rng, from, heading + side * rng.uniform(0.4, 1.0),
-                                      rng.uniform(12, 40))));
+      fs.push_back(stroke(
+          jagged_path(rng, from, heading + side * rng.uniform(0.4, 1.0), rng.uniform(12, 40))));
     }
     fs.insert(fs.begin(), stroke(std::move(main)));
   }
@@ -414,13 +443,14 @@ PlannedDefect plan_dust(Rng& rng, double min_um, double max_um) {
   Vec2 c = random_point(rng, 0, 110);
   // Grey rather than black: on the glass a particle shows less than a pit does.
   float target = float(rng.uniform(0.1, 0.3)), alpha = float(rng.uniform(0.55, 0.85));
-  if (size < 4) return finish(DefectKind::kDust, size, {{Feature::kDisk, {c}, size / 2, kPsfUm,
-                                                          target, alpha}});
+  if (size < 4)
+    return finish(DefectKind::kDust, size,
+                  {{Feature::kDisk, {c}, size / 2, kPsfUm, target, alpha}});
   Feature f{Feature::kPolygon, {}, 0, kPsfUm, target, alpha};
   const int n = rng.between(7, 11);
   for (int k = 0; k < n; ++k)
-    f.points.push_back(c + polar(size / 2 * rng.uniform(0.55, 1.0),
-                                 2 * kPi * (k + rng.uniform(-0.3, 0.3)) / n));
+    f.points.push_back(
+        c + polar(size / 2 * rng.uniform(0.55, 1.0), 2 * kPi * (k + rng.uniform(-0.3, 0.3)) / n));
   return finish(DefectKind::kDust, size, {f});
 }
 
@@ -429,7 +459,11 @@ PlannedDefect plan_lint(Rng& rng) {
   double width = rng.uniform(2, 5), length = rng.uniform(40, 200);
   Vec2 p = random_point(rng, 0, 95);
   double heading = rng.uniform(0, 2 * kPi), turn = 0;
-  Feature f{Feature::kStroke, {p}, 0, stroke_sigma(width), float(rng.uniform(0.08, 0.25)),
+  Feature f{Feature::kStroke,
+            {p},
+            0,
+            stroke_sigma(width),
+            float(rng.uniform(0.08, 0.25)),
             float(rng.uniform(0.6, 0.85))};
   for (double walked = 0; walked < length; walked += 5) {
     turn = 0.8 * turn + rng.uniform(-0.12, 0.12);
@@ -493,8 +527,11 @@ void plan_primary(Rng& rng, int cls, std::vector<PlannedDefect>& out) {
       }
       break;
     }
-    case kCrack: out.push_back(plan_crack(rng)); break;
-    default: break;
+    case kCrack:
+      out.push_back(plan_crack(rng));
+      break;
+    default:
+      break;
   }
 }
 
@@ -505,7 +542,9 @@ void plan_secondary(Rng& rng, int primary, std::vector<PlannedDefect>& out) {
     if (class_severity(c) < class_severity(primary)) lesser.push_back(c);
   if (lesser.empty() || !rng.chance(0.35)) return;
   switch (lesser[rng.below(int(lesser.size()))]) {
-    case kScratch: out.push_back(plan_scratch(rng)); break;
+    case kScratch:
+      out.push_back(plan_scratch(rng));
+      break;
     case kChipPit:
       out.push_back(rng.chance(0.5) ? plan_chip(rng, 5) : plan_pit(rng, 1));
       break;
@@ -521,7 +560,8 @@ void plan_secondary(Rng& rng, int primary, std::vector<PlannedDefect>& out) {
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -581,7 +621,8 @@ void expose(const Scene& s, const Capture& c, Rng& rng, std::vector<float>& img)
   blur(img, c.blur_sigma_px);
   constexpr int kLut = 1024;
   std::array<float, kLut + 2> gamma_lut;
-  for (int i = 0; i <= kLut + 1; ++i) gamma_lut[i] = float(std::pow(std::min(1.0, double(i) / kLut), c.gamma));
+  for (int i = 0; i <= kLut + 1; ++i)
+    gamma_lut[i] = float(std::pow(std::min(1.0, double(i) / kLut), c.gamma));
   const double corner2 = 2.0 * (kN / 2.0) * (kN / 2.0);
   const float gauss_var = float(0.6 * c.noise * 0.6 * c.noise);
   const float shot_scale = float(0.8 * c.noise * 0.8 * c.noise / 0.5);  // variance ∝ signal
@@ -592,9 +633,10 @@ void expose(const Scene& s, const Capture& c, Rng& rng, std::vector<float>& img)
       if (c.tilt) {
         double ux = (x + 0.5 - s.cx) * kRenderUmPerPixel, uy = (y + 0.5 - s.cy) * kRenderUmPerPixel;
         double d = std::sqrt(ux * ux + uy * uy);
-        double ds = std::sqrt((ux - c.tilt_dx) * (ux - c.tilt_dx) + (uy - c.tilt_dy) * (uy - c.tilt_dy));
-        float crescent = disk_coverage(d, kCladdingRadiusUm, 3) *
-                         (1 - disk_coverage(ds, kCladdingRadiusUm, 6));
+        double ds =
+            std::sqrt((ux - c.tilt_dx) * (ux - c.tilt_dx) + (uy - c.tilt_dy) * (uy - c.tilt_dy));
+        float crescent =
+            disk_coverage(d, kCladdingRadiusUm, 3) * (1 - disk_coverage(ds, kCladdingRadiusUm, 6));
         factor *= 1 - c.tilt_strength * crescent;
       }
       float v = float(img[y * kN + x] * factor);
@@ -623,10 +665,14 @@ std::vector<uint8_t> downsample(const std::vector<float>& img, int size) {
 
 FiberType pick_fiber(Rng& rng, FiberChoice choice) {
   switch (choice) {
-    case FiberChoice::kSmUpc: return FiberType::kSmUpc;
-    case FiberChoice::kSmApc: return FiberType::kSmApc;
-    case FiberChoice::kMmUpc: return FiberType::kMmUpc;
-    case FiberChoice::kMixed: break;
+    case FiberChoice::kSmUpc:
+      return FiberType::kSmUpc;
+    case FiberChoice::kSmApc:
+      return FiberType::kSmApc;
+    case FiberChoice::kMmUpc:
+      return FiberType::kMmUpc;
+    case FiberChoice::kMixed:
+      break;
   }
   return FiberType(rng.below(kFiberTypes));
 }
@@ -650,17 +696,21 @@ void fill_labels(int primary, const AcceptanceTable& table, Sample& s) {
 
 const char* fiber_choice_name(FiberChoice choice) {
   switch (choice) {
-    case FiberChoice::kSmUpc: return "sm-upc";
-    case FiberChoice::kSmApc: return "sm-apc";
-    case FiberChoice::kMmUpc: return "mm-upc";
-    case FiberChoice::kMixed: return "mixed";
+    case FiberChoice::kSmUpc:
+      return "sm-upc";
+    case FiberChoice::kSmApc:
+      return "sm-apc";
+    case FiberChoice::kMmUpc:
+      return "mm-upc";
+    case FiberChoice::kMixed:
+      return "mixed";
   }
   return "?";
 }
 
 bool parse_fiber_choice(const std::string& text, FiberChoice* out) {
-  for (FiberChoice c : {FiberChoice::kSmUpc, FiberChoice::kSmApc, FiberChoice::kMmUpc,
-                        FiberChoice::kMixed})
+  for (FiberChoice c :
+       {FiberChoice::kSmUpc, FiberChoice::kSmApc, FiberChoice::kMmUpc, FiberChoice::kMixed})
     if (text == fiber_choice_name(c)) {
       *out = c;
       return true;
@@ -669,8 +719,8 @@ bool parse_fiber_choice(const std::string& text, FiberChoice* out) {
 }
 
 Sample render_sample(uint64_t seed, int split, uint64_t index, const RenderOptions& options) {
-  RT_CHECK(options.size == 64 || options.size == 128 || options.size == 256,
-           "render size ", options.size, " is not 64, 128 or 256");
+  RT_CHECK(options.size == 64 || options.size == 128 || options.size == 256, "render size ",
+           options.size, " is not 64, 128 or 256");
   Rng rng = Rng::for_image(seed, split, index);
   Sample sample;
   sample.fiber = pick_fiber(rng, options.fiber);

@@ -26,7 +26,9 @@ std::string temp_dir(const std::string& name) {
 }
 
 // A defect lying between radii r0 and r1 (micrometres from the fiber centre).
-Defect at(DefectKind kind, double size_um, double r0, double r1) { return {kind, size_um, r0, r1}; }
+Defect at(DefectKind kind, double size_um, double r0, double r1) {
+  return {kind, size_um, r0, r1};
+}
 
 bool passes(FiberType type, const std::vector<Defect>& defects) {
   return judge(acceptance_table(type), defects).pass;
@@ -80,7 +82,8 @@ BOOST_AUTO_TEST_CASE(single_mode_scratches_in_zone_b) {
   BOOST_TEST(!passes(FiberType::kSmUpc, {at(DefectKind::kScratch, 4, 20, 50)}));
   BOOST_TEST(passes(FiberType::kSmUpc, {at(DefectKind::kScratch, 2, 20, 50)}));
   BOOST_TEST(passes(FiberType::kSmUpc, {at(DefectKind::kScratch, 3, 20, 50)}));  // "<= 3 um"
-  BOOST_TEST(passes(FiberType::kSmUpc, std::vector<Defect>(30, at(DefectKind::kScratch, 1, 20, 50))));
+  BOOST_TEST(
+      passes(FiberType::kSmUpc, std::vector<Defect>(30, at(DefectKind::kScratch, 1, 20, 50))));
   BOOST_TEST(!passes(FiberType::kSmApc, {at(DefectKind::kScratch, 3.2, 20, 50)}));
   // Lint is a linear feature and is measured like a scratch.
   BOOST_TEST(!passes(FiberType::kSmUpc, {at(DefectKind::kLint, 4, 20, 50)}));
@@ -105,7 +108,7 @@ BOOST_AUTO_TEST_CASE(defect_counts_and_sizes) {
     return std::vector<Defect>(size_t(n), at(DefectKind::kPit, size, 30, 30 + size));
   };
   BOOST_TEST(passes(FiberType::kSmUpc, pits(5, 3)));
-  BOOST_TEST(!passes(FiberType::kSmUpc, pits(6, 3)));  // "up to 5 of 2-5 um"
+  BOOST_TEST(!passes(FiberType::kSmUpc, pits(6, 3)));    // "up to 5 of 2-5 um"
   BOOST_TEST(passes(FiberType::kSmUpc, pits(40, 1.9)));  // "any < 2 um"
   BOOST_TEST(passes(FiberType::kSmUpc, pits(1, 5)));
   BOOST_TEST(!passes(FiberType::kSmUpc, pits(1, 5.5)));  // "none > 5 um"
@@ -193,15 +196,30 @@ BOOST_AUTO_TEST_CASE(labels_follow_what_was_drawn) {
 BOOST_AUTO_TEST_CASE(sizes_stay_in_fiber_md_ranges) {
   std::vector<Sample> samples = render_range(5, 0, 0, 300, {64, FiberChoice::kSmUpc, true}, 2);
   for (const Sample& s : samples)
-    for (const Defect& d : s.defects) BOOST_TEST_CONTEXT(defect_kind_name(d.kind) << " " << d.size_um) {
+    for (const Defect& d : s.defects)
+      BOOST_TEST_CONTEXT(defect_kind_name(d.kind) << " " << d.size_um) {
         switch (d.kind) {
-          case DefectKind::kScratch: BOOST_TEST((d.size_um >= 0.5 && d.size_um <= 6)); break;
-          case DefectKind::kPit: BOOST_TEST((d.size_um >= 1 && d.size_um <= 12)); break;
-          case DefectKind::kChip: BOOST_TEST((d.size_um >= 5 && d.size_um <= 30)); break;
-          case DefectKind::kCrack: BOOST_TEST((d.size_um >= 0.5 && d.size_um <= 2)); break;
-          case DefectKind::kDust: BOOST_TEST((d.size_um >= 1 && d.size_um <= 25)); break;
-          case DefectKind::kLint: BOOST_TEST((d.size_um >= 2 && d.size_um <= 5)); break;
-          case DefectKind::kOilFilm: BOOST_TEST((d.size_um >= 20 && d.size_um <= 150)); break;
+          case DefectKind::kScratch:
+            BOOST_TEST((d.size_um >= 0.5 && d.size_um <= 6));
+            break;
+          case DefectKind::kPit:
+            BOOST_TEST((d.size_um >= 1 && d.size_um <= 12));
+            break;
+          case DefectKind::kChip:
+            BOOST_TEST((d.size_um >= 5 && d.size_um <= 30));
+            break;
+          case DefectKind::kCrack:
+            BOOST_TEST((d.size_um >= 0.5 && d.size_um <= 2));
+            break;
+          case DefectKind::kDust:
+            BOOST_TEST((d.size_um >= 1 && d.size_um <= 25));
+            break;
+          case DefectKind::kLint:
+            BOOST_TEST((d.size_um >= 2 && d.size_um <= 5));
+            break;
+          case DefectKind::kOilFilm:
+            BOOST_TEST((d.size_um >= 20 && d.size_um <= 150));
+            break;
         }
         BOOST_TEST(d.r_min_um <= d.r_max_um);
       }
@@ -309,7 +327,8 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
        "--size 100: must be 64, 128 or 256"},
       {{"--output", out, "--count", "10", "--seed", "1", "--fiber-type", "om3"},
        "--fiber-type om3: must be sm-upc, sm-apc, mm-upc or mixed"},
-      {{"--output", out, "--count", "10", "--seed", "-1"}, "--seed -1: must be an integer in [0, 2^64)"},
+      {{"--output", out, "--count", "10", "--seed", "-1"},
+       "--seed -1: must be an integer in [0, 2^64)"},
       {{"--output", out, "--count", "10", "--seed", "1", "--threads", "0"},
        "--threads 0: must be at least 1"},
       {{"--output", out, "--count", "10", "--seed", "1", "--val-fraction", "1.5"},
