@@ -1,0 +1,100 @@
+// cli.cpp — rt-fibergen's command line (Boost.Program_options): parse, check, generate, report.
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <ostream>
+
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/fiber/generator.hpp"
+
+namespace po = boost::program_options;
+
+namespace ringtrain::fiber {
+namespace {
+
+// The seed is taken as text so that "-1" is an error rather than 2^64 - 1.
+uint64_t parse_seed(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 0);
+  RT_REQUIRE_INPUT(!text.empty() && text[0] != '-' && *end == '\0' && errno == 0, "--seed ", text,
+                   ": must be an integer in [0, 2^64)");
+  return v;
+}
+
+po::options_description describe(DatasetOptions& o, std::string& seed, std::string& fiber) {
+  po::options_description desc(
+      "rt-fibergen: synthetic fiber end-face images (IEC 61300-3-35 zones and acceptance) into "
+      "HDF5 shards\n  rt-fibergen --output DIR --count N --seed S [options]\noptions");
+  desc.add_options()("help,h", "print this help and exit")(
+      "output", po::value(&o.output_dir)->value_name("DIR"),
+      "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required)")(
+      "count", po::value(&o.count)->value_name("N"), "images over all splits (required)")(
+      "seed", po::value(&seed)->value_name("S"),
+      "generator seed; image i of a split depends only on (seed, split, i) (required)")(
+      "size", po::value(&o.size)->default_value(64)->value_name("PX"),
+      "image side in pixels: 64, 128 or 256 (area average of the 256 px, 1.1 um/px render)")(
+      "shards", po::value(&o.shards)->default_value(1)->value_name("K"), "shard files per split")(
+      "fiber-type", po::value(&fiber)->default_value("sm-upc")->value_name("T"),
+      "sm-upc, sm-apc, mm-upc, or mixed (uniform per image); selects the acceptance table")(
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.1)->value_name("F"),
+      "fraction of --count in the val split")(
+      "test-fraction", po::value(&o.test_fraction)->default_value(0.1)->value_name("F"),
+      "fraction of --count in the test split")(
+      "png-grid", po::value(&o.png_grid)->value_name("FILE"),
+      "also write a PNG contact sheet: 6 train images per class with class and PASS/FAIL")(
+      "threads", po::value(&o.threads)->value_name("T"),
+      "rendering threads (default: the cores this process may use); output does not change");
+  return desc;
+}
+
+DatasetOptions parse(int argc, const char* const argv[], std::ostream& out, bool* help) {
+  DatasetOptions o;
+  std::string seed, fiber;
+  po::options_description desc = describe(o, seed, fiber);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(e.what());
+  }
+  *help = vm.count("help") > 0;
+  if (*help) {
+    out << desc << "\n";
+    return o;
+  }
+  RT_REQUIRE_INPUT(vm.count("output"), "--output is required (the directory for the shards)");
+  RT_REQUIRE_INPUT(vm.count("count"), "--count is required (images over all splits)");
+  RT_REQUIRE_INPUT(vm.count("seed"), "--seed is required (the generator seed)");
+  o.seed = parse_seed(seed);
+  RT_REQUIRE_INPUT(parse_fiber_choice(fiber, &o.fiber), "--fiber-type ", fiber,
+                   ": must be sm-upc, sm-apc, mm-upc or mixed");
+  RT_REQUIRE_INPUT(!vm.count("threads") || o.threads >= 1, "--threads ", o.threads,
+                   ": must be at least 1");
+  return o;
+}
+
+}  // namespace
+
+int run_fibergen(int argc, const char* const argv[], std::ostream& out, std::ostream& err) {
+  try {
+    bool help = false;
+    DatasetOptions options = parse(argc, argv, out, &help);
+    if (help) return kExitOk;
+    DatasetSummary s = generate_dataset(options, &out);
+    out << str("rt-fibergen: ", s.files.size(), " shard files in ", options.output_dir, " (",
+               options.size, "x", options.size, ", ", fiber_choice_name(options.fiber), ", seed ",
+               options.seed, "), train mean ", s.mean, " std ", s.std, ", ", s.seconds, " s\n");
+    if (!options.png_grid.empty()) out << "rt-fibergen: contact sheet " << options.png_grid << "\n";
+    return kExitOk;
+  } catch (const InputError& e) {
+    err << "rt-fibergen: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    err << "rt-fibergen: error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace ringtrain::fiber
