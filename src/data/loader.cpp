@@ -5,6 +5,7 @@
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
+#include "ringtrain/io/h5.hpp"
 
 namespace ringtrain::data {
 
@@ -66,6 +67,7 @@ bool Loader::next(Batch& batch) {
 }
 
 void Loader::run() {
+  h5::quiet_this_thread();
   uint64_t done_generation = 0;
   for (;;) {
     uint64_t generation;

@@ -370,6 +370,8 @@ void File::close() {
 
 bool is_hdf5(const std::string& path) { return H5Fis_hdf5(path.c_str()) > 0; }
 
+void quiet_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
 // ---- AtomicFile -------------------------------------------------------------------------
 
 AtomicFile::AtomicFile(const std::string& final_path)

@@ -24,6 +24,9 @@
 
 namespace ringtrain::data {
 
+// One step of SplitMix64 (Steele, Lea, Flood 2014): advances state, returns the next value.
+uint64_t splitmix64(uint64_t& state);
+
 // xoshiro256** seeded through splitmix64, with its own bounded draw, so that shuffles and
 // augmentation are bit-identical on every platform and standard library.
 class Rng {

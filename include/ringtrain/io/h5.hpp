@@ -251,4 +251,9 @@ void require_writable_dir(const std::string& dir, const std::string& what);
 // True when path exists and is an HDF5 file.
 bool is_hdf5(const std::string& path);
 
+// Stops HDF5 printing its error stack from the calling thread (thread-safe HDF5 keeps that
+// setting per thread; the main thread's is set at start-up). Call first in any thread
+// that uses this wrapper; errors still reach the caller as exceptions.
+void quiet_this_thread();
+
 }  // namespace ringtrain::h5
