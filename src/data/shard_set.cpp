@@ -117,6 +117,8 @@ ShardSet ShardSet::open(const std::string& dir, const std::string& split,
                    " shards); remove the stale files and ", any_hint);
   const int count = found.begin()->first;
   const auto& files = found.begin()->second;
+  RT_REQUIRE_INPUT(files.rbegin()->first < count, files.rbegin()->second, ": shard index ",
+                   files.rbegin()->first, " is not below the shard count ", count, "; ", any_hint);
 
   ShardSet set;
   for (int i = 0; i < count; ++i) {
