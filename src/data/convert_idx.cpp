@@ -87,8 +87,8 @@ class IdxFile {
       const size_t record = got / record_bytes, partial = got % record_bytes;
       RT_REQUIRE_INPUT(partial == 0, path_, ": record ", record, " is truncated (", partial, " of ",
                        record_bytes, " bytes)");
-      throw InputError(str(path_, ": ends after record ", int64_t(record) - 1,
-                           " (truncated; its header declares ", count, " records)"));
+      throw InputError(str(path_, ": holds only ", record, " of the ", count,
+                           " records its header declares (truncated)"));
     }
     uint8_t extra;
     RT_REQUIRE_INPUT(read(&extra, 1) == 0, path_, ": has data past its last record ", count - 1,

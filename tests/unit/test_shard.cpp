@@ -361,6 +361,13 @@ BOOST_AUTO_TEST_CASE(idx_corrupt_inputs_fail_with_one_line_and_no_file) {
     case_(img, idx_labels(7, 7), images + ": record 6 is truncated (10 of 20 bytes)");
   }
   {
+    auto img = idx_images(7, 6);  // whole records, but one fewer than declared
+    case_(img, idx_labels(7, 7),
+          images + ": holds only 6 of the 7 records its header declares (truncated)");
+    case_(idx_images(7, 8), idx_labels(7, 7),
+          images + ": has data past its last record 6 (its header declares 7 records)");
+  }
+  {
     auto lab = idx_labels(7, 7);
     lab[8 + 3] = 10;
     case_(idx_images(7, 7), lab, labels + ": record 3 has label 10, outside 0..9 (10 classes)");
