@@ -468,6 +468,27 @@ BOOST_AUTO_TEST_CASE(reads_any_ids_in_the_callers_order) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(reads_extra_per_sample_datasets) {
+  const std::string dir = write_small_split("set-extra");
+  for (int i = 0; i < 3; ++i) {  // rows 0-2, 3-5, 6-9: a [rows, 2] uint8 dataset encoding id
+    auto file = h5::File::open_write(dir + "/" + shard::file_name("train", i, 3));
+    const int64_t first = file.root().attr<int64_t>(shard::kAttrFirstSample);
+    const hsize_t rows = file.root().open_dataset(shard::kLabels).dims()[0];
+    std::vector<uint8_t> values;
+    for (hsize_t r = 0; r < rows; ++r)
+      values.insert(values.end(), {uint8_t(first + r), uint8_t(100 + first + r)});
+    file.root().write<uint8_t>("multi_hot", {rows, 2}, values.data());
+  }
+  auto set = data::ShardSet::open(dir, "train");
+  BOOST_TEST(set.has("multi_hot"));
+  BOOST_TEST(!set.has("pass"));
+  BOOST_TEST(set.row_elements("multi_hot") == 2u);
+  const std::vector<int64_t> ids{8, 2, 5, 2};
+  std::vector<uint8_t> out(ids.size() * 2);
+  set.read_extra("multi_hot", ids.data(), ids.size(), out.data());
+  BOOST_TEST((out == std::vector<uint8_t>{8, 108, 2, 102, 5, 105, 2, 102}));
+}
+
 BOOST_AUTO_TEST_CASE(missing_directory_and_files_name_the_pattern) {
   const std::string dir = temp_dir("set-none");
   expect_input_error([&] { data::ShardSet::open(dir + "/nope", "train"); },
