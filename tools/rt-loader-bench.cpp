@@ -1,4 +1,5 @@
-// rt-loader-bench.cpp — how fast one loader thread delivers batches from a split's shards:
+// rt-loader-bench.cpp — how fast one loader thread delivers batches from a split's shards.
+//
 // ShardSet reads and the loader (sequential, shuffled, shuffled+augmented) against one
 // H5Dread per batch over a union of hyperslabs, the textbook way.
 // Prints a table of medians and writes JSON lines to output/bench/loader.jsonl.

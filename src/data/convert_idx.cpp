@@ -1,5 +1,4 @@
-// convert_idx.cpp — IDX files (MNIST, Fashion-MNIST; plain or gzip, read through zlib) into
-// shards, and the Debian Fashion-MNIST convenience.
+// convert_idx.cpp — IDX files (plain or gzip, via zlib) into shards; Debian's Fashion-MNIST.
 #include <zlib.h>
 
 #include <cerrno>

@@ -1,6 +1,8 @@
-// test_shard.cpp — rt-shard conversions (CIFAR-10 binary, IDX plain and gzip) round trip
-// exactly, every corrupt input fails with its exact one-line message and leaves no file,
-// and ShardSet rejects malformed shards naming the file and what to run.
+// test_shard.cpp — rt-shard round trips and corrupt inputs; ShardSet reads and errors.
+//
+// Conversions (CIFAR-10 binary, IDX plain and gzip) round trip exactly, every corrupt input
+// fails with its exact one-line message and leaves no file, and ShardSet rejects malformed
+// shards naming the file and what to run.
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>

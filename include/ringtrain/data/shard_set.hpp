@@ -1,5 +1,6 @@
-// shard_set.hpp — opens every shard of one split read-only, checks it against the shard
-// format, and reads any set of global sample ids, touching only the rows asked for.
+// shard_set.hpp — a split's shards, opened read-only, checked, read by global sample id.
+//
+// Reads touch only the rows asked for.
 #pragma once
 
 #include <cstdint>
