@@ -1,4 +1,5 @@
-// rt-loader-bench.cpp — how fast one loader thread delivers batches from a split's shards:
+// rt-loader-bench.cpp — how fast one loader thread delivers batches from a split's shards.
+//
 // ShardSet reads and the loader (sequential, shuffled, shuffled+augmented) against one
 // H5Dread per batch over a union of hyperslabs, the textbook way.
 // Prints a table of medians and writes JSON lines to output/bench/loader.jsonl.
@@ -24,6 +25,7 @@ namespace {
 struct Options {
   std::string dir, split;
   int batch = 128, steps = 100, repeats = 5;
+  size_t cache_bytes = data::ShardSet::kDefaultChunkCacheBytes;
 };
 
 // CPU seconds the rest of the machine used while a measurement ran (from /proc/stat).
@@ -76,7 +78,7 @@ int64_t loader_run(const Options& o, bool shuffle, bool augment, int epoch) {
   lo.batch_per_rank = o.batch;
   lo.shuffle = shuffle;
   lo.augment = augment;
-  data::Loader loader(data::ShardSet::open(o.dir, o.split), lo);
+  data::Loader loader(data::ShardSet::open(o.dir, o.split, o.cache_bytes), lo);
   loader.start_epoch(epoch);
   data::Batch batch;
   int64_t images = 0;
@@ -87,12 +89,11 @@ int64_t loader_run(const Options& o, bool shuffle, bool augment, int epoch) {
 // The textbook read the ShardSet does not use: per batch and shard, one H5Dread over the
 // union (H5S_SELECT_OR) of the batch's rows. Raw HDF5 calls: it exists only to be compared.
 int64_t union_run(const Options& o, int epoch) {
-  auto set = data::ShardSet::open(o.dir, o.split);
+  auto set = data::ShardSet::open(o.dir, o.split, o.cache_bytes);
   const auto& info = set.info();
   const auto path = std::filesystem::path(o.dir) / shard::file_name(o.split, 0, info.shards);
   const auto file = h5::File::open_read(path.string());
-  const auto images = file.root().open_dataset(
-      shard::kImages, data::ShardSet::kDefaultChunkCacheBytes / info.shards);
+  const auto images = file.root().open_dataset(shard::kImages, o.cache_bytes / info.shards);
   const hsize_t rows_in_shard = images.dims()[0];
   data::Sampler sampler(int64_t(rows_in_shard), o.batch, 1, data::Remainder::kDrop, true, 0);
   const auto order = sampler.epoch_order(epoch);
@@ -121,7 +122,7 @@ int64_t union_run(const Options& o, int epoch) {
 
 // ShardSet::read alone (no thread, no float conversion), shuffled.
 int64_t shard_set_run(const Options& o, int epoch) {
-  auto set = data::ShardSet::open(o.dir, o.split);
+  auto set = data::ShardSet::open(o.dir, o.split, o.cache_bytes);
   const auto& info = set.info();
   data::Sampler sampler(info.samples, o.batch, 1, data::Remainder::kDrop, true, 0);
   const auto order = sampler.epoch_order(epoch);
@@ -145,12 +146,14 @@ int main(int argc, char** argv) {
       "split", po::value(&o.split)->default_value("train"), "split")(
       "batch", po::value(&o.batch)->default_value(128), "batch per rank")(
       "steps", po::value(&o.steps)->default_value(100), "batches per measurement")(
-      "repeats", po::value(&o.repeats)->default_value(5), "measurements per mode");
+      "repeats", po::value(&o.repeats)->default_value(5), "measurements per mode")(
+      "cache-mib", po::value<double>()->default_value(64), "HDF5 chunk cache for the split, MiB");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
     po::notify(vm);
-    const auto info = data::ShardSet::open(o.dir, o.split).info();
+    o.cache_bytes = size_t(vm["cache-mib"].as<double>() * (1 << 20));
+    const auto info = data::ShardSet::open(o.dir, o.split, o.cache_bytes).info();
     std::vector<Row> rows{
         measure("union H5Dread (reference)", o.repeats, [&](int r) { return union_run(o, r); }),
         measure("ShardSet::read, shuffled", o.repeats, [&](int r) { return shard_set_run(o, r); }),
@@ -162,9 +165,10 @@ int main(int argc, char** argv) {
                 [&](int r) { return loader_run(o, true, true, r); })};
     std::printf(
         "loader throughput: %s/%s, %s %dx%dx%d, %lld samples, %d shards, batch %d, "
-        "%d steps, median of %d\n",
+        "%d steps, chunk cache %.0f MiB, median of %d\n",
         o.dir.c_str(), o.split.c_str(), info.dataset.c_str(), info.channels, info.height,
-        info.width, (long long)info.samples, info.shards, o.batch, o.steps, o.repeats);
+        info.width, (long long)info.samples, info.shards, o.batch, o.steps,
+        o.cache_bytes / 1048576.0, o.repeats);
     std::printf("%-28s %12s %10s %12s\n", "mode", "img/s", "vs ref", "other cores");
     std::filesystem::create_directories("output/bench");
     std::ofstream json("output/bench/loader.jsonl", std::ios::app);

@@ -1,5 +1,6 @@
-// rt-shard.cpp — converts CIFAR-10 binary batches and IDX files (MNIST, Fashion-MNIST) into
-// ringtrain's HDF5 shards. Bad input: one line on stderr, exit code 2, no output file.
+// rt-shard.cpp — converts CIFAR-10 binary batches and IDX files into ringtrain's shards.
+//
+// Bad input: one line on stderr, exit code 2, no output file.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>

@@ -1,5 +1,4 @@
-// convert_idx.cpp — IDX files (MNIST, Fashion-MNIST; plain or gzip, read through zlib) into
-// shards, and the Debian Fashion-MNIST convenience.
+// convert_idx.cpp — IDX files (plain or gzip, via zlib) into shards; Debian's Fashion-MNIST.
 #include <zlib.h>
 
 #include <cerrno>
@@ -87,8 +86,8 @@ class IdxFile {
       const size_t record = got / record_bytes, partial = got % record_bytes;
       RT_REQUIRE_INPUT(partial == 0, path_, ": record ", record, " is truncated (", partial, " of ",
                        record_bytes, " bytes)");
-      throw InputError(str(path_, ": ends after record ", int64_t(record) - 1,
-                           " (truncated; its header declares ", count, " records)"));
+      throw InputError(str(path_, ": holds only ", record, " of the ", count,
+                           " records its header declares (truncated)"));
     }
     uint8_t extra;
     RT_REQUIRE_INPUT(read(&extra, 1) == 0, path_, ": has data past its last record ", count - 1,

@@ -117,6 +117,8 @@ ShardSet ShardSet::open(const std::string& dir, const std::string& split,
                    " shards); remove the stale files and ", any_hint);
   const int count = found.begin()->first;
   const auto& files = found.begin()->second;
+  RT_REQUIRE_INPUT(files.rbegin()->first < count, files.rbegin()->second, ": shard index ",
+                   files.rbegin()->first, " is not below the shard count ", count, "; ", any_hint);
 
   ShardSet set;
   for (int i = 0; i < count; ++i) {
@@ -132,9 +134,7 @@ ShardSet ShardSet::open(const std::string& dir, const std::string& split,
       dataset = read_dataset_name(file);
       check_shard(file, split, i, count);
       set.add_shard(std::move(file), chunk_cache_bytes / count);
-    } catch (const InputError& e) {
-      throw InputError(str(e.what(), "; ", recreate_hint(dataset, dir)));
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // InputError included: every message gets the hint
       throw InputError(str(e.what(), "; ", recreate_hint(dataset, dir)));
     }
   }
@@ -144,56 +144,73 @@ ShardSet ShardSet::open(const std::string& dir, const std::string& split,
   return set;
 }
 
+namespace {
+
+// The split's description as one shard's attributes and /images shape state it.
+DatasetInfo read_info(const h5::Group& root, const h5::Dims& dims) {
+  DatasetInfo info;
+  info.dataset = root.attr_string(shard::kAttrDataset);
+  info.split = root.attr_string(shard::kAttrSplit);
+  info.samples = root.attr<int64_t>(shard::kAttrSplitSamples);
+  info.channels = int(dims[1]);
+  info.height = int(dims[2]);
+  info.width = int(dims[3]);
+  info.class_names = root.attr_strings(shard::kAttrClassNames);
+  info.classes = int(info.class_names.size());
+  info.mean = root.attr_vector<float>(shard::kAttrMean);
+  info.std = root.attr_vector<float>(shard::kAttrStd);
+  return info;
+}
+
+void check_info(const DatasetInfo& info, const std::vector<int32_t>& labels,
+                const std::string& path) {
+  RT_REQUIRE_INPUT(info.classes > 0, path, ": class_names is empty");
+  RT_REQUIRE_INPUT(info.mean.size() == size_t(info.channels) && info.std.size() == info.mean.size(),
+                   path, ": mean and std have ", info.mean.size(), " and ", info.std.size(),
+                   " values for ", info.channels, " channels");
+  for (float s : info.std) RT_REQUIRE_INPUT(s > 0, path, ": std ", s, " is not positive");
+  for (size_t row = 0; row < labels.size(); ++row)
+    RT_REQUIRE_INPUT(labels[row] >= 0 && labels[row] < info.classes, path, ": row ", row,
+                     " has label ", labels[row], ", outside 0..", info.classes - 1, " (",
+                     info.classes, " class names)");
+}
+
+// A later shard must describe the same split as the first one.
+void check_same_split(const DatasetInfo& here, const std::string& path, const DatasetInfo& first,
+                      const std::string& first_path) {
+  RT_REQUIRE_INPUT(here.dataset == first.dataset, path, ": dataset is '", here.dataset, "', ",
+                   first_path, " says '", first.dataset, "'");
+  RT_REQUIRE_INPUT(
+      here.channels == first.channels && here.height == first.height && here.width == first.width,
+      path, ": images are ", here.channels, "x", here.height, "x", here.width, ", ", first_path,
+      " holds ", first.channels, "x", first.height, "x", first.width);
+  RT_REQUIRE_INPUT(here.class_names == first.class_names, path, ": class_names (", here.classes,
+                   ") differ from those of ", first_path, " (", first.classes, ")");
+  RT_REQUIRE_INPUT(here.samples == first.samples, path, ": split_samples is ", here.samples, ", ",
+                   first_path, " says ", first.samples);
+}
+
+}  // namespace
+
 void ShardSet::add_shard(h5::File file, size_t chunk_cache_bytes) {
   const std::string path = file.name();
   Shard shard{path, std::move(file), h5::Dataset(h5::Handle(), path, "/images"), {}};
-  const auto& r = shard.file.root();
-  shard.images = r.open_dataset(shard::kImages, chunk_cache_bytes);
-  shard.labels = r.open_dataset(shard::kLabels).read_all<int32_t>();
-  const h5::Dims dims = shard.images.dims();
-  shard.first = r.attr<int64_t>(shard::kAttrFirstSample);
-  shard.rows = int64_t(dims[0]);
-
-  DatasetInfo here;
-  here.dataset = r.attr_string(shard::kAttrDataset);
-  here.split = r.attr_string(shard::kAttrSplit);
-  here.samples = r.attr<int64_t>(shard::kAttrSplitSamples);
-  here.channels = int(dims[1]);
-  here.height = int(dims[2]);
-  here.width = int(dims[3]);
-  here.class_names = r.attr_strings(shard::kAttrClassNames);
-  here.classes = int(here.class_names.size());
-  here.mean = r.attr_vector<float>(shard::kAttrMean);
-  here.std = r.attr_vector<float>(shard::kAttrStd);
-  RT_REQUIRE_INPUT(here.classes > 0, path, ": class_names is empty");
-  RT_REQUIRE_INPUT(here.mean.size() == size_t(here.channels) && here.std.size() == here.mean.size(),
-                   path, ": mean and std have ", here.mean.size(), " and ", here.std.size(),
-                   " values for ", here.channels, " channels");
-  for (float s : here.std) RT_REQUIRE_INPUT(s > 0, path, ": std ", s, " is not positive");
-  for (size_t row = 0; row < shard.labels.size(); ++row)
-    RT_REQUIRE_INPUT(shard.labels[row] >= 0 && shard.labels[row] < here.classes, path, ": row ",
-                     row, " has label ", shard.labels[row], ", outside 0..", here.classes - 1, " (",
-                     here.classes, " class names)");
+  const auto& root = shard.file.root();
+  shard.images = root.open_dataset(shard::kImages, chunk_cache_bytes);
+  shard.labels = root.open_dataset(shard::kLabels).read_all<int32_t>();
+  shard.first = root.attr<int64_t>(shard::kAttrFirstSample);
+  shard.rows = int64_t(shard.images.dims()[0]);
+  const DatasetInfo here = read_info(root, shard.images.dims());
+  check_info(here, shard.labels, path);
 
   const int64_t expected_first = shards_.empty() ? 0 : shards_.back().first + shards_.back().rows;
   RT_REQUIRE_INPUT(shard.first == expected_first, path, ": first_sample is ", shard.first,
                    ", expected ", expected_first, " (where the previous shard ends)");
-  if (shards_.empty()) {
+  if (shards_.empty())
     info_ = here;
-  } else {
-    const std::string& first_path = shards_.front().path;
-    RT_REQUIRE_INPUT(here.dataset == info_.dataset, path, ": dataset is '", here.dataset, "', ",
-                     first_path, " says '", info_.dataset, "'");
-    RT_REQUIRE_INPUT(
-        here.channels == info_.channels && here.height == info_.height && here.width == info_.width,
-        path, ": images are ", here.channels, "x", here.height, "x", here.width, ", ", first_path,
-        " holds ", info_.channels, "x", info_.height, "x", info_.width);
-    RT_REQUIRE_INPUT(here.class_names == info_.class_names, path, ": class_names (", here.classes,
-                     ") differ from those of ", first_path, " (", info_.classes, ")");
-    RT_REQUIRE_INPUT(here.samples == info_.samples, path, ": split_samples is ", here.samples, ", ",
-                     first_path, " says ", info_.samples);
-  }
-  const bool last = int(shards_.size()) + 1 == r.attr<int32_t>(shard::kAttrShardCount);
+  else
+    check_same_split(here, path, info_, shards_.front().path);
+  const bool last = int(shards_.size()) + 1 == root.attr<int32_t>(shard::kAttrShardCount);
   RT_REQUIRE_INPUT(!last || shard.first + shard.rows == here.samples, path, ": split_samples is ",
                    here.samples, " but the shards hold ", shard.first + shard.rows);
   shards_.push_back(std::move(shard));

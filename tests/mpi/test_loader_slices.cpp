@@ -1,5 +1,6 @@
-// test_loader_slices.cpp — under mpirun, each rank's loader reads a disjoint slice, the
-// union is the whole split (but the declared remainder), and every image matches its id.
+// test_loader_slices.cpp — under mpirun, the ranks' loaders read disjoint slices of a split.
+//
+// The union is the whole split (but the declared remainder); every image matches its id.
 // np: 2 3 4
 #define BOOST_TEST_MODULE mpi_loader_slices
 // OpenMPI's C++ bindings warn under -Wextra; this test uses the C API only.

@@ -1,5 +1,7 @@
-// test_loader.cpp — the prefetching loader: exact normalisation, augmentation pixels for
-// known samples, ids as the sampler says, epochs restart cleanly, errors reach the consumer.
+// test_loader.cpp — the prefetching loader's pixels, ids, epochs and errors.
+//
+// Exact normalisation, augmentation pixels for known samples, ids as the sampler says,
+// epochs restart cleanly, errors reach the consumer.
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>

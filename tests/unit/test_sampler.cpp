@@ -1,5 +1,7 @@
-// test_sampler.cpp — the data contract: disjoint rank slices, the whole split but a declared
-// remainder, equal step counts, a pure function of (seed, epoch, world size).
+// test_sampler.cpp — the sampler holds the data contract for world sizes 1..8.
+//
+// Disjoint rank slices, the whole split but a declared remainder, equal step counts, a pure
+// function of (seed, epoch, world size).
 #include <boost/test/unit_test.hpp>
 #include <map>
 #include <numeric>

@@ -1,6 +1,8 @@
-// test_shard.cpp — rt-shard conversions (CIFAR-10 binary, IDX plain and gzip) round trip
-// exactly, every corrupt input fails with its exact one-line message and leaves no file,
-// and ShardSet rejects malformed shards naming the file and what to run.
+// test_shard.cpp — rt-shard round trips and corrupt inputs; ShardSet reads and errors.
+//
+// Conversions (CIFAR-10 binary, IDX plain and gzip) round trip exactly, every corrupt input
+// fails with its exact one-line message and leaves no file, and ShardSet rejects malformed
+// shards naming the file and what to run.
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -361,6 +363,13 @@ BOOST_AUTO_TEST_CASE(idx_corrupt_inputs_fail_with_one_line_and_no_file) {
     case_(img, idx_labels(7, 7), images + ": record 6 is truncated (10 of 20 bytes)");
   }
   {
+    auto img = idx_images(7, 6);  // whole records, but one fewer than declared
+    case_(img, idx_labels(7, 7),
+          images + ": holds only 6 of the 7 records its header declares (truncated)");
+    case_(idx_images(7, 8), idx_labels(7, 7),
+          images + ": has data past its last record 6 (its header declares 7 records)");
+  }
+  {
     auto lab = idx_labels(7, 7);
     lab[8 + 3] = 10;
     case_(idx_images(7, 7), lab, labels + ": record 3 has label 10, outside 0..9 (10 classes)");
@@ -459,6 +468,27 @@ BOOST_AUTO_TEST_CASE(reads_any_ids_in_the_callers_order) {
     BOOST_TEST(labels[i] == ids[i] % 3);
     for (int k = 0; k < 6; ++k) BOOST_TEST(images[i * 6 + k] == ids[i] * 10 + k);
   }
+}
+
+BOOST_AUTO_TEST_CASE(reads_extra_per_sample_datasets) {
+  const std::string dir = write_small_split("set-extra");
+  for (int i = 0; i < 3; ++i) {  // rows 0-2, 3-5, 6-9: a [rows, 2] uint8 dataset encoding id
+    auto file = h5::File::open_write(dir + "/" + shard::file_name("train", i, 3));
+    const int64_t first = file.root().attr<int64_t>(shard::kAttrFirstSample);
+    const hsize_t rows = file.root().open_dataset(shard::kLabels).dims()[0];
+    std::vector<uint8_t> values;
+    for (hsize_t r = 0; r < rows; ++r)
+      values.insert(values.end(), {uint8_t(first + r), uint8_t(100 + first + r)});
+    file.root().write<uint8_t>("multi_hot", {rows, 2}, values.data());
+  }
+  auto set = data::ShardSet::open(dir, "train");
+  BOOST_TEST(set.has("multi_hot"));
+  BOOST_TEST(!set.has("pass"));
+  BOOST_TEST(set.row_elements("multi_hot") == 2u);
+  const std::vector<int64_t> ids{8, 2, 5, 2};
+  std::vector<uint8_t> out(ids.size() * 2);
+  set.read_extra("multi_hot", ids.data(), ids.size(), out.data());
+  BOOST_TEST((out == std::vector<uint8_t>{8, 108, 2, 102, 5, 105, 2, 102}));
 }
 
 BOOST_AUTO_TEST_CASE(missing_directory_and_files_name_the_pattern) {

@@ -1,5 +1,6 @@
-// augment.hpp — per-sample augmentation (random crop with zero padding, horizontal flip)
-// and normalisation from uint8 pixels to floats, deterministic from (seed, epoch, sample).
+// augment.hpp — per-sample crop-and-flip augmentation and normalisation to floats.
+//
+// Deterministic from (seed, epoch, sample id), so independent of rank count and timing.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
-// convert.hpp — reading CIFAR-10 binary batches and IDX files (MNIST, Fashion-MNIST) and
-// converting them into shards; what bin/rt-shard runs.
+// convert.hpp — CIFAR-10 binary and IDX (MNIST, Fashion-MNIST) readers and converters.
+//
+// What bin/rt-shard runs.
 //
 // Every reader validates its whole input before anything is written and throws
 // ringtrain::InputError with one line naming the file and the record (0-based), e.g.

@@ -1,5 +1,7 @@
-// loader.hpp — the prefetching data loader: a background thread reads this rank's batches
-// (sampler.hpp) from the shards, augments and normalises them, and queues them ahead.
+// loader.hpp — the prefetching data loader: batches read, augmented, normalised ahead.
+//
+// A background thread reads this rank's batches (sampler.hpp) from the shards and queues
+// them, up to prefetch_batches ahead of the consumer.
 #pragma once
 
 #include <condition_variable>

