@@ -8,7 +8,8 @@ CORES=$(nproc)
 
 rt_mpirun() {
   local np=$1; shift
-  local flags=(-np "$np")
+  # -q: no mpirun banner on a non-zero exit; ringtrain's own one-line error says it all.
+  local flags=(-q -np "$np")
   [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
   local threads=$(( CORES / np )); [ "$threads" -ge 1 ] || threads=1
   if [ "$np" -le "$CORES" ]; then

@@ -12,9 +12,9 @@ int g_rank = 0;
 int g_world = 1;
 std::mutex g_mutex;
 
-void to_stderr(const char* kind, const std::string& line) {
+void to_stderr(const char* kind, const std::string& line, bool with_rank = true) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_world > 1)
+  if (g_world > 1 && with_rank)
     std::fprintf(stderr, "ringtrain: %s: rank %d: %s\n", kind, g_rank, line.c_str());
   else
     std::fprintf(stderr, "ringtrain: %s: %s\n", kind, line.c_str());
@@ -39,6 +39,7 @@ void info(const std::string& line) {
 
 void warn(const std::string& line) { to_stderr("warning", line); }
 void error(const std::string& line) { to_stderr("error", line); }
+void error_for_ranks(const std::string& line) { to_stderr("error", line, false); }
 
 bool stdout_is_tty() { return isatty(fileno(stdout)) != 0; }
 

@@ -1,7 +1,38 @@
-// agree.cpp — failing together: every rank learns whether any rank's phase threw.
+// agree.cpp — failing together: every rank learns whether any rank's phase threw, and rank
+// 0 prints each distinct message once, naming the ranks that raised it.
 #include "ringtrain/train/agree.hpp"
 
+#include <map>
+#include <vector>
+
+#include "ringtrain/core/log.hpp"
+
 namespace ringtrain::train {
+namespace {
+
+// "rank 2", "ranks 0-3", "ranks 0,2".
+std::string rank_list(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return str("rank ", ranks[0]);
+  bool consecutive = ranks.back() - ranks.front() + 1 == int(ranks.size());
+  if (consecutive) return str("ranks ", ranks.front(), "-", ranks.back());
+  std::string out = "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+void print_grouped(const std::vector<std::string>& messages, int world) {
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < int(messages.size()); ++r)
+    if (!messages[r].empty()) ranks_of[messages[r]].push_back(r);
+  for (const auto& [message, ranks] : ranks_of) {
+    if (world == 1)
+      log::error_for_ranks(message);
+    else
+      log::error_for_ranks(str(message, " (", int(ranks.size()) == world ? "every rank" : rank_list(ranks), ")"));
+  }
+}
+
+}  // namespace
 
 void agree(const comm::Communicator& comm, const std::function<void()>& phase) {
   std::string mine;
@@ -15,12 +46,12 @@ void agree(const comm::Communicator& comm, const std::function<void()>& phase) {
     mine = e.what();
     failures[1] = 1;
   }
-  const bool i_failed = failures[0] + failures[1] > 0;
+  if (failures[0] + failures[1] > 0 && mine.empty()) mine = "(an error without a message)";
   comm.allreduce_sum(failures, 2);
   if (failures[0] + failures[1] == 0) return;
-  const int code = failures[1] > 0 ? kExitFailure : kExitBadInput;
-  if (i_failed) throw AgreedError(mine, code);
-  throw PeerFailed(code);
+  std::vector<std::string> messages = comm.gather_strings_to_root(mine);
+  if (comm.rank() == 0) print_grouped(messages, comm.size());
+  throw PeerFailed(failures[1] > 0 ? kExitFailure : kExitBadInput);
 }
 
 }  // namespace ringtrain::train

@@ -1,8 +1,8 @@
 // app.cpp — the program behind main(): MPI start-up, the command line, exit codes.
 //
 // Errors every rank meets alike (the deck, the world size) are printed once, by rank 0,
-// and every rank exits 2. Set-up errors go through agree(): the failing rank prints, every
-// rank exits non-zero. An error inside a step, where the other ranks may be waiting in a
+// and every rank exits 2. Set-up errors go through agree(): rank 0 prints each distinct
+// message once with the ranks that raised it, and every rank exits non-zero. An error inside a step, where the other ranks may be waiting in a
 // collective, is printed by its rank, which then aborts the job so that nothing hangs.
 #include <cstdio>
 #include <memory>
@@ -33,7 +33,7 @@ int configure(int argc, char** argv, const comm::Communicator& comm, Config& con
     config = cl.config;
     return -1;  // go on and train
   } catch (const InputError& e) {
-    if (comm.rank() == 0) log::error(e.what());
+    if (comm.rank() == 0) log::error_for_ranks(e.what());
     return kExitBadInput;
   }
 }
@@ -55,9 +55,6 @@ int run_app(int argc, char** argv) {
     train(config, *comm);
     return kExitOk;
   } catch (const PeerFailed& e) {
-    return e.code();
-  } catch (const AgreedError& e) {
-    log::error(e.what());
     return e.code();
   } catch (const std::exception& e) {
     log::error(e.what());

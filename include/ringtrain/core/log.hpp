@@ -17,6 +17,8 @@ void info(const std::string& line);
 void warn(const std::string& line);
 // Every rank, to stderr, prefixed "ringtrain: error: " (and the rank when world > 1).
 void error(const std::string& line);
+// An error that holds for the ranks the line itself names (or all): no rank prefix.
+void error_for_ranks(const std::string& line);
 
 // True when stdout is a terminal, so progress may redraw with '\r'.
 bool stdout_is_tty();

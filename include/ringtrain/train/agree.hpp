@@ -9,8 +9,8 @@
 
 namespace ringtrain::train {
 
-// Thrown on the ranks that did not fail themselves when another rank failed a phase;
-// that rank printed the message, so main exits with `code` and says nothing more.
+// Thrown on every rank when some rank failed an agreed phase; the message has been
+// printed, so main exits with `code` and says nothing more.
 class PeerFailed : public std::exception {
  public:
   explicit PeerFailed(int code) : code_(code) {}
@@ -21,20 +21,10 @@ class PeerFailed : public std::exception {
   int code_;
 };
 
-// This rank's own failure of an agreed phase: every other rank knows and exits too, so
-// main prints the message and exits with code (no abort needed).
-class AgreedError : public Error {
- public:
-  AgreedError(const std::string& what, int code) : Error(what), code_(code) {}
-  int code() const { return code_; }
-
- private:
-  int code_;
-};
-
-// Collective. Runs phase(); if it throws on any rank, the ranks that threw throw
-// AgreedError with their message and the others throw PeerFailed, both with the exit code
-// the failure deserves (kExitBadInput when every failure was an InputError, else kExitFailure).
+// Collective. Runs phase(); if it throws on any rank, rank 0 prints each distinct message
+// once with the ranks that raised it ("... (ranks 0-3)"), and every rank throws PeerFailed
+// with the exit code the failure deserves (kExitBadInput when every failure was an
+// InputError, else kExitFailure).
 void agree(const comm::Communicator& comm, const std::function<void()>& phase);
 
 }  // namespace ringtrain::train

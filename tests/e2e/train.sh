@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# train.sh — ringtrain end to end on 1 and 2 ranks: a short run writes a complete results
+# file (checked through h5py and h5dump), and bad input stops every rank with one line,
+# exit code 2 and no results file.
+set -euo pipefail
+BIN=${BIN:-bin}
+PYTHON=${PYTHON:-/usr/bin/python3}
+source jobs/local/common.sh
+work=$(mktemp -d /tmp/rt-e2e-train.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$BIN/rt-fibergen" --output "$work/data" --count 500 --seed 7 --shards 2 >/dev/null
+cat >"$work/tiny.deck" <<DECK
+[data]
+dir = $work/data
+[model]
+name = cnn_small
+[train]
+epochs = 2
+batch_per_rank = 16
+lr = 0.02
+log_interval = 5
+[comm]
+fusion_mib = 0.1
+first_bucket_mib = 0.02
+[output]
+dir = $work/out
+timeline = true
+DECK
+
+for np in 1 2; do
+  rt_mpirun "$np" "$BIN/ringtrain" --deck "$work/tiny.deck" --output.name="np$np" >"$work/np$np.log" 2>&1 \
+    || { cat "$work/np$np.log"; fail "np $np run failed"; }
+  grep -q "^epoch 2/2 step" "$work/np$np.log" || fail "np $np: no progress lines"
+  grep -q $'\r' "$work/np$np.log" && fail "np $np: carriage return in a non-terminal log"
+  "$PYTHON" - "$work/out/np$np.h5" "$np" <<'PY'
+import sys, json, h5py, math
+path, world = sys.argv[1], int(sys.argv[2])
+f = h5py.File(path, "r")
+a = f.attrs
+assert a["world_size"] == world, a["world_size"]
+assert len(a["hosts"]) == world
+for key in ["ringtrain_version", "git_commit", "start_time", "backend", "allreduce_algorithm",
+            "fusion_threshold_mib", "precision", "model", "dataset"]:
+    assert key in a, key
+assert "[train]" in f["deck"][()].decode()
+# 400 train samples, 16 per rank: floor(400 / (16*world)) steps per epoch, 2 epochs.
+steps = 2 * (400 // (16 * world))
+for phase in ["data", "forward", "backward", "allreduce_wait", "optimizer", "step"]:
+    t = f["timings"][phase]
+    assert t.shape == (world, steps), (phase, t.shape)
+    assert t.attrs["units"] == "s"
+    assert (t[()] >= 0).all()
+step = f["timings/step"][()]
+parts = sum(f["timings"][p][()] for p in ["data", "forward", "backward", "allreduce_wait", "optimizer"])
+assert (parts <= step * 1.0001 + 1e-6).all(), "phases add up to more than the step"
+assert list(f["epochs/epoch"][()]) == [1, 2]
+assert all(0 <= x <= 1 for x in f["epochs/eval_acc"][()])
+c = f["comm"]
+assert sorted(set(c["rank"][()])) == list(range(world))
+assert len(c["step"]) % world == 0 and len(c["step"]) >= steps * world
+s = f["summary"].attrs
+assert s["images_per_s"] > 0 and 0 <= s["exposed_comm_fraction"] <= 1 and s["load_imbalance"] >= 1
+assert 0 <= s["test_acc"] <= 1
+trace = json.load(open(path.replace(".h5", ".trace.json")))
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+assert {e["pid"] for e in events if e.get("ph") == "X"} == set(range(world))
+assert any(e["name"].startswith("backward ") for e in events if e.get("ph") == "X")
+print(f"np {world}: results and timeline ok ({steps} steps)")
+PY
+done
+h5dump -H "$work/out/np2.h5" | grep -q 'DATASET "allreduce_wait"' || fail "h5dump cannot read the results"
+ls "$work/out" | grep -q 'tmp' && fail "a temp file was left in $work/out: $(ls "$work/out")"
+
+# Bad input: exit 2 on every rank, one line, no results file.
+expect_bad() {  # expect_bad NAME MESSAGE ARGS...
+  local name=$1 message=$2; shift 2
+  set +e
+  err=$(rt_mpirun 2 "$BIN/ringtrain" --deck "$work/tiny.deck" --output.name="$name" "$@" 2>&1 >/dev/null)
+  code=$?
+  set -e
+  [ "$code" = 2 ] || fail "$name: exit $code, expected 2 ($err)"
+  [ "$err" = "ringtrain: error: $message" ] || fail "$name: got '$err'"
+  [ ! -e "$work/out/$name.h5" ] || fail "$name: a results file was written"
+}
+expect_bad unknown "command line: unrecognised option '--train.epochz=3'; ringtrain --help lists every key" --train.epochz=3
+expect_bad badvalue "command line: bad value 'x' for train.epochs (expected an integer)" --train.epochs=x
+expect_bad model "unknown model 'resnet': known models are cnn_small, resnet18_cifar, fibernet (every rank)" \
+  --model.name=resnet
+expect_bad nodata "shard directory $work/none does not exist; create the shards with rt-shard (CIFAR-10, IDX) or rt-fibergen (fiber) --output $work/none (every rank)" \
+  --data.dir="$work/none"
+expect_bad world "$work/tiny.deck: train.global_batch = 33 does not divide over 2 ranks; use a multiple of the world size or train.batch_per_rank" \
+  --train.batch_per_rank=0 --train.global_batch=33
+echo "train e2e: ok"
