@@ -383,8 +383,8 @@ void FusionEngine::lay_out_buckets() {
 
 // ---- the step ------------------------------------------------------------------------------
 
-void FusionEngine::note_progress_locked(bool arm) {
-  last_progress_ = Clock::now();
+void FusionEngine::note_progress_locked(bool arm, Clock::time_point now) {
+  last_progress_ = now;
   if (arm && !armed_) {
     armed_ = true;
     watchdog_cv_.notify_one();  // once per step: the watchdog now counts from last_progress_
@@ -397,7 +397,7 @@ void FusionEngine::rethrow_if_broken_locked() const {
 }
 
 void FusionEngine::enqueue(size_t index) {
-  double t0 = Timeline::now();
+  const auto start = Clock::now();  // one clock read serves the watchdog and the timeline
   {
     std::lock_guard<std::mutex> lock(mutex_);
     rethrow_if_broken_locked();
@@ -408,12 +408,15 @@ void FusionEngine::enqueue(size_t index) {
                       ") enqueued twice in step ", step_,
                       " (enqueue each gradient once per step, after backward has written it)"));
     ready_[index] = 1;
-    note_progress_locked(true);
+    note_progress_locked(true, start);
     size_t b = bucket_of_[index];
     if (--missing_in_bucket_[b] == 0 && b == next_bucket_ && options_.overlap)
       work_cv_.notify_one();
   }
-  if (timeline_) timeline_->span(enqueue_names_[index], "enqueue", t0, Timeline::now());
+  if (timeline_ && timeline_->enabled())
+    timeline_->span(enqueue_names_[index], "enqueue",
+                    std::chrono::duration<double>(start.time_since_epoch()).count(),
+                    Timeline::now());
 }
 
 void FusionEngine::synchronize() {
@@ -424,7 +427,7 @@ void FusionEngine::synchronize() {
   for (size_t i = 0; i < ready_.size(); ++i)
     if (!ready_[i]) missing.push_back(i);
   flush_ = true;
-  note_progress_locked(true);
+  note_progress_locked(true, Clock::now());
   if (!missing.empty()) {
     std::string names;
     for (size_t k = 0; k < missing.size() && k < kMaxNamesListed; ++k)
@@ -495,7 +498,7 @@ void FusionEngine::comm_loop() {
     records_.push_back(BucketRecord{step_, int(b), bucket.bytes, int(bucket.tensor_count),
                                     t0 - start_s_, t1 - t0});
     ++next_bucket_;
-    note_progress_locked(false);
+    note_progress_locked(false, Clock::now());
     if (next_bucket_ == buckets_.size()) done_cv_.notify_one();
   }
 }

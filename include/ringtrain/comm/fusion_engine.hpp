@@ -116,7 +116,7 @@ class FusionEngine {
   void comm_loop();
   void reduce_bucket(size_t b);
   void watchdog_loop();
-  void note_progress_locked(bool arm);
+  void note_progress_locked(bool arm, Clock::time_point now);
   void reset_step_locked();
   std::vector<uint8_t> stall_record_locked() const;
   std::string describe_stall(const std::vector<std::vector<uint8_t>>& records,

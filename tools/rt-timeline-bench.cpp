@@ -1,0 +1,166 @@
+// rt-timeline-bench.cpp — what the timeline costs: ns per span against the two clock reads a
+// caller needs anyway, the engine's enqueue() with the timeline off and on, and the writer.
+//
+//   mpirun -np 1 bin/rt-timeline-bench [spans=1000000] [repeats=9]
+// Prints a table of medians and writes JSON lines to output/bench/timeline.jsonl.
+#define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
+#include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ringtrain/comm/fusion_engine.hpp"
+#include "ringtrain/comm/timeline.hpp"
+
+using namespace ringtrain::comm;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds of CPU that the whole machine spent busy, from /proc/stat.
+double machine_busy_seconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  return (user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
+}
+
+double own_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto s = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return s(usage.ru_utime) + s(usage.ru_stime);
+}
+
+// Median ns per call of body(i) over `repeats` runs of n calls; body may set up per run.
+double ns_per_call(size_t n, int repeats, const std::function<void()>& setup,
+                   const std::function<void(size_t)>& body) {
+  std::vector<double> runs;
+  for (int r = 0; r < repeats; ++r) {
+    setup();
+    double t0 = Timeline::now();
+    for (size_t i = 0; i < n; ++i) body(i);
+    runs.push_back((Timeline::now() - t0) / double(n) * 1e9);
+  }
+  return median(runs);
+}
+
+struct Row {
+  std::string name;
+  double ns;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  size_t spans = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1000000;
+  int repeats = argc > 2 ? std::atoi(argv[2]) : 9;
+  double wall0 = Timeline::now(), busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
+
+  std::vector<Row> rows;
+  volatile double sink = 0;
+  rows.push_back({"two clock reads (reference)", ns_per_call(
+                                                     spans, repeats, [] {},
+                                                     [&](size_t) {
+                                                       double t0 = Timeline::now();
+                                                       sink = sink + (Timeline::now() - t0);
+                                                     })});
+  std::unique_ptr<Timeline> timeline;
+  rows.push_back({"clock reads + span, timeline off",
+                  ns_per_call(
+                      spans, repeats, [&] { timeline = std::make_unique<Timeline>(false, 0); },
+                      [&](size_t) {
+                        double t0 = Timeline::now();
+                        timeline->span("backward conv1", "compute", t0, Timeline::now());
+                      })});
+  rows.push_back(
+      {"clock reads + span, timeline on",
+       ns_per_call(
+           spans, repeats, [&] { timeline = std::make_unique<Timeline>(true, 0, spans); },
+           [&](size_t) {
+             double t0 = Timeline::now();
+             timeline->span("backward conv1", "compute", t0, Timeline::now());
+           })});
+  rows.push_back(
+      {"span alone, timeline on (with args)",
+       ns_per_call(
+           spans, repeats, [&] { timeline = std::make_unique<Timeline>(true, 0, spans); },
+           [&](size_t i) {
+             timeline->span("allreduce bucket 0", "comm", 1.0, 2.0, 1, {"bytes", int64_t(i)},
+                            {"tensors", 3});
+           })});
+
+  // The engine's enqueue() on one rank, 64 gradients a step, timeline off and on.
+  std::vector<GradSpec> specs;
+  for (int i = 0; i < 64; ++i) specs.push_back({"layer" + std::to_string(i) + ".weight", {64, 64}});
+  for (bool on : {false, true}) {
+    Timeline engine_timeline(on, 0);
+    FusionEngine engine(
+        MPI_COMM_SELF, [](float*, size_t) {}, FusionOptions{}, &engine_timeline);
+    engine.plan(specs);
+    std::vector<double> runs;
+    size_t steps = std::max<size_t>(1, spans / 64 / 10);
+    for (int r = 0; r < repeats; ++r) {
+      double enqueue_s = 0;
+      for (size_t s = 0; s < steps; ++s) {
+        double t0 = Timeline::now();
+        for (size_t i = 0; i < specs.size(); ++i) engine.enqueue(i);
+        enqueue_s += Timeline::now() - t0;
+        engine.synchronize();
+      }
+      runs.push_back(enqueue_s / double(steps * specs.size()) * 1e9);
+    }
+    rows.push_back(
+        {on ? "engine enqueue(), timeline on" : "engine enqueue(), timeline off", median(runs)});
+  }
+
+  // The writer: format and write every span once.
+  std::string path = "output/bench/timeline-bench-trace.json";
+  timeline = std::make_unique<Timeline>(true, 0, spans);
+  for (size_t i = 0; i < spans; ++i) timeline->span("backward conv1", "compute", 1.0, 1.0 + 1e-6);
+  double w0 = Timeline::now();
+  timeline->write_chrome_trace(MPI_COMM_WORLD, path);
+  double write_ns = (Timeline::now() - w0) / double(spans) * 1e9;
+  rows.push_back({"write_chrome_trace, per span", write_ns});
+  std::filesystem::remove(path);
+
+  double wall = Timeline::now() - wall0;
+  double others = (machine_busy_seconds() - busy0 - (own_cpu_seconds() - own0)) / wall;
+  bool busy = others > 0.25;
+  double reference = rows[0].ns;
+  std::printf("timeline overhead: %zu spans x %d repeats, medians%s\n", spans, repeats,
+              busy ? "  [BUSY machine]" : "");
+  std::printf("other processes used %.2f cores while this ran\n", others);
+  std::printf("| %-38s | %9s | %16s |\n", "case", "ns/call", "x two clock reads");
+  std::printf("|%s|%s|%s|\n", std::string(40, '-').c_str(), std::string(11, '-').c_str(),
+              std::string(18, '-').c_str());
+  std::filesystem::create_directories("output/bench");
+  std::ofstream jsonl("output/bench/timeline.jsonl", std::ios::app);
+  for (const Row& row : rows) {
+    std::printf("| %-38s | %9.1f | %16.2f |\n", row.name.c_str(), row.ns, row.ns / reference);
+    jsonl << "{\"bench\":\"timeline\",\"case\":\"" << row.name << "\",\"ns_per_call\":" << row.ns
+          << ",\"ratio_to_clock_reads\":" << row.ns / reference << ",\"spans\":" << spans
+          << ",\"repeats\":" << repeats << ",\"other_cores_busy\":" << others
+          << ",\"busy_machine\":" << (busy ? "true" : "false") << "}\n";
+  }
+  std::printf("(JSON lines appended to output/bench/timeline.jsonl)\n");
+  MPI_Finalize();
+  return 0;
+}
