@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <numeric>
 #include <random>
@@ -234,6 +235,38 @@ BOOST_AUTO_TEST_CASE(overlap_off_reduces_only_in_synchronize_and_gives_the_same_
   BOOST_TEST(all_ok(sums[true] == sums[false]), "overlap on and off differ");
 }
 
+// Overlap is a property, not a timing: with bucket 0's gradients enqueued and synchronize() not
+// called, bucket 0 must get reduced (the 30 s bound only turns a failure into a message).
+BOOST_AUTO_TEST_CASE(with_overlap_a_full_bucket_is_reduced_before_synchronize) {
+  MpiSum sum;
+  ReduceFn mpi_sum = sum.fn();
+  std::promise<void> first_reduced;
+  int calls = 0;  // only the comm thread touches it
+  ReduceFn watched = [&](float* data, size_t count) {
+    mpi_sum(data, count);
+    if (calls++ == 0) first_reduced.set_value();
+  };
+  auto specs = model_specs();
+  int rank = rt_test::world_rank();
+  FusionEngine engine(MPI_COMM_WORLD, watched, small_buckets());
+  auto where = engine.plan(specs);
+  const BucketLayout first = engine.buckets().front();
+  for (size_t i = first.first_tensor; i < first.first_tensor + first.tensor_count; ++i) {
+    fill_gradient(where[i], specs[i], rank, 0, i);
+    engine.enqueue(i);
+  }
+  auto reduced = first_reduced.get_future().wait_for(std::chrono::seconds(30));
+  BOOST_TEST(all_ok(reduced == std::future_status::ready),
+             "bucket 0 not reduced before synchronize()");
+  for (size_t i = first.first_tensor + first.tensor_count; i < specs.size(); ++i) {
+    fill_gradient(where[i], specs[i], rank, 0, i);
+    engine.enqueue(i);
+  }
+  engine.synchronize();
+  BOOST_TEST(all_ok(count_wrong(engine, where, specs, 0) == 0));
+  BOOST_TEST(calls == int(engine.bucket_count()));
+}
+
 BOOST_AUTO_TEST_CASE(buckets_respect_the_caps_and_never_split_a_tensor) {
   MpiSum sum;
   auto specs = model_specs();
@@ -388,7 +421,10 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
   {
     FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets(), &timeline);
     auto where = engine.plan(specs);
-    for (int64_t step = 0; step < 2; ++step) run_step(engine, where, specs, step);
+    for (int64_t step = 0; step < 2; ++step) {
+      run_step(engine, where, specs, step);
+      ScopedSpan optimizer(&timeline, "optimizer", "compute");
+    }
     buckets = engine.bucket_count();
     for (const auto& b : engine.buckets()) bucket_bytes.push_back(b.bytes);
   }
@@ -425,6 +461,7 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
       if (spans[r]["comm"] != int(2 * buckets)) ok = false, why += " comm spans";
       if (spans[r]["enqueue"] != int(2 * specs.size())) ok = false, why += " enqueue spans";
       if (spans[r]["wait"] != 2) ok = false, why += " wait spans";
+      if (spans[r]["compute"] != 2) ok = false, why += " compute spans";
     }
     if (comm_bytes != std::set<size_t>(bucket_bytes.begin(), bucket_bytes.end()))
       ok = false, why += " bucket bytes";

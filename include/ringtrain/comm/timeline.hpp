@@ -84,4 +84,29 @@ class Timeline {
   std::unordered_set<std::string> interned_;  // node-based: element addresses never move
 };
 
+// Records the span from construction to destruction; reads no clock when the timeline is null
+// or disabled. { ScopedSpan s(timeline, "forward", "compute"); model.forward(batch); }
+class ScopedSpan {
+ public:
+  ScopedSpan(Timeline* timeline, const char* name, const char* category,
+             int thread_id = Timeline::kComputeThread)
+      : timeline_(timeline && timeline->enabled() ? timeline : nullptr),
+        name_(name),
+        category_(category),
+        thread_id_(thread_id),
+        t0_s_(timeline_ ? Timeline::now() : 0.0) {}
+  ~ScopedSpan() {
+    if (timeline_) timeline_->span(name_, category_, t0_s_, Timeline::now(), thread_id_);
+  }
+  ScopedSpan(const ScopedSpan&) = delete;
+  ScopedSpan& operator=(const ScopedSpan&) = delete;
+
+ private:
+  Timeline* timeline_;
+  const char* name_;
+  const char* category_;
+  int thread_id_;
+  double t0_s_;
+};
+
 }  // namespace ringtrain::comm
