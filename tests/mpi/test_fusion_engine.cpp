@@ -347,6 +347,21 @@ BOOST_AUTO_TEST_CASE(a_rank_with_fewer_gradients_is_named_on_every_rank) {
                        "must plan the same gradients, in the same order, with the same shapes)");
 }
 
+BOOST_AUTO_TEST_CASE(a_name_twice_on_one_rank_is_an_error_on_every_rank) {
+  MpiSum sum;
+  auto specs = model_specs();
+  int last = rt_test::world_size() - 1;
+  if (rt_test::world_rank() == last) specs[4].name = "fc1.bias";
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  std::string got = error_of([&] { engine.plan(specs); });
+  std::string want_start = str("fusion plan: rank ", last, ": ");
+  std::string want_end =
+      "gradient name fc1.bias appears twice in the fusion plan; names must be unique";
+  bool ok = got.rfind(want_start, 0) == 0 && got.size() > want_end.size() &&
+            got.compare(got.size() - want_end.size(), want_end.size(), want_end) == 0;
+  BOOST_TEST(all_ok(ok), "got: " << got);
+}
+
 BOOST_AUTO_TEST_CASE(different_fusion_sizes_are_named_on_every_rank) {
   MpiSum sum;
   FusionOptions options = small_buckets();
