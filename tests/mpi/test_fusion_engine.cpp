@@ -506,7 +506,7 @@ constexpr int kStuckRank = 1;
 
 // Step 0 completes everywhere; in step 1 rank 1 enqueues only `stuck_enqueues` gradients (in
 // plan order) and then computes "forever"; the others enqueue everything and synchronize().
-void stall_in_step_one(size_t stuck_enqueues) {
+void stall_in_step_one(size_t stuck_enqueues, bool stuck_rank_leaves = false) {
   MpiSum sum;
   auto specs = model_specs();
   FusionOptions options = small_buckets();
@@ -515,6 +515,7 @@ void stall_in_step_one(size_t stuck_enqueues) {
   auto where = engine.plan(specs);
   run_step(engine, where, specs, 0);
   bool stuck = rt_test::world_rank() == kStuckRank;
+  if (stuck && stuck_rank_leaves) return;  // on to MPI_Finalize, like a rank with fewer batches
   for (size_t i = 0; i < (stuck ? stuck_enqueues : specs.size()); ++i) engine.enqueue(i);
   if (stuck) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // stands for a hung compute kernel
@@ -533,6 +534,11 @@ BOOST_AUTO_TEST_CASE(rank_stops_enqueuing) {
 // Rank 1 never reaches the engine in step 1: it cannot answer; the others name it.
 BOOST_AUTO_TEST_CASE(rank_stuck_outside_the_engine) {
   stall_in_step_one(0);
+}
+
+// Rank 1 finishes early (destroys its engine, finalizes MPI): the others name it.
+BOOST_AUTO_TEST_CASE(rank_leaves_early) {
+  stall_in_step_one(0, true);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
