@@ -17,7 +17,6 @@
 namespace ringtrain::comm {
 namespace {
 
-constexpr size_t kReservedEvents = size_t(1) << 15;  // per thread, so the first steps never grow
 constexpr size_t kChunkBytes = size_t(1) << 30;      // MPI counts are int: send text in chunks
 constexpr int kTagSize = 7101;
 constexpr int kTagText = 7102;
@@ -108,9 +107,10 @@ Timeline::Timeline(bool enabled, int rank, size_t max_events_per_thread)
   thread_names_[kComputeThread] = "compute";
   thread_names_[kCommThread] = "comm";
   if (!enabled_) return;
-  size_t reserve = std::min(kReservedEvents, max_events_per_thread_);
-  buffers_[kComputeThread].reserve(reserve);
-  buffers_[kCommThread].reserve(reserve);
+  // The whole capacity up front: the buffers never move, and the pages are only address space
+  // until a span first touches them (64 spans a page).
+  buffers_[kComputeThread].reserve(max_events_per_thread_);
+  buffers_[kCommThread].reserve(max_events_per_thread_);
 }
 
 double Timeline::now() {

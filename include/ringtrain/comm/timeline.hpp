@@ -34,7 +34,8 @@ class Timeline {
   static constexpr int kMaxThreads = 8;
 
   // A disabled timeline records nothing and writes nothing; every call stays valid.
-  // Each thread id keeps at most max_events_per_thread spans; later ones are counted as dropped.
+  // Each thread id keeps at most max_events_per_thread spans (64 bytes each; threads 0 and 1
+  // reserve that much address space up front); later ones are counted as dropped.
   Timeline(bool enabled, int rank, size_t max_events_per_thread = size_t(1) << 20);
 
   bool enabled() const { return enabled_; }
