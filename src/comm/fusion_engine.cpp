@@ -397,6 +397,23 @@ void FusionEngine::lay_out_buckets() {
   for (auto& bucket : buckets_) bucket.data = memory + offsets_[bucket.first_tensor];
 }
 
+std::string FusionEngine::layout_summary() const {
+  std::string sizes;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (b == kMaxNamesListed && buckets_.size() > kMaxNamesListed + 1) {
+      sizes += str(", ... (", buckets_.size() - b, " more)");
+      break;
+    }
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.3g", double(buckets_[b].bytes) / double(kMiB));
+    sizes += (b ? ", " : "") + std::string(mib);
+  }
+  return str(buckets_.size(), buckets_.size() == 1 ? " bucket" : " buckets",
+             " (first <= ", seconds_text(std::min(options_.first_bucket_mib, options_.fusion_mib)),
+             " MiB, then <= ", seconds_text(options_.fusion_mib), " MiB) for ", specs_.size(),
+             " gradients: ", sizes, " MiB");
+}
+
 // ---- the step ------------------------------------------------------------------------------
 
 void FusionEngine::note_progress_locked(bool arm, Clock::time_point now) {

@@ -17,7 +17,7 @@
 namespace ringtrain::comm {
 namespace {
 
-constexpr size_t kChunkBytes = size_t(1) << 30;      // MPI counts are int: send text in chunks
+constexpr size_t kChunkBytes = size_t(1) << 30;  // MPI counts are int: send text in chunks
 constexpr int kTagSize = 7101;
 constexpr int kTagText = 7102;
 

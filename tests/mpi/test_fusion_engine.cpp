@@ -405,6 +405,29 @@ BOOST_AUTO_TEST_CASE(synchronize_names_the_gradients_never_enqueued) {
   // Leaving scope must not hang: the comm thread is parked before the unfinished bucket.
 }
 
+BOOST_AUTO_TEST_CASE(a_failing_reduction_is_rethrown_by_synchronize) {
+  auto specs = model_specs();
+  int calls = 0;  // only the comm thread touches it
+  ReduceFn failing = [&](float*, size_t) {
+    if (++calls == 2) throw Error("injected reduce failure");
+  };
+  FusionEngine engine(MPI_COMM_WORLD, failing, small_buckets(false));  // fails in synchronize()
+  engine.plan(specs);
+  for (size_t i = 0; i < specs.size(); ++i) engine.enqueue(i);
+  expect_on_every_rank(error_of([&] { engine.synchronize(); }), "injected reduce failure");
+  expect_on_every_rank(error_of([&] { engine.enqueue(0); }), "injected reduce failure");
+  BOOST_TEST(calls == 2);  // nothing after the failed bucket
+}
+
+BOOST_AUTO_TEST_CASE(the_layout_summary_names_every_bucket) {
+  MpiSum sum;
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  engine.plan(model_specs());
+  BOOST_TEST(engine.layout_summary() ==
+             "5 buckets (first <= 0.01 MiB, then <= 0.5 MiB) for 12 gradients: 0.00543, 0.5, "
+             "0.0929, 1.14, 0.000122 MiB");
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_are_input_errors) {
   MpiSum sum;
   FusionOptions options;

@@ -87,7 +87,12 @@ class FusionEngine {
   // names, shapes and dtypes is compared across ranks; on a mismatch every rank throws
   // ringtrain::Error naming the first rank that differs and the tensor where it differs from
   // rank 0. Returns, per spec, where backward must write that gradient (inside its bucket).
+  // Backward overwrites it each step; from synchronize() until the next backward it holds the
+  // mean over ranks. The buffers are zeroed once, here, and never move.
   std::vector<float*> plan(const std::vector<GradSpec>& specs);
+
+  // One line for the log: "5 buckets (first <= 1 MiB, then <= 64 MiB): 0.9, 63.8, ... MiB".
+  std::string layout_summary() const;
 
   // Gradient `index` is complete. Thread-safe and cheap (no MPI on the caller's thread).
   // Throws ringtrain::Error naming the tensor when it was already enqueued this step.
