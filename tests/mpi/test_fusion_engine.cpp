@@ -527,9 +527,12 @@ BOOST_AUTO_TEST_SUITE(fusion_stall, *boost::unit_test::disabled())
 namespace {
 constexpr int kStuckRank = 1;
 
+enum class Stuck { computing, in_synchronize, leaving };
+
 // Step 0 completes everywhere; in step 1 rank 1 enqueues only `stuck_enqueues` gradients (in
-// plan order) and then computes "forever"; the others enqueue everything and synchronize().
-void stall_in_step_one(size_t stuck_enqueues, bool stuck_rank_leaves = false) {
+// plan order) and then computes "forever", or calls synchronize() (which throws; it then hangs
+// in its error handling), or leaves; the others enqueue everything and synchronize().
+void stall_in_step_one(size_t stuck_enqueues, Stuck how = Stuck::computing) {
   MpiSum sum;
   auto specs = model_specs();
   FusionOptions options = small_buckets();
@@ -538,13 +541,14 @@ void stall_in_step_one(size_t stuck_enqueues, bool stuck_rank_leaves = false) {
   auto where = engine.plan(specs);
   run_step(engine, where, specs, 0);
   bool stuck = rt_test::world_rank() == kStuckRank;
-  if (stuck && stuck_rank_leaves) return;  // on to MPI_Finalize, like a rank with fewer batches
+  if (stuck && how == Stuck::leaving) return;  // on to MPI_Finalize, like a rank with fewer batches
   for (size_t i = 0; i < (stuck ? stuck_enqueues : specs.size()); ++i) engine.enqueue(i);
-  if (stuck) {
-    std::this_thread::sleep_for(std::chrono::seconds(60));  // stands for a hung compute kernel
-  } else {
+  if (!stuck) {
     engine.synchronize();
+  } else if (how == Stuck::in_synchronize) {
+    BOOST_TEST_MESSAGE(error_of([&] { engine.synchronize(); }));
   }
+  std::this_thread::sleep_for(std::chrono::seconds(60));  // stands for a hung kernel or handler
   BOOST_FAIL("the stall inspector did not abort the job");
 }
 }  // namespace
@@ -561,7 +565,13 @@ BOOST_AUTO_TEST_CASE(rank_stuck_outside_the_engine) {
 
 // Rank 1 finishes early (destroys its engine, finalizes MPI): the others name it.
 BOOST_AUTO_TEST_CASE(rank_leaves_early) {
-  stall_in_step_one(0, true);
+  stall_in_step_one(0, Stuck::leaving);
+}
+
+// Rank 1 calls synchronize() without conv2.* and conv1.*: it throws there, and if the process
+// lingers instead of aborting, the inspector still names what it lacks on every rank.
+BOOST_AUTO_TEST_CASE(rank_synchronizes_without_some) {
+  stall_in_step_one(6, Stuck::in_synchronize);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
