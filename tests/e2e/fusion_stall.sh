@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # fusion_stall.sh — the stall inspector: a rank that stops enqueuing, a rank stuck outside the
 # engine, a rank that leaves early (finalizes MPI), and a rank that called synchronize() without
-# some gradients and lingers make every rank that can answer print one
-# line naming the missing tensors and ranks, and the job exits non-zero within
-# stall_timeout_s + 10 s (the cases use a 2 s timeout).
+# some gradients and lingers make every rank that can answer print one line naming the missing
+# tensors and ranks, and the job exits non-zero within stall_timeout_s + 10 s (2 s timeout here).
 set -u
 BIN=${BIN:-bin}
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
