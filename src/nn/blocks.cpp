@@ -86,13 +86,15 @@ BasicBlock::BasicBlock(std::string name, Backend& be, int in_c, int out_c, int s
       relu_out_(be.make_relu()),
       add_grads_(be.make_add(false)) {
   if (stride != 1 || in_c != out_c) {
-    down_conv_ = std::make_unique<Conv2d>(name + ".downsample.0", be, in_c, out_c, 1, stride, 0,
-                                          false);
+    down_conv_ =
+        std::make_unique<Conv2d>(name + ".downsample.0", be, in_c, out_c, 1, stride, 0, false);
     down_bn_ = std::make_unique<BatchNorm2d>(name + ".downsample.1", be, out_c);
   }
 }
 
-Shape BasicBlock::output_shape(const Shape& in) const { return conv1_.output_shape(in); }
+Shape BasicBlock::output_shape(const Shape& in) const {
+  return conv1_.output_shape(in);
+}
 
 const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
   const Tensor* a = &conv1_.forward(x, training);

@@ -22,8 +22,8 @@ std::unique_ptr<Sequential> cnn_small(const ModelInput& in, int classes, Backend
   net->add(std::make_unique<Conv2d>("conv2", be, 32, 64, 3, 1, 1, true, true));
   net->add(max_pool2d("pool2", be, 2, 2));
   net->add(std::make_unique<Flatten>("flatten"));
-  net->add(std::make_unique<Linear>("fc1", be, int64_t(64) * (in.height / 4) * (in.width / 4),
-                                    128));
+  net->add(
+      std::make_unique<Linear>("fc1", be, int64_t(64) * (in.height / 4) * (in.width / 4), 128));
   net->add(std::make_unique<ReLU>("relu3", be));
   net->add(std::make_unique<Linear>("fc2", be, 128, classes));
   return net;
@@ -85,8 +85,8 @@ const std::vector<std::string>& model_names() {
 
 std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in, int classes,
                                   Backend& be, uint64_t seed) {
-  RT_REQUIRE_INPUT(in.channels >= 1 && in.height >= 1 && in.width >= 1,
-                   "model ", name, ": the data shape ", chw(in), " is empty");
+  RT_REQUIRE_INPUT(in.channels >= 1 && in.height >= 1 && in.width >= 1, "model ", name,
+                   ": the data shape ", chw(in), " is empty");
   RT_REQUIRE_INPUT(classes >= 2, "model ", name, " needs at least 2 classes, the data has ",
                    classes);
   std::unique_ptr<Sequential> net;
@@ -98,8 +98,7 @@ std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in,
     net = fibernet(in, classes, be);
   } else {
     std::ostringstream known;
-    for (size_t i = 0; i < model_names().size(); ++i)
-      known << (i ? ", " : "") << model_names()[i];
+    for (size_t i = 0; i < model_names().size(); ++i) known << (i ? ", " : "") << model_names()[i];
     throw InputError(str("unknown model '", name, "': known models are ", known.str()));
   }
   auto model = std::make_unique<Model>(name, be, in, classes, std::move(net));

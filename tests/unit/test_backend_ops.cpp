@@ -211,7 +211,8 @@ void check_sync_batch_norm(const std::string& backend_name) {
   // whole batch's mean, so its dy is half of each rank's dy.
   std::vector<float> dy_whole(dyv);
   for (float& v : dy_whole) v *= 0.5f;
-  Tensor x = to_device(*whole_be, {n, c, hw, hw}, xv), dy = to_device(*whole_be, {n, c, hw, hw}, dy_whole);
+  Tensor x = to_device(*whole_be, {n, c, hw, hw}, xv),
+         dy = to_device(*whole_be, {n, c, hw, hw}, dy_whole);
   Tensor g = to_device(*whole_be, {c}, gv), b = to_device(*whole_be, {c}, bv);
   Tensor y, mean, var, dx, dg = whole_be->alloc({c}), db = whole_be->alloc({c});
   auto op = whole_be->make_batch_norm({c, 1e-5f});
@@ -307,7 +308,8 @@ BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
     BOOST_TEST(r.loss == loss / 3, boost::test_tools::tolerance(1e-12));
     BOOST_TEST(r.correct == correct);
     BOOST_TEST(r.count == 3);
-    expect_close(std::string(name) + " softmax cross-entropy gradient", to_host(*be, dz), want, 1e-6);
+    expect_close(std::string(name) + " softmax cross-entropy gradient", to_host(*be, dz), want,
+                 1e-6);
     int32_t bad[3] = {2, 4, 0};
     try {
       be->softmax_cross_entropy(logits, bad, dz);
@@ -320,7 +322,8 @@ BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
     for (bool nesterov : {false, true}) {
       std::vector<float> w = random_values(37, 82), g = random_values(37, 83),
                          m = random_values(37, 84);
-      Tensor wt = to_device(*be, {37}, w), gt = to_device(*be, {37}, g), mt = to_device(*be, {37}, m);
+      Tensor wt = to_device(*be, {37}, w), gt = to_device(*be, {37}, g),
+             mt = to_device(*be, {37}, m);
       SgdSpec s{0.1f, 0.9f, 5e-4f, nesterov};
       be->sgd_update(wt, gt, mt, s);
       std::vector<float> w_want(37), m_want(37);
@@ -381,7 +384,8 @@ BOOST_AUTO_TEST_CASE(unknown_and_unbuilt_backends_are_input_errors) {
     make_backend("cuda", 1);
     BOOST_FAIL("no throw");
   } catch (const InputError& e) {
-    BOOST_TEST(std::string(e.what()).rfind("backend cuda: this ringtrain was built without CUDA", 0) == 0);
+    BOOST_TEST(
+        std::string(e.what()).rfind("backend cuda: this ringtrain was built without CUDA", 0) == 0);
   }
 #endif
 }

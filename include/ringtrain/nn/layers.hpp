@@ -56,8 +56,8 @@ class Layer {
 class Conv2d : public Layer {
  public:
   // fuse_relu: the layer computes relu(conv(x)) (ReLU folded into the convolution).
-  Conv2d(std::string name, Backend& be, int in_c, int out_c, int kernel, int stride,
-         int padding, bool bias, bool fuse_relu = false);
+  Conv2d(std::string name, Backend& be, int in_c, int out_c, int kernel, int stride, int padding,
+         bool bias, bool fuse_relu = false);
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;

@@ -17,7 +17,9 @@ using relu_bwd = dnnl::eltwise_backward;
 using pool_fwd = dnnl::pooling_forward;
 using pool_bwd = dnnl::pooling_backward;
 
-void ensure_vector(Tensor& t, int64_t n) { ensure(t, Shape{n}, plain_desc(Shape{n})); }
+void ensure_vector(Tensor& t, int64_t n) {
+  ensure(t, Shape{n}, plain_desc(Shape{n}));
+}
 
 // Element (n, c, h, w) of a 4-D tensor in a oneDNN layout with at most one inner block
 // on channels (nchw, nhwc, nChw8c, nChw16c): offset = n*sn + (c/b)*sc + h*sh + w*sw + c%b.
@@ -190,9 +192,7 @@ class BatchNorm : public BatchNormOp {
       float inv_std = 1.0f / std::sqrt(var.f32()[c] + s_.eps);
       float k = gamma.f32()[c] * inv_std / global_count_;
       float mu = mean.f32()[c], sg = sums_[c], sb = sums_[C + c];
-      walk.channel(c, [&](int64_t off) {
-        out[off] -= k * (sb + (xs[off] - mu) * inv_std * sg);
-      });
+      walk.channel(c, [&](int64_t off) { out[off] -= k * (sb + (xs[off] - mu) * inv_std * sg); });
     }
   }
 
@@ -318,19 +318,18 @@ class Pool : public PoolOp {
                                          : dnnl::algorithm::pooling_avg_include_padding;
     memory::desc y_any(to_dims(p->y_shape), dt::f32, tag::any);
     dnnl_try("pooling", [&] {
-      p->train_pd = pool_fwd::primitive_desc(
-          pool_fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, y_any, strides, kernel, pl,
-                         pr),
-          ctx_.engine);
+      p->train_pd = pool_fwd::primitive_desc(pool_fwd::desc(dnnl::prop_kind::forward_training, alg,
+                                                            x_md, y_any, strides, kernel, pl, pr),
+                                             ctx_.engine);
       p->train = pool_fwd(p->train_pd);
       // Inference writes the same layout as training, so a layer's output never moves.
-      p->infer = pool_fwd(pool_fwd::primitive_desc(
-          pool_fwd::desc(dnnl::prop_kind::forward_inference, alg, x_md, p->train_pd.dst_desc(),
-                         strides, kernel, pl, pr),
-          ctx_.engine));
+      p->infer = pool_fwd(
+          pool_fwd::primitive_desc(pool_fwd::desc(dnnl::prop_kind::forward_inference, alg, x_md,
+                                                  p->train_pd.dst_desc(), strides, kernel, pl, pr),
+                                   ctx_.engine));
       p->bwd = pool_bwd(pool_bwd::primitive_desc(
-          pool_bwd::desc(alg, x_md, p->train_pd.dst_desc(), strides, kernel, pl, pr),
-          ctx_.engine, p->train_pd));
+          pool_bwd::desc(alg, x_md, p->train_pd.dst_desc(), strides, kernel, pl, pr), ctx_.engine,
+          p->train_pd));
       return 0;
     });
     memory::desc ws = p->train_pd.workspace_desc();
@@ -401,7 +400,9 @@ class Add : public AddOp {
 std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec) {
   return std::make_unique<BatchNorm>(ctx, spec);
 }
-std::unique_ptr<ReluOp> make_relu(const Context& ctx) { return std::make_unique<Relu>(ctx); }
+std::unique_ptr<ReluOp> make_relu(const Context& ctx) {
+  return std::make_unique<Relu>(ctx);
+}
 std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec) {
   return std::make_unique<Pool>(ctx, spec);
 }

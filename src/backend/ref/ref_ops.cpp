@@ -1,11 +1,12 @@
 // ref_ops.cpp — the reference ops: direct loops over plain NCHW fp32, sums in double.
 //
 // Written for obviousness, not speed: tests hold every oneDNN op against these.
+#include "ref_ops.hpp"
+
 #include <cmath>
 #include <vector>
 
 #include "../factories.hpp"
-#include "ref_ops.hpp"
 
 namespace ringtrain::backend::ref {
 namespace {
@@ -230,8 +231,8 @@ class BatchNorm : public BatchNormOp {
 
  private:
   void set_dims(const Tensor& x) {
-    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ",
-             shape_str(x.shape()), " does not have ", s_.channels, " channels");
+    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ", shape_str(x.shape()),
+             " does not have ", s_.channels, " channels");
     N_ = x.dim(0), C_ = x.dim(1), HW_ = x.dim(2) * x.dim(3);
   }
   template <typename F>
@@ -253,8 +254,7 @@ class BatchNorm : public BatchNormOp {
     for (int64_t c = 0; c < C_; ++c) {
       double inv_std = 1.0 / std::sqrt(double(var.f32()[c]) + s_.eps);
       for_channel(c, [&](int64_t i) {
-        y.f32()[i] = float(gamma.f32()[c] * (x.f32()[i] - mean.f32()[c]) * inv_std +
-                           beta.f32()[c]);
+        y.f32()[i] = float(gamma.f32()[c] * (x.f32()[i] - mean.f32()[c]) * inv_std + beta.f32()[c]);
       });
     }
   }
@@ -358,13 +358,23 @@ class Add : public AddOp {
 
 }  // namespace
 
-std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) { return std::make_unique<Conv>(s); }
-std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) { return std::make_unique<Linear>(s); }
+std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) {
+  return std::make_unique<Conv>(s);
+}
+std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) {
+  return std::make_unique<Linear>(s);
+}
 std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) {
   return std::make_unique<BatchNorm>(s);
 }
-std::unique_ptr<ReluOp> make_relu() { return std::make_unique<Relu>(); }
-std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) { return std::make_unique<Pool>(s); }
-std::unique_ptr<AddOp> make_add(bool relu) { return std::make_unique<Add>(relu); }
+std::unique_ptr<ReluOp> make_relu() {
+  return std::make_unique<Relu>();
+}
+std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) {
+  return std::make_unique<Pool>(s);
+}
+std::unique_ptr<AddOp> make_add(bool relu) {
+  return std::make_unique<Add>(relu);
+}
 
 }  // namespace ringtrain::backend::ref
