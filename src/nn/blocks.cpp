@@ -78,8 +78,7 @@ void Sequential::set_needs_input_grad(bool needed) {
 BasicBlock::BasicBlock(std::string name, Backend& be, int in_c, int out_c, int stride)
     : Layer(name),
       conv1_(name + ".conv1", be, in_c, out_c, 3, stride, 1, false),
-      bn1_(name + ".bn1", be, out_c),
-      relu1_(name + ".relu", be),
+      bn1_(name + ".bn1", be, out_c, true),
       conv2_(name + ".conv2", be, out_c, out_c, 3, 1, 1, false),
       bn2_(name + ".bn2", be, out_c),
       add_relu_(be.make_add(true)),
@@ -99,7 +98,6 @@ Shape BasicBlock::output_shape(const Shape& in) const {
 const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
   const Tensor* a = &conv1_.forward(x, training);
   a = &bn1_.forward(*a, training);
-  a = &relu1_.forward(*a, training);
   a = &conv2_.forward(*a, training);
   a = &bn2_.forward(*a, training);
   const Tensor* shortcut = &x;
@@ -114,7 +112,6 @@ const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
   if (down_conv_) dshort = &down_conv_->backward(down_bn_->backward(dsum_, ready), ready);
   const Tensor* g = &bn2_.backward(dsum_, ready);
   g = &conv2_.backward(*g, ready);
-  g = &relu1_.backward(*g, ready);
   g = &bn1_.backward(*g, ready);
   g = &conv1_.backward(*g, ready);
   if (!needs_input_grad_) return empty_;

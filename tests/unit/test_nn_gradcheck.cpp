@@ -157,6 +157,10 @@ BOOST_AUTO_TEST_CASE(batch_norm_training) {
   BatchNorm2d bn("bn", *be, 3);
   randomize(bn, *be, 9);
   grad_check("batch norm (training)", bn, *be, {3, 3, 3, 3}, random_values(81, 10, -1, 2));
+  BatchNorm2d bn_relu("bn_relu", *be, 3, true);
+  randomize(bn_relu, *be, 9);
+  grad_check("batch norm + fused relu", bn_relu, *be, {3, 3, 3, 3}, random_values(81, 10, -1, 2),
+             {1e-3, 2e-3, 1e-2});
 }
 
 BOOST_AUTO_TEST_CASE(relu_and_pools) {

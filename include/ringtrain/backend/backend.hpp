@@ -45,6 +45,7 @@ struct LinearSpec {
 struct BatchNormSpec {
   int channels = 0;
   float eps = 1e-5f;
+  bool fuse_relu = false;  // y = relu(bn(x)); backward takes dy of the ReLU's output
 };
 
 enum class PoolKind { kMax, kAvg };

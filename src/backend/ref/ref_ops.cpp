@@ -204,16 +204,21 @@ class BatchNorm : public BatchNormOp {
     normalise(x, gamma, beta, mean, var, y);
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+  void backward(const Tensor& x, const Tensor& dy_out, const Tensor& gamma, const Tensor& mean,
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
     realloc_plain(dx, x.shape());
+    // Through the fused ReLU first: the gradient passes where the output was positive.
+    std::vector<float> dy_bn(dy_out.f32(), dy_out.f32() + dy_out.numel());
+    if (s_.fuse_relu)
+      for (size_t i = 0; i < dy_bn.size(); ++i) dy_bn[i] = relu_open_[i] ? dy_bn[i] : 0.0f;
+    const float* dy = dy_bn.data();
     std::vector<float> sums(2 * C_);
     for (int64_t c = 0; c < C_; ++c) {
       double inv_std = 1.0 / std::sqrt(double(var.f32()[c]) + s_.eps), sg = 0, sb = 0;
       for_channel(c, [&](int64_t i) {
-        sg += double(dy.f32()[i]) * (x.f32()[i] - mean.f32()[c]) * inv_std;
-        sb += dy.f32()[i];
+        sg += double(dy[i]) * (x.f32()[i] - mean.f32()[c]) * inv_std;
+        sb += dy[i];
       });
       dgamma.f32()[c] = sums[c] = float(sg);
       dbeta.f32()[c] = sums[C_ + c] = float(sb);
@@ -224,7 +229,7 @@ class BatchNorm : public BatchNormOp {
       double k = gamma.f32()[c] * inv_std;
       for_channel(c, [&](int64_t i) {
         double xhat = (x.f32()[i] - mean.f32()[c]) * inv_std;
-        dx.f32()[i] = float(k * (dy.f32()[i] - (sums[C_ + c] + xhat * sums[c]) / count_));
+        dx.f32()[i] = float(k * (dy[i] - (sums[C_ + c] + xhat * sums[c]) / count_));
       });
     }
   }
@@ -257,10 +262,17 @@ class BatchNorm : public BatchNormOp {
         y.f32()[i] = float(gamma.f32()[c] * (x.f32()[i] - mean.f32()[c]) * inv_std + beta.f32()[c]);
       });
     }
+    if (!s_.fuse_relu) return;
+    relu_open_.assign(size_t(y.numel()), false);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      relu_open_[i] = y.f32()[i] > 0;
+      if (!relu_open_[i]) y.f32()[i] = 0.0f;
+    }
   }
   BatchNormSpec s_;
   int64_t N_ = 0, C_ = 0, HW_ = 0;
   double count_ = 0;
+  std::vector<bool> relu_open_;  // fused ReLU: where the last forward's output was > 0
 };
 
 class Relu : public ReluOp {
