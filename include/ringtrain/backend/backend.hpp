@@ -169,8 +169,9 @@ class Backend {
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
 };
 
-// "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). Sets the
-// thread count of the OpenMP runtime for the CPU backends; prints nothing.
+// "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). The CPU backends
+// set the OpenMP thread count (omp_set_num_threads: it applies to the calling thread, so
+// create the backend on the thread that runs the model); nothing is printed.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
 
 }  // namespace ringtrain::backend
