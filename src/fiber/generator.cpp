@@ -3,11 +3,14 @@
 #include "ringtrain/fiber/generator.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -140,6 +143,21 @@ void require_png_dir(const std::string& path) {
       "--png-grid ", path, ": directory ", parent.string(), " does not exist or is not writable");
 }
 
+// Removes the temp files a killed rt-fibergen left behind ("<shard>.h5.tmp-<pid>" whose pid is
+// gone), so they do not pile up in the output directory.
+void remove_stale_temp_files(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const size_t tmp = name.find(".h5.tmp-");
+    if (tmp == std::string::npos) continue;
+    const std::string split = name.substr(0, name.find('-'));
+    if (split != "train" && split != "val" && split != "test") continue;
+    const long pid = std::strtol(name.c_str() + tmp + 8, nullptr, 10);
+    if (pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      std::filesystem::remove(entry.path());
+  }
+}
+
 }  // namespace
 
 std::vector<SplitPlan> plan_splits(const DatasetOptions& o) {
@@ -202,6 +220,7 @@ DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* pro
   validate(options);
   h5::require_writable_dir(options.output_dir, "--output");
   if (!options.png_grid.empty()) require_png_dir(options.png_grid);
+  remove_stale_temp_files(options.output_dir);
 
   const Stopwatch clock;
   const int threads = options.threads > 0 ? options.threads : available_cores();
