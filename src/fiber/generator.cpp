@@ -254,6 +254,7 @@ DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* pro
                              sample.fiber});
         }
       }
+      writers.back().close_datasets();  // frees their chunk caches; the file waits for its stats
     }
     if (progress)
       *progress << str("  ", split.name, ": ", split.samples, " images in ", options.shards,
@@ -268,10 +269,7 @@ DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* pro
     for (int s = 0; s < options.shards; ++s, ++w)
       set_attributes(writers[w].file->root(), options, split, s,
                      shard_begin(split.samples, s, options.shards), summary.mean, summary.std);
-  for (ShardWriter& writer : writers) {
-    writer.close_datasets();
-    writer.file->commit();
-  }
+  for (ShardWriter& writer : writers) writer.file->commit();
 
   if (!options.png_grid.empty()) {
     std::vector<GridTile> tiles;
