@@ -337,7 +337,7 @@ PlannedDefect finish(DefectKind kind, double size_um, std::vector<Feature> featu
 // A chord, straight or slightly bowed, bright or dark.
 PlannedDefect plan_scratch(Rng& rng) {
   double width = 0.5 + 5.5 * std::pow(rng.uniform(), 1.5);  // thin ones are commoner
-  double length = rng.uniform(30, 250);
+  double length = 30 + 220 * std::sqrt(rng.uniform());  // long ones commoner: they show at 64 px
   double offset = rng.uniform(0, 50), heading = rng.uniform(0, 2 * kPi);
   Vec2 along = polar(1, heading), across{-along.y, along.x};
   double shift = rng.uniform(-0.25, 0.25) * length;
@@ -349,7 +349,7 @@ PlannedDefect plan_scratch(Rng& rng) {
     f.points.push_back(offset * across + (shift + t * length / 2) * along +
                        bow * (1 - t * t) * across);
   }
-  double strength = width < 1.5 ? rng.uniform(0.55, 0.85) : rng.uniform(0.45, 0.75);
+  double strength = width < 1.5 ? rng.uniform(0.65, 0.9) : rng.uniform(0.55, 0.8);
   bool bright = rng.chance(0.35);
   f.target = bright ? 1.0f : 0.0f;
   f.alpha = float(bright ? strength * 0.8 : strength);
@@ -528,10 +528,10 @@ void plan_primary(Rng& rng, int cls, std::vector<PlannedDefect>& out) {
     }
     case kChipPit: {
       if (rng.chance(0.5)) {
-        out.push_back(plan_chip(rng, 12));
+        out.push_back(plan_chip(rng, 14));
       } else {
-        int n = rng.between(1, 3);
-        for (int i = 0; i < n; ++i) out.push_back(plan_pit(rng, i == 0 ? 5 : 1));
+        int n = rng.between(1, 4);  // pitting: the first two big enough to show at 64 px
+        for (int i = 0; i < n; ++i) out.push_back(plan_pit(rng, i < 2 ? 6 : 1));
       }
       break;
     }
