@@ -7,6 +7,7 @@
 #   then runs tools/rt-report on the sweep directory (table, table.md, table.jsonl, PNGs).
 # Settings (environment): NPS, SWEEP (default <kind>-<deck>), OUT (default output), PYTHON.
 # shellcheck shell=bash
+# shellcheck source=jobs/local/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PYTHON=${PYTHON:-/usr/bin/python3}
 

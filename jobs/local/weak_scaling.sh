@@ -7,6 +7,7 @@
 # Results: output/weak-<deck>/<deck>-np<N>.h5, then rt-report's table and plots in the same folder.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=jobs/local/sweep.sh
 source jobs/local/sweep.sh
 deck=inputs/weak/fibernet_fiber.deck
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then deck=$1; shift; fi
