@@ -22,7 +22,8 @@ rt_sweep() {
   first=$(tr ' ' '\n' <<<"$nps" | grep . | sort -n | head -1)
   echo "== $kind scaling sweep of $deck on ${nps// /, } ranks -> $dir/ ($(nproc) cores here)"
   for np in $(tr ' ' '\n' <<<"$nps" | grep . | sort -n); do
-    echo "-- $np rank(s): $dir/$name-np$np.h5 (log $dir/$name-np$np.log)"
+    # A shared machine's load skews every figure: say what it was.
+    echo "-- $np rank(s): $dir/$name-np$np.h5 (log $dir/$name-np$np.log; load average $(cut -d' ' -f1 /proc/loadavg))"
     rt_mpirun "$np" "$BIN/ringtrain" --deck "$deck" --output.dir="$dir" \
       --output.name="$name-np$np" "${baseline[@]}" "$@" >"$dir/$name-np$np.log" 2>&1 || {
       tail -n 5 "$dir/$name-np$np.log" >&2

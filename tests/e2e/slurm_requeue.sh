@@ -10,7 +10,7 @@ work=$(mktemp -d /tmp/rt-e2e-slurm.XXXXXX)
 job=e2e-requeue-$$
 trap 'rm -rf "$work" "output/$job" "output/slurm-rt-weak-$job.out"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-[ -x "$BIN/ringtrain" ] && [ "$BIN" = bin ] || { echo "skip: the job scripts run bin/ringtrain"; exit 0; }
+if [ "$BIN" != bin ]; then echo "skip: the job scripts run bin/ringtrain, not $BIN/ringtrain"; exit 0; fi
 
 # srun stand-in: mpirun with --ntasks ranks. With FAKE_STOP_NTASKS=N it sends SIGUSR1 (what
 # Slurm's --signal=USR1@120 sends) to an N-task step once the trainer has logged step 4.
@@ -73,7 +73,9 @@ FAKE_STOP_NTASKS=2 attempt 0 || { cat "$work/attempt0.log"; fail "first attempt 
 grep -q "^scontrol requeue $job$" "$work/fake.log" || { cat "$work/attempt0.log"; fail "no requeue"; }
 grep -Eq "tiny-np2: stopped by signal at step [0-9]+; requeueing" "$work/attempt0.log" \
   || fail "no stop line: $(cat "$work/attempt0.log")"
-[ -e "$out/tiny-np1.done" ] && [ ! -e "$out/tiny-np2.done" ] || fail "done markers after attempt 1: $(ls "$out")"
+if [ ! -e "$out/tiny-np1.done" ] || [ -e "$out/tiny-np2.done" ]; then
+  fail "done markers after attempt 1: $(ls "$out")"
+fi
 [ -s "$out/tiny-np2.ckpt.h5" ] || fail "no checkpoint for the stopped run: $(ls "$out")"
 grep -q -- "--train.threads=1 --output.baseline=$out/tiny-np1.h5" "$work/fake.log" \
   || fail "srun did not get threads and baseline: $(cat "$work/fake.log")"
