@@ -563,7 +563,8 @@ BOOST_AUTO_TEST_CASE(rank_stuck_outside_the_engine) {
   stall_in_step_one(0);
 }
 
-// Rank 1 finishes early (destroys its engine, finalizes MPI): the others name it.
+// Rank 1 finishes early (destroys its engine, finalizes MPI): the others name it. Run it by
+// hand: OpenMPI 4.1.4's mpirun often hangs after any abort once a rank has finalized.
 BOOST_AUTO_TEST_CASE(rank_leaves_early) {
   stall_in_step_one(0, Stuck::leaving);
 }
