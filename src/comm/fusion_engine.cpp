@@ -255,9 +255,9 @@ FusionEngine::~FusionEngine() {
 void FusionEngine::check_options() const {
   RT_REQUIRE_INPUT(std::isfinite(options_.fusion_mib) && options_.fusion_mib > 0,
                    "comm.fusion_mib = ", options_.fusion_mib, ": must be a size in MiB > 0");
-  RT_REQUIRE_INPUT(std::isfinite(options_.first_bucket_mib) && options_.first_bucket_mib > 0,
+  RT_REQUIRE_INPUT(std::isfinite(options_.first_bucket_mib) && options_.first_bucket_mib >= 0,
                    "comm.first_bucket_mib = ", options_.first_bucket_mib,
-                   ": must be a size in MiB > 0");
+                   ": must be a size in MiB >= 0 (0: the first bucket is as large as the others)");
   RT_REQUIRE_INPUT(std::isfinite(options_.stall_timeout_s) && options_.stall_timeout_s >= 0,
                    "comm.stall_timeout_s = ", options_.stall_timeout_s,
                    ": must be seconds >= 0 (0 turns the stall inspector off)");
@@ -371,7 +371,7 @@ void FusionEngine::agree_on_plan(const std::vector<GradSpec>& specs) const {
 // its cap, else opens a new one; a gradient larger than the cap gets a bucket of its own.
 void FusionEngine::lay_out_buckets() {
   auto cap_bytes = [](double mib) { return std::max<size_t>(64, size_t(mib * double(kMiB))); };
-  size_t first_cap = cap_bytes(std::min(options_.first_bucket_mib, options_.fusion_mib));
+  size_t first_cap = cap_bytes(first_bucket_cap_mib());
   size_t rest_cap = cap_bytes(options_.fusion_mib);
 
   size_t offset = 0;  // floats
@@ -397,6 +397,11 @@ void FusionEngine::lay_out_buckets() {
   for (auto& bucket : buckets_) bucket.data = memory + offsets_[bucket.first_tensor];
 }
 
+double FusionEngine::first_bucket_cap_mib() const {
+  return options_.first_bucket_mib > 0 ? std::min(options_.first_bucket_mib, options_.fusion_mib)
+                                       : options_.fusion_mib;
+}
+
 std::string FusionEngine::layout_summary() const {
   std::string sizes;
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -409,7 +414,7 @@ std::string FusionEngine::layout_summary() const {
     sizes += (b ? ", " : "") + std::string(mib);
   }
   return str(buckets_.size(), buckets_.size() == 1 ? " bucket" : " buckets",
-             " (first <= ", seconds_text(std::min(options_.first_bucket_mib, options_.fusion_mib)),
+             " (first <= ", seconds_text(first_bucket_cap_mib()),
              " MiB, then <= ", seconds_text(options_.fusion_mib), " MiB) for ", specs_.size(),
              " gradients: ", sizes, " MiB");
 }

@@ -11,7 +11,7 @@ exe=$BIN/tests/mpi_test_fusion_engine
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 np=3
-RT_TEST_TIMELINE=$dir/trace.json timeout 120 $MPIRUN -np $np -x RT_TEST_TIMELINE \
+RT_TEST_TIMELINE=$dir/trace.json timeout -k 5 120 $MPIRUN -np $np -x RT_TEST_TIMELINE \
   "$exe" --run_test=fusion_timeline/writes_one_trace_for_all_ranks || { echo "FAIL: the run failed"; exit 1; }
 ls "$dir"
 "$PYTHON" - "$dir/trace.json" "$np" <<'PY'

@@ -45,7 +45,8 @@ using ReduceFn = std::function<void(float* data, size_t count)>;
 
 struct FusionOptions {
   double fusion_mib = 64;       // bucket size cap (deck: comm.fusion_mib)
-  double first_bucket_mib = 1;  // small first bucket so communication starts early
+  double first_bucket_mib = 1;  // small first bucket so communication starts early; 0: no cap
+                                // of its own (like the others); capped by fusion_mib
   double stall_timeout_s = 60;  // deck: comm.stall_timeout_s; 0 turns the inspector off
   bool overlap = true;          // false: buckets are reduced only in synchronize(), after backward
 };
@@ -116,6 +117,7 @@ class FusionEngine {
   struct StallReport;
 
   void check_options() const;
+  double first_bucket_cap_mib() const;
   void agree_on_plan(const std::vector<GradSpec>& specs) const;
   void lay_out_buckets();
   void comm_loop();
