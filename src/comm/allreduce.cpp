@@ -9,6 +9,7 @@
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
 #include "ringtrain/core/error.hpp"
+#include "nccl_allreducer.hpp"
 
 namespace ringtrain::comm {
 namespace {
@@ -176,12 +177,13 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
     case Algorithm::hierarchical:
       return std::make_unique<HierarchicalAllreduce>(comm, options);
     case Algorithm::nccl:
-      // The CUDA issue adds the NCCL allreducer to the CUDA backend; until then, say so.
-      throw Error(RINGTRAIN_HAS_CUDA
-                      ? "allreduce algorithm nccl is not in this build yet (the CUDA backend's "
-                        "NCCL allreducer comes with the CUDA issue); use ring, mpi or hierarchical"
-                      : "allreduce algorithm nccl needs the CUDA build (make CUDA=1 with CUDA, "
-                        "cuDNN and NCCL installed); use ring, mpi or hierarchical on CPUs");
+#if RINGTRAIN_HAS_CUDA
+      return make_nccl_allreducer(comm, options);
+#else
+      throw InputError(
+          "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
+          "CUDA=1); use ring, mpi or hierarchical on CPUs");
+#endif
   }
   throw Error("unknown allreduce algorithm");
 }
