@@ -103,8 +103,8 @@ BOOST_AUTO_TEST_CASE(pool_size_classes) {
 }
 
 BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPresent())) {
-  auto pool = cuda::DevicePool::create(0);
-  void* first = pool->allocate(1000).get();  // given back at once
+  auto pool = cuda::DevicePool::create(0, true);  // caching, whatever RINGTRAIN_CUDA_POOL says
+  void* first = pool->allocate(1000).get();       // given back at once
   BOOST_TEST(pool->device_allocations() == 1u);
   auto again = pool->allocate(900);  // the same 1 KiB class: no cudaMalloc
   BOOST_TEST(again.get() == first);

@@ -3,13 +3,22 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "check.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend::cuda {
 
 std::shared_ptr<DevicePool> DevicePool::create(int device) {
-  return std::shared_ptr<DevicePool>(new DevicePool(device));
+  const char* setting = std::getenv("RINGTRAIN_CUDA_POOL");
+  const bool caching = setting == nullptr || std::strcmp(setting, "off") != 0;
+  return create(device, caching);
+}
+
+std::shared_ptr<DevicePool> DevicePool::create(int device, bool caching) {
+  return std::shared_ptr<DevicePool>(new DevicePool(device, caching));
 }
 
 DevicePool::~DevicePool() {
@@ -59,8 +68,12 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
 
 void DevicePool::give_back(void* block, size_t size) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  free_[size].push_back(block);
   in_use_ -= size;
+  if (!caching_) {
+    (void)cudaFree(block);  // implicitly synchronises the device first
+    return;
+  }
+  free_[size].push_back(block);
   cached_ += size;
 }
 

@@ -1,6 +1,9 @@
 // memory_pool.hpp — a caching device allocator: blocks are kept by size class and reused,
 // so a training step after the first calls cudaMalloc never.
 //
+// RINGTRAIN_CUDA_POOL=off in the environment frees every block on release instead, so
+// compute-sanitizer's memcheck sees use-after-free that reuse would hide.
+//
 // Safe for one compute stream: a block given back while kernels queued on that stream
 // still read it is only handed out again to work queued later on the same stream, which
 // runs after them. Memory used on another stream (NCCL) must be synchronised first.
@@ -16,7 +19,9 @@ namespace ringtrain::backend::cuda {
 
 class DevicePool : public std::enable_shared_from_this<DevicePool> {
  public:
+  // Caching unless RINGTRAIN_CUDA_POOL=off.
   static std::shared_ptr<DevicePool> create(int device);
+  static std::shared_ptr<DevicePool> create(int device, bool caching);
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
@@ -35,10 +40,11 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   static size_t size_class(size_t bytes);
 
  private:
-  explicit DevicePool(int device) : device_(device) {}
+  DevicePool(int device, bool caching) : device_(device), caching_(caching) {}
   void give_back(void* block, size_t size_class) noexcept;
 
   int device_;
+  bool caching_;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t in_use_ = 0, cached_ = 0, mallocs_ = 0;

@@ -198,54 +198,65 @@ class Pool : public PoolOp {
 
   void forward(const Tensor& x, Tensor& y, bool training) override {
     expect_f32(x, "pool x");
-    RT_CHECK(x.rank() == 4, "pool: input ", shape_str(x.shape()), " is not 4-D");
-    if (x.shape() != x_shape_) plan(x);
-    ctx_.ensure(y, y_shape_);
-    CUDNN_CHECK(cudnnPoolingForward(ctx_.cudnn(), pool_.get(), &kOne, x_desc_.get(), x.raw(),
-                                    &kZero, y_desc_.get(), y.raw()));
+    Plan& p = plan_for(x);
+    ctx_.ensure(y, p.y_shape);
+    CUDNN_CHECK(cudnnPoolingForward(ctx_.cudnn(), p.pool.get(), &kOne, p.x_desc.get(), x.raw(),
+                                    &kZero, p.y_desc.get(), y.raw()));
     if (training) {
       // cuDNN's backward reads x and y again: keep them (shared storage, no copy).
+      last_ = &p;
       x_ = x;
       y_ = y;
     }
   }
 
   void backward(const Tensor& dy, Tensor& dx) override {
-    RT_CHECK(!x_.empty(), "pool backward before a training forward");
-    RT_CHECK(dy.shape() == y_.shape() && x_.shape() == x_shape_, "pool backward: dy ",
-             shape_str(dy.shape()), ", expected ", shape_str(y_.shape()));
-    ctx_.ensure(dx, x_.shape());
-    CUDNN_CHECK(cudnnPoolingBackward(ctx_.cudnn(), pool_.get(), &kOne, y_desc_.get(), y_.raw(),
-                                     y_desc_.get(), dy.raw(), x_desc_.get(), x_.raw(), &kZero,
-                                     x_desc_.get(), dx.raw()));
+    RT_CHECK(last_ != nullptr, "pool backward before a training forward");
+    Plan& p = *last_;
+    RT_CHECK(dy.shape() == p.y_shape, "pool backward: dy ", shape_str(dy.shape()), ", expected ",
+             shape_str(p.y_shape));
+    ctx_.ensure(dx, p.x_shape);
+    CUDNN_CHECK(cudnnPoolingBackward(ctx_.cudnn(), p.pool.get(), &kOne, p.y_desc.get(), y_.raw(),
+                                     p.y_desc.get(), dy.raw(), p.x_desc.get(), x_.raw(), &kZero,
+                                     p.x_desc.get(), dx.raw()));
   }
 
  private:
-  void plan(const Tensor& x) {
-    const int kh = s_.global ? int(x.dim(2)) : s_.kernel,
-              kw = s_.global ? int(x.dim(3)) : s_.kernel;
+  struct Plan {
+    Shape x_shape, y_shape;
+    PoolDesc pool;
+    TensorDesc x_desc, y_desc;
+  };
+
+  Plan& plan_for(const Tensor& x) {
+    for (auto& p : plans_)
+      if (p->x_shape == x.shape()) return *p;
+    RT_CHECK(x.rank() == 4, "pool: input ", shape_str(x.shape()), " is not 4-D");
+    auto p = std::make_unique<Plan>();
+    p->x_shape = x.shape();
+    const int kh = s_.global ? int(x.dim(2)) : s_.kernel;
+    const int kw = s_.global ? int(x.dim(3)) : s_.kernel;
     const int st = s_.global ? 1 : s_.stride, pad = s_.global ? 0 : s_.padding;
     // Average pooling counts the padding, as the reference and PyTorch's default do.
     const cudnnPoolingMode_t mode =
         s_.kind == PoolKind::kMax ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
-    CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_.get(), mode, CUDNN_NOT_PROPAGATE_NAN, kh, kw, pad,
-                                            pad, st, st));
-    describe(x_desc_, x);
+    CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool.get(), mode, CUDNN_NOT_PROPAGATE_NAN, kh, kw,
+                                            pad, pad, st, st));
+    describe(p->x_desc, x);
     int n = 0, c = 0, h = 0, w = 0;
-    CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(pool_.get(), x_desc_.get(), &n, &c, &h, &w));
+    CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(p->pool.get(), p->x_desc.get(), &n, &c, &h, &w));
     RT_CHECK(h >= 1 && w >= 1, "pool: input ", shape_str(x.shape()), " smaller than the kernel");
-    y_shape_ = {n, c, h, w};
-    set_nchw(y_desc_, n, c, h, w);
-    x_shape_ = x.shape();
-    x_ = Tensor();
+    p->y_shape = {n, c, h, w};
+    set_nchw(p->y_desc, n, c, h, w);
+    plans_.push_back(std::move(p));
+    return *plans_.back();
   }
 
   Context& ctx_;
   PoolSpec s_;
-  PoolDesc pool_;
-  TensorDesc x_desc_, y_desc_;
-  Shape x_shape_, y_shape_;
-  Tensor x_, y_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Plan* last_ = nullptr;
+  Tensor x_, y_;  // the last training forward's input and output
 };
 
 class Add : public AddOp {
