@@ -5,11 +5,13 @@
 #include <cmath>
 #include <mutex>
 
+#include "device_staging.hpp"
+#include "nccl_allreducer.hpp"
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
 #include "ringtrain/core/error.hpp"
-#include "nccl_allreducer.hpp"
 
 namespace ringtrain::comm {
 namespace {
@@ -162,10 +164,9 @@ double wire_error_bound(Wire wire, int n, double abs_sum) {
   return bound;
 }
 
-std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
-                                            const AllreduceOptions& options) {
-  RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
-                   options.ranks_per_node);
+// The chosen algorithm on the memory it natively reduces (host; device for nccl).
+static std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algorithm algorithm,
+                                                 const AllreduceOptions& options) {
   switch (algorithm) {
     case Algorithm::ring:
       return std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), options);
@@ -186,6 +187,20 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
 #endif
   }
   throw Error("unknown allreduce algorithm");
+}
+
+std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
+                                            const AllreduceOptions& options) {
+  RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
+                   options.ranks_per_node);
+  std::unique_ptr<Allreducer> reducer = make_selected(comm, algorithm, options);
+#if RINGTRAIN_HAS_CUDA
+  // Where GPUs are, data may be device memory (the cuda backend's tensors).
+  if (algorithm != Algorithm::nccl && backend::cuda_device_count() > 0)
+    reducer = stage_device_memory(std::move(reducer),
+                                  algorithm == Algorithm::mpi && mpi_is_cuda_aware());
+#endif
+  return reducer;
 }
 
 }  // namespace ringtrain::comm

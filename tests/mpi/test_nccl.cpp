@@ -1,6 +1,7 @@
-// test_nccl.cpp — comm.algorithm = nccl: exact sums of device memory at awkward counts, in
-// fp32 and over bf16/fp16 wires, equal on every rank; host memory refused. Needs a GPU per
-// rank: without one, every rank gets the same one-line InputError.
+// test_nccl.cpp — allreduce of GPU memory: nccl (fp32 and bf16/fp16 wires) and ring, mpi and
+// hierarchical staged through pinned host buffers; exact sums at awkward counts, equal on
+// every rank; nccl refuses host memory. Needs a GPU per rank: without one, every rank gets
+// the same one-line InputError for nccl.
 // np: 1 2
 #define BOOST_TEST_MODULE nccl
 #define OMPI_SKIP_MPICXX 1
@@ -105,4 +106,33 @@ BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(G
   }
   BOOST_TEST(message.find("is host memory; algorithm nccl reduces GPU memory") !=
              std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
+                     *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
+                                                backend::cuda_device_count(), false);
+  auto be = backend::make_cuda_backend(options);
+  for (auto algorithm :
+       {comm::Algorithm::ring, comm::Algorithm::mpi, comm::Algorithm::hierarchical}) {
+    auto reducer = comm::make_allreducer(world, algorithm, {});
+    for (size_t count : {size_t(3), size_t(300007)}) {
+      std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+      backend::Tensor t = be->alloc({int64_t(count)});
+      be->upload(data.data(), t);
+      reducer->sum(t.f32(), count);
+      be->download(t, data.data());
+      const int64_t wrong = rt_test::first_wrong_small_int_sum(data, world.size());
+      if (wrong >= 0)
+        std::printf("rank %d: %s on device memory, count %zu: first wrong element %lld\n",
+                    world.rank(), reducer->name().c_str(), count, static_cast<long long>(wrong));
+      BOOST_TEST(rt_test::all_ok(wrong < 0));
+      // Host memory still goes straight through.
+      std::vector<float> host = rt_test::small_int_data(world.rank(), count);
+      reducer->sum(host.data(), count);
+      BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(host, world.size()) < 0));
+    }
+  }
 }

@@ -44,6 +44,9 @@ class Allreducer {
 // device current when the allreducer was made, its values complete on the device before
 // sum() (synchronise the compute stream first); sum() runs ncclAllReduce on its own
 // communication stream and returns when the result is in place. Host memory is an Error.
+// Where GPUs are visible, ring, mpi and hierarchical take device memory too: staged
+// through pinned host buffers (MPI_Allreduce gets device pointers when MPI is CUDA-aware);
+// the same contract holds (values complete before sum(), result in place after).
 std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
                                             const AllreduceOptions& options);
 

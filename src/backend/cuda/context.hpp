@@ -18,6 +18,9 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
+  // Makes this context's device current on the calling thread (cheap when it already is):
+  // every op calls it, so a backend may be used from any thread.
+  void activate() const { CUDA_CHECK(cudaSetDevice(device_)); }
   cudaStream_t stream() const { return stream_.get(); }
   cudnnHandle_t cudnn() const { return cudnn_.get(); }
   cublasHandle_t cublas() const { return cublas_.get(); }

@@ -58,6 +58,7 @@ class Conv : public ConvOp {
   }
 
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    ctx_.activate();
     expect_f32(x, "conv x");
     expect_f32(w, "conv w");
     Plan& p = plan_for(x);
@@ -77,6 +78,7 @@ class Conv : public ConvOp {
   }
 
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    ctx_.activate();
     Plan& p = current("conv backward_data", dy);
     ctx_.ensure(dx, p.x_shape);
     void* ws = ctx_.workspace(p.bwd_data.memory);
@@ -86,6 +88,7 @@ class Conv : public ConvOp {
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
+    ctx_.activate();
     Plan& p = current("conv backward_weights", dy);
     check_shape(dw, {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel},
                 "conv backward_weights", "dw");
@@ -177,6 +180,7 @@ class Linear : public LinearOp {
   Linear(Context& ctx, const LinearSpec& spec) : ctx_(ctx), s_(spec) {}
 
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+    ctx_.activate();
     expect_f32(x, "linear x");
     expect_f32(w, "linear w");
     RT_CHECK(x.rank() >= 2 && x.numel() / std::max<int64_t>(1, x.dim(0)) == s_.in_features,
@@ -194,6 +198,7 @@ class Linear : public LinearOp {
   }
 
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    ctx_.activate();
     check_dy("linear backward_data", dy);
     const int n = int(x_shape_[0]), f = int(s_.in_features), out = s_.out_features;
     ctx_.ensure(dx, x_shape_);
@@ -202,6 +207,7 @@ class Linear : public LinearOp {
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
+    ctx_.activate();
     check_dy("linear backward_weights", dy);
     check_shape(dw, {s_.out_features, s_.in_features}, "linear backward_weights", "dw");
     const int n = int(x_shape_[0]), f = int(s_.in_features), out = s_.out_features;

@@ -21,6 +21,7 @@ class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaOptions& options) : ctx_(options) {}
   ~CudaBackend() override {
+    (void)cudaSetDevice(ctx_.device());  // a destructor never throws
     // Queued work may still read pool blocks the members below give back.
     (void)cudaStreamSynchronize(ctx_.stream());
   }
@@ -31,6 +32,7 @@ class CudaBackend : public Backend {
   Tensor alloc(const Shape& shape, DType dtype) override { return ctx_.alloc(shape, dtype); }
 
   void upload(const float* host, Tensor& t) override {
+    ctx_.activate();
     expect_f32(t, "upload target");
     CUDA_CHECK(cudaMemcpyAsync(t.raw(), host, size_t(t.numel()) * sizeof(float),
                                cudaMemcpyHostToDevice, ctx_.stream()));
@@ -39,13 +41,17 @@ class CudaBackend : public Backend {
   }
 
   void download(const Tensor& t, float* host) override {
+    ctx_.activate();
     expect_f32(t, "download source");
     CUDA_CHECK(cudaMemcpyAsync(host, t.raw(), size_t(t.numel()) * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
 
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
+  void synchronize() override {
+    ctx_.activate();
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  }
 
   std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) override { return cuda::make_conv(ctx_, s); }
   std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) override {
@@ -62,6 +68,7 @@ class CudaBackend : public Backend {
 
   LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
                                    Tensor& dlogits) override {
+    ctx_.activate();
     expect_f32(logits, "loss logits");
     RT_CHECK(logits.rank() == 2, "loss: logits must be plain [N, classes]");
     const int64_t n = logits.dim(0), classes = logits.dim(1);
@@ -95,6 +102,7 @@ class CudaBackend : public Backend {
   }
 
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
+    ctx_.activate();
     check_same_numel("sgd", w, g);
     check_same_numel("sgd", w, buf);
     kernels::sgd_update(w.f32(), g.f32(), buf.f32(), w.numel(), spec.lr, spec.momentum,
@@ -102,11 +110,13 @@ class CudaBackend : public Backend {
   }
 
   void fill(Tensor& t, float value) override {
+    ctx_.activate();
     expect_f32(t, "fill target");
     kernels::fill(t.f32(), t.numel(), value, ctx_.stream());
   }
 
   void copy(const Tensor& src, Tensor& dst) override {
+    ctx_.activate();
     expect_f32(src, "copy source");
     ctx_.ensure(dst, src.shape());
     if (dst.raw() == src.raw()) return;
@@ -115,11 +125,13 @@ class CudaBackend : public Backend {
   }
 
   void scale(Tensor& t, float factor) override {
+    ctx_.activate();
     expect_f32(t, "scale target");
     kernels::axpby(0.0f, nullptr, factor, t.f32(), t.numel(), ctx_.stream());
   }
 
   void axpby(float a, const Tensor& x, float b, Tensor& y) override {
+    ctx_.activate();
     check_same_numel("axpby", x, y);
     expect_f32(x, "axpby x");
     expect_f32(y, "axpby y");

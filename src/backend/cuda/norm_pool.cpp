@@ -42,6 +42,7 @@ class BatchNorm : public BatchNormOp {
 
   double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+    ctx_.activate();
     set_dims(x);
     ctx_.ensure(mean, {C_});
     ctx_.ensure(var, {C_});
@@ -69,6 +70,7 @@ class BatchNorm : public BatchNormOp {
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                          const Tensor& mean, const Tensor& var, Tensor& y) override {
+    ctx_.activate();
     set_dims(x);
     ctx_.ensure(y, x.shape());
     normalise(x, gamma, beta, mean, var, y);
@@ -77,6 +79,7 @@ class BatchNorm : public BatchNormOp {
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
+    ctx_.activate();
     set_dims(x);
     RT_CHECK(dy.shape() == x.shape(), "batch norm backward: dy ", shape_str(dy.shape()),
              " differs from x ", shape_str(x.shape()));
@@ -167,6 +170,7 @@ class Relu : public ReluOp {
   }
 
   void forward(const Tensor& x, Tensor& y) override {
+    ctx_.activate();
     expect_f32(x, "relu x");
     describe(desc_, x);
     ctx_.ensure(y, x.shape());
@@ -176,6 +180,7 @@ class Relu : public ReluOp {
 
   // ReLU's derivative reads its input's sign, which is y's: y stands in for x.
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    ctx_.activate();
     expect_f32(y, "relu y");
     RT_CHECK(dy.shape() == y.shape(), "relu backward: dy ", shape_str(dy.shape()),
              " differs from y ", shape_str(y.shape()));
@@ -197,6 +202,7 @@ class Pool : public PoolOp {
   Pool(Context& ctx, const PoolSpec& spec) : ctx_(ctx), s_(spec) {}
 
   void forward(const Tensor& x, Tensor& y, bool training) override {
+    ctx_.activate();
     expect_f32(x, "pool x");
     Plan& p = plan_for(x);
     ctx_.ensure(y, p.y_shape);
@@ -211,6 +217,7 @@ class Pool : public PoolOp {
   }
 
   void backward(const Tensor& dy, Tensor& dx) override {
+    ctx_.activate();
     RT_CHECK(last_ != nullptr, "pool backward before a training forward");
     Plan& p = *last_;
     RT_CHECK(dy.shape() == p.y_shape, "pool backward: dy ", shape_str(dy.shape()), ", expected ",
@@ -264,6 +271,7 @@ class Add : public AddOp {
   Add(Context& ctx, bool fuse_relu) : ctx_(ctx), relu_(fuse_relu) {}
 
   void forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+    ctx_.activate();
     expect_f32(a, "add a");
     expect_f32(b, "add b");
     RT_CHECK(a.shape() == b.shape(), "add: shapes ", shape_str(a.shape()), " and ",
