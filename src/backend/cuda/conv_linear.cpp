@@ -156,9 +156,9 @@ class Conv : public ConvOp {
     CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p.x_desc.get(), w_desc_.get(),
                                                         conv_desc_.get(), p.y_desc.get(),
                                                         p.fwd.algo, &p.fwd.memory));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-        h, w_desc_.get(), p.y_desc.get(), conv_desc_.get(), p.x_desc.get(), p.bwd_data.algo,
-        &p.bwd_data.memory));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_.get(), p.y_desc.get(),
+                                                             conv_desc_.get(), p.x_desc.get(),
+                                                             p.bwd_data.algo, &p.bwd_data.memory));
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
         h, p.x_desc.get(), p.y_desc.get(), conv_desc_.get(), w_desc_.get(), p.bwd_filter.algo,
         &p.bwd_filter.memory));
