@@ -6,6 +6,7 @@ MPICXX    ?= mpicxx
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCHS ?= 80 90
 DEBUG     ?= 0
 VERBOSE   ?= 0
 PYTHON    ?= /usr/bin/python3
@@ -57,8 +58,12 @@ ifeq ($(HAVE_CUDA),1)
   CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
   CXXFLAGS  += -I$(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lnccl -lcudart
-  NVCCFLAGS ?= -std=c++17 -O3 -Iinclude -I$(BUILD)/include -ccbin $(MPICXX) \
-               -Xcompiler -Wall,-Wextra,-fopenmp
+  # Real code for each listed architecture plus PTX of the last, which newer GPUs JIT.
+  NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                  -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+  NVCCFLAGS ?= -std=c++17 $(if $(filter 1,$(DEBUG)),-O0 -g -G,-O3 -lineinfo) -Iinclude \
+               -I$(BUILD)/include -I$(CUDA_HOME)/include -ccbin $(MPICXX) \
+               -Xcompiler -Wall,-Wextra $(NVCC_GENCODE) -MMD -MP
 endif
 
 # ---- sources -------------------------------------------------------------------------

@@ -2,13 +2,25 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/backend/devices.hpp"
 
 namespace ringtrain::backend {
 
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 std::unique_ptr<Backend> make_ref_backend(int threads);
+
+namespace cuda {
+// What cudaGetDeviceCount says, probed once per process (backend/cuda/, CUDA builds only).
+struct DeviceProbe {
+  int count = 0;
+  std::string status;
+};
+DeviceProbe probe_devices() noexcept;
+std::unique_ptr<Backend> create_backend(const CudaOptions& options);
+}  // namespace cuda
 
 // Host memory aligned to 64 bytes, at least `bytes` long, freed by the returned owner.
 std::shared_ptr<void> aligned_host_alloc(size_t bytes);

@@ -6,7 +6,6 @@
 
 #include "factories.hpp"
 #include "ringtrain/backend/backend.hpp"
-#include "ringtrain/build_config.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend {
@@ -60,12 +59,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
   RT_REQUIRE_INPUT(threads >= 1, "backend ", name, ": threads must be >= 1, got ", threads);
   if (name == "cpu") return make_cpu_backend(threads);
   if (name == "ref") return make_ref_backend(threads);
-  if (name == "cuda") {
-    RT_REQUIRE_INPUT(RINGTRAIN_HAS_CUDA,
-                     "backend cuda: this ringtrain was built without CUDA (rebuild with "
-                     "make CUDA=1 where nvcc and cuDNN are installed)");
-    RT_CHECK(false, "backend cuda: not implemented in this build");
-  }
+  if (name == "cuda") return make_cuda_backend(CudaOptions{});
   throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
 }
 

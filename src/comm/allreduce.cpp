@@ -5,6 +5,9 @@
 #include <cmath>
 #include <mutex>
 
+#include "device_staging.hpp"
+#include "nccl_allreducer.hpp"
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
@@ -161,10 +164,9 @@ double wire_error_bound(Wire wire, int n, double abs_sum) {
   return bound;
 }
 
-std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
-                                            const AllreduceOptions& options) {
-  RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
-                   options.ranks_per_node);
+// The chosen algorithm on the memory it natively reduces (host; device for nccl).
+static std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algorithm algorithm,
+                                                 const AllreduceOptions& options) {
   switch (algorithm) {
     case Algorithm::ring:
       return std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), options);
@@ -176,14 +178,29 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
     case Algorithm::hierarchical:
       return std::make_unique<HierarchicalAllreduce>(comm, options);
     case Algorithm::nccl:
-      // The CUDA issue adds the NCCL allreducer to the CUDA backend; until then, say so.
-      throw Error(RINGTRAIN_HAS_CUDA
-                      ? "allreduce algorithm nccl is not in this build yet (the CUDA backend's "
-                        "NCCL allreducer comes with the CUDA issue); use ring, mpi or hierarchical"
-                      : "allreduce algorithm nccl needs the CUDA build (make CUDA=1 with CUDA, "
-                        "cuDNN and NCCL installed); use ring, mpi or hierarchical on CPUs");
+#if RINGTRAIN_HAS_CUDA
+      return make_nccl_allreducer(comm, options);
+#else
+      throw InputError(
+          "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
+          "CUDA=1); use ring, mpi or hierarchical on CPUs");
+#endif
   }
   throw Error("unknown allreduce algorithm");
+}
+
+std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
+                                            const AllreduceOptions& options) {
+  RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
+                   options.ranks_per_node);
+  std::unique_ptr<Allreducer> reducer = make_selected(comm, algorithm, options);
+#if RINGTRAIN_HAS_CUDA
+  // Where GPUs are, data may be device memory (the cuda backend's tensors).
+  if (algorithm != Algorithm::nccl && backend::cuda_device_count() > 0)
+    reducer = stage_device_memory(std::move(reducer),
+                                  algorithm == Algorithm::mpi && mpi_is_cuda_aware());
+#endif
+  return reducer;
 }
 
 }  // namespace ringtrain::comm

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/comm/allreduce.hpp"
 #include "ringtrain/comm/fusion_engine.hpp"
 #include "ringtrain/comm/timeline.hpp"
@@ -162,7 +163,20 @@ void Trainer::open_data() {
 }
 
 void Trainer::build_model() {
-  backend_ = backend::make_backend(cfg_.train.backend, threads_);
+  if (cfg_.train.backend == "cuda" && backend::cuda_device_count() > 0) {
+    backend::CudaOptions cuda;  // one GPU per rank of this node
+    cuda.device = backend::select_local_device(comm_.local_rank(), comm_.local_size(),
+                                               backend::cuda_device_count(), false);
+    backend_ = backend::make_cuda_backend(cuda);
+  } else {
+    backend_ = backend::make_backend(cfg_.train.backend, threads_);  // says why not cuda
+  }
+  // The fusion engine's buckets (where gradients live) are host memory; cuDNN cannot
+  // write there. Refuse cleanly until the engine takes device buffers.
+  RT_REQUIRE_INPUT(backend_->name() != "cuda",
+                   "train.backend = cuda: the fusion engine keeps gradients in host memory, "
+                   "which GPU kernels cannot write; train with backend cpu until device fusion "
+                   "buffers land");
   const auto& info = train_loader_->info();
   model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width},
                           info.classes, *backend_, cfg_.train.seed);

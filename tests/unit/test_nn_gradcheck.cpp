@@ -1,4 +1,5 @@
-// test_nn_gradcheck.cpp — finite-difference gradient checks of every layer (reference backend).
+// test_nn_gradcheck.cpp — finite-difference gradient checks of every layer (reference backend,
+// and the CUDA backend where a GPU is).
 //
 // For L = sum(r * layer(x)) with fixed random r, the layer's backward(r) must match central
 // differences (L(v+eps) - L(v-eps)) / 2eps for inputs and parameters. Values live in fp32,
@@ -6,9 +7,12 @@
 // ReLU kink could sit within eps of an input; inputs of ReLU and max-pool are kept away
 // from their kinks (|x| >= 0.1, maxima separated by more than 2 eps).
 #include <algorithm>
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <numeric>
 
+#include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/nn/layers.hpp"
 #include "ringtrain/nn/model.hpp"
@@ -16,6 +20,7 @@
 using namespace ringtrain;
 using namespace ringtrain::nn;
 using namespace rt_test;
+namespace bdata = boost::unit_test::data;
 
 namespace {
 
@@ -65,7 +70,8 @@ void check_coordinates(const std::string& what, std::vector<float>& host,
 // The gradient check of one layer on input x (host values xv).
 void grad_check(const std::string& name, Layer& layer, Backend& be, const Shape& x_shape,
                 std::vector<float> xv, const Tolerance& tol = {}) {
-  std::printf("gradient check: %s, x %s\n", name.c_str(), shape_str(x_shape).c_str());
+  std::printf("gradient check (%s): %s, x %s\n", be.name().c_str(), name.c_str(),
+              shape_str(x_shape).c_str());
   Tensor x = to_device(be, x_shape, xv);
   Shape y_shape = layer.forward(x, true).shape();
   BOOST_TEST((y_shape == layer.output_shape(x_shape)));
@@ -130,8 +136,8 @@ std::vector<float> distinct(size_t n, uint64_t seed) {
 
 BOOST_AUTO_TEST_SUITE(nn_gradcheck)
 
-BOOST_AUTO_TEST_CASE(conv2d) {
-  auto be = backend::make_backend("ref", 2);
+BOOST_DATA_TEST_CASE(conv2d, bdata::make(gradcheck_backends()), backend_name) {
+  auto be = backend::make_backend(backend_name, 2);
   Conv2d plain("conv", *be, 3, 4, 3, 1, 1, true);
   randomize(plain, *be, 1);
   grad_check("conv 3x3 pad 1 + bias", plain, *be, {2, 3, 5, 5}, random_values(150, 2));
@@ -143,8 +149,8 @@ BOOST_AUTO_TEST_CASE(conv2d) {
   grad_check("conv 1x1 stride 2", pointwise, *be, {1, 4, 5, 5}, random_values(100, 6));
 }
 
-BOOST_AUTO_TEST_CASE(conv2d_with_fused_relu) {
-  auto be = backend::make_backend("ref", 2);
+BOOST_DATA_TEST_CASE(conv2d_with_fused_relu, bdata::make(gradcheck_backends()), backend_name) {
+  auto be = backend::make_backend(backend_name, 2);
   Conv2d conv("conv_relu", *be, 2, 3, 3, 1, 1, true, true);
   randomize(conv, *be, 7);
   // A kink could sit within eps of a pre-activation: smaller eps, looser absolute bound.
@@ -152,8 +158,8 @@ BOOST_AUTO_TEST_CASE(conv2d_with_fused_relu) {
              {1e-3, 2e-3, 1e-2});
 }
 
-BOOST_AUTO_TEST_CASE(batch_norm_training) {
-  auto be = backend::make_backend("ref", 2);
+BOOST_DATA_TEST_CASE(batch_norm_training, bdata::make(gradcheck_backends()), backend_name) {
+  auto be = backend::make_backend(backend_name, 2);
   BatchNorm2d bn("bn", *be, 3);
   randomize(bn, *be, 9);
   grad_check("batch norm (training)", bn, *be, {3, 3, 3, 3}, random_values(81, 10, -1, 2));
@@ -163,8 +169,8 @@ BOOST_AUTO_TEST_CASE(batch_norm_training) {
              {1e-3, 2e-3, 1e-2});
 }
 
-BOOST_AUTO_TEST_CASE(relu_and_pools) {
-  auto be = backend::make_backend("ref", 2);
+BOOST_DATA_TEST_CASE(relu_and_pools, bdata::make(gradcheck_backends()), backend_name) {
+  auto be = backend::make_backend(backend_name, 2);
   ReLU relu("relu", *be);
   grad_check("relu", relu, *be, {2, 3, 4, 4}, away_from_zero(96, 11));
   auto maxp = max_pool2d("maxpool", *be, 2, 2);
@@ -177,8 +183,8 @@ BOOST_AUTO_TEST_CASE(relu_and_pools) {
   grad_check("global avg pool", *gap, *be, {2, 3, 3, 3}, random_values(54, 15));
 }
 
-BOOST_AUTO_TEST_CASE(linear_and_flatten) {
-  auto be = backend::make_backend("ref", 2);
+BOOST_DATA_TEST_CASE(linear_and_flatten, bdata::make(gradcheck_backends()), backend_name) {
+  auto be = backend::make_backend(backend_name, 2);
   Linear fc("fc", *be, 12, 5);
   randomize(fc, *be, 16);
   grad_check("linear", fc, *be, {3, 12}, random_values(36, 17));
@@ -189,8 +195,8 @@ BOOST_AUTO_TEST_CASE(linear_and_flatten) {
   grad_check("flatten + linear", flat_fc, *be, {2, 3, 2, 2}, random_values(24, 19));
 }
 
-BOOST_AUTO_TEST_CASE(basic_block) {
-  auto be = backend::make_backend("ref", 2);
+BOOST_DATA_TEST_CASE(basic_block, bdata::make(gradcheck_backends()), backend_name) {
+  auto be = backend::make_backend(backend_name, 2);
   BasicBlock same("block", *be, 3, 3, 1);
   randomize(same, *be, 20);
   grad_check("basic block (identity shortcut)", same, *be, {2, 3, 4, 4}, random_values(96, 21),
@@ -201,10 +207,10 @@ BOOST_AUTO_TEST_CASE(basic_block) {
              random_values(144, 23), {1e-3, 2e-3, 1e-2});
 }
 
-BOOST_AUTO_TEST_CASE(whole_model_with_loss) {
+BOOST_DATA_TEST_CASE(whole_model_with_loss, bdata::make(gradcheck_backends()), backend_name) {
   // Model, Sequential and the loss together. A network without kinks (ReLU and max-pool
   // are checked above on inputs kept off their kinks; inside a network they cannot be).
-  auto be = backend::make_backend("ref", 2);
+  auto be = backend::make_backend(backend_name, 2);
   auto net = std::make_unique<Sequential>("");
   net->add(std::make_unique<Conv2d>("conv", *be, 2, 4, 3, 1, 1, true));
   net->add(std::make_unique<BatchNorm2d>("bn", *be, 4));

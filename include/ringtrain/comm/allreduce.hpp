@@ -37,7 +37,16 @@ class Allreducer {
 };
 
 // Collective (duplicates communicators): every rank calls it with the same arguments.
-// Throws InputError on bad options, Error for nccl in a build without CUDA.
+// Throws InputError on bad options, and for nccl in a build without CUDA or on a rank
+// without a GPU.
+//
+// nccl sums GPU memory: data must be a device pointer (the cuda backend's tensors) on the
+// device current when the allreducer was made, its values complete on the device before
+// sum() (synchronise the compute stream first); sum() runs ncclAllReduce on its own
+// communication stream and returns when the result is in place. Host memory is an Error.
+// Where GPUs are visible, ring, mpi and hierarchical take device memory too: staged
+// through pinned host buffers (MPI_Allreduce gets device pointers when MPI is CUDA-aware);
+// the same contract holds (values complete before sum(), result in place after).
 std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
                                             const AllreduceOptions& options);
 

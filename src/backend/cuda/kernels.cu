@@ -1,0 +1,288 @@
+// kernels.cu — our own small CUDA kernels: elementwise ops, SGD, the loss, batch-norm sums,
+// precision conversion and fusion-buffer packing. Plain grid-stride loops, nothing clever.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "check.hpp"
+#include "kernels.hpp"
+
+namespace ringtrain::backend::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 4096;
+
+int blocks_for(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  return int(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
+}
+
+// i runs over [0, n) across the whole grid.
+#define GRID_LOOP(i, n)                                                     \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(blockDim.x) * gridDim.x)
+
+__global__ void fill_kernel(float* t, int64_t n, float value) {
+  GRID_LOOP(i, n) t[i] = value;
+}
+
+__global__ void axpby_kernel(float a, const float* x, float b, float* y, int64_t n) {
+  GRID_LOOP(i, n) y[i] = (x ? a * x[i] : 0.0f) + b * y[i];
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n, bool relu) {
+  GRID_LOOP(i, n) {
+    float v = a[i] + b[i];
+    out[i] = relu && v < 0.0f ? 0.0f : v;
+  }
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
+                           float wd, bool nesterov) {
+  GRID_LOOP(i, n) {
+    float d = g[i] + wd * w[i];
+    float m = mu * buf[i] + d;
+    buf[i] = m;
+    w[i] -= lr * (nesterov ? d + mu * m : m);
+  }
+}
+
+__global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, int64_t rows,
+                                  int64_t classes, float* dlogits, double* row_loss,
+                                  int32_t* row_correct) {
+  GRID_LOOP(r, rows) {
+    const float* z = logits + r * classes;
+    float* dz = dlogits + r * classes;
+    int64_t best = 0;
+    for (int64_t k = 1; k < classes; ++k)
+      if (z[k] > z[best]) best = k;
+    double total = 0;
+    for (int64_t k = 0; k < classes; ++k) total += exp(double(z[k]) - z[best]);
+    const double log_total = log(total);
+    const int32_t label = labels[r];
+    row_loss[r] = log_total - (double(z[label]) - z[best]);
+    row_correct[r] = best == label;
+    for (int64_t k = 0; k < classes; ++k) {
+      double p = exp(double(z[k]) - z[best] - log_total);
+      dz[k] = float((p - (k == label ? 1.0 : 0.0)) / double(rows));
+    }
+  }
+}
+
+__global__ void add_row_bias_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+  GRID_LOOP(i, rows * cols) y[i] += bias[i % cols];
+}
+
+__global__ void column_sums_kernel(const float* m, int64_t rows, int64_t cols, float* out) {
+  GRID_LOOP(c, cols) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + c];
+    out[c] = float(sum);
+  }
+}
+
+// Sums f(i) over channel blockIdx.x's n*hw elements of plain [n, c, hw] with one block.
+template <typename F>
+__device__ double channel_reduce(int64_t n, int64_t c, int64_t hw, F f) {
+  __shared__ double partial[kThreads];
+  const int64_t channel = blockIdx.x, count = n * hw;
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x)
+    sum += f(((j / hw) * c + channel) * hw + j % hw);
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  double total = partial[0];
+  __syncthreads();  // partial is reused by the next reduction in the same kernel
+  return total;
+}
+
+__global__ void channel_sums_kernel(const float* x, const float* center, bool squares, int64_t n,
+                                    int64_t c, int64_t hw, float* out) {
+  const float mid = center ? center[blockIdx.x] : 0.0f;
+  double sum = channel_reduce(n, c, hw, [&](int64_t i) {
+    double d = double(x[i]) - mid;
+    return squares ? d * d : d;
+  });
+  if (threadIdx.x == 0) out[blockIdx.x] = float(sum);
+}
+
+__global__ void inv_std_kernel(const float* var, float eps, int64_t c, float* out) {
+  GRID_LOOP(i, c) out[i] = float(1.0 / sqrt(double(var[i]) + eps));
+}
+
+__global__ void bn_backward_sums_kernel(const float* x, const float* dy, const float* mean,
+                                        const float* inv_std, int64_t n, int64_t c, int64_t hw,
+                                        float* dgamma, float* dbeta) {
+  const float mu = mean[blockIdx.x], k = inv_std[blockIdx.x];
+  double sg =
+      channel_reduce(n, c, hw, [&](int64_t i) { return double(dy[i]) * (double(x[i]) - mu) * k; });
+  double sb = channel_reduce(n, c, hw, [&](int64_t i) { return double(dy[i]); });
+  if (threadIdx.x == 0) {
+    dgamma[blockIdx.x] = float(sg);
+    dbeta[blockIdx.x] = float(sb);
+  }
+}
+
+__global__ void bn_backward_dx_kernel(const float* x, const float* dy, const float* gamma,
+                                      const float* mean, const float* inv_std,
+                                      const float* sum_dgamma, const float* sum_dbeta, float count,
+                                      int64_t n, int64_t c, int64_t hw, float* dx) {
+  GRID_LOOP(i, n * c * hw) {
+    const int64_t ch = (i / hw) % c;
+    const double k = inv_std[ch], xhat = (double(x[i]) - mean[ch]) * k;
+    dx[i] = float(gamma[ch] * k * (dy[i] - (sum_dbeta[ch] + xhat * sum_dgamma[ch]) / count));
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+  GRID_LOOP(i, n) out[i] = __float2bfloat16_rn(in[i]);
+}
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* in, float* out, int64_t n) {
+  GRID_LOOP(i, n) out[i] = __bfloat162float(in[i]);
+}
+__global__ void f32_to_f16_kernel(const float* in, __half* out, int64_t n) {
+  GRID_LOOP(i, n) out[i] = __float2half_rn(in[i]);
+}
+__global__ void f16_to_f32_kernel(const __half* in, float* out, int64_t n) {
+  GRID_LOOP(i, n) out[i] = __half2float(in[i]);
+}
+
+__global__ void flag_nonfinite_kernel(const float* x, int64_t n, int32_t* flag) {
+  GRID_LOOP(i, n)
+  if (!isfinite(x[i])) *flag = 1;
+}
+
+// blockIdx.y picks the segment; the x dimension strides over its elements.
+__global__ void copy_segments_kernel(const Segment* segments, float scale) {
+  const Segment seg = segments[blockIdx.y];
+  GRID_LOOP(i, seg.count) seg.dst[i] = scale * seg.src[i];
+}
+
+}  // namespace
+
+void fill(float* t, int64_t n, float value, cudaStream_t s) {
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(t, n, value);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  axpby_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, x, b, y, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, out, n, relu);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, bool nesterov, cudaStream_t s) {
+  if (n == 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, buf, n, lr, momentum, weight_decay, nesterov);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,
+                           int64_t classes, float* dlogits, double* row_loss, int32_t* row_correct,
+                           cudaStream_t s) {
+  if (rows == 0) return;
+  softmax_ce_kernel<<<blocks_for(rows), kThreads, 0, s>>>(logits, labels, rows, classes, dlogits,
+                                                          row_loss, row_correct);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_row_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  add_row_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(y, bias, rows, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void column_sums(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
+  if (cols == 0) return;
+  column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(m, rows, cols, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void channel_sums(const float* x, const float* center, bool squares, int64_t n, int64_t c,
+                  int64_t hw, float* out, cudaStream_t s) {
+  if (c == 0) return;
+  channel_sums_kernel<<<unsigned(c), kThreads, 0, s>>>(x, center, squares, n, c, hw, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void inv_std(const float* var, float eps, int64_t c, float* out, cudaStream_t s) {
+  if (c == 0) return;
+  inv_std_kernel<<<blocks_for(c), kThreads, 0, s>>>(var, eps, c, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void bn_backward_sums(const float* x, const float* dy, const float* mean, const float* inv_std,
+                      int64_t n, int64_t c, int64_t hw, float* dgamma, float* dbeta,
+                      cudaStream_t s) {
+  if (c == 0) return;
+  bn_backward_sums_kernel<<<unsigned(c), kThreads, 0, s>>>(x, dy, mean, inv_std, n, c, hw, dgamma,
+                                                           dbeta);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void bn_backward_dx(const float* x, const float* dy, const float* gamma, const float* mean,
+                    const float* inv_std, const float* sum_dgamma, const float* sum_dbeta,
+                    float count, int64_t n, int64_t c, int64_t hw, float* dx, cudaStream_t s) {
+  if (n * c * hw == 0) return;
+  bn_backward_dx_kernel<<<blocks_for(n * c * hw), kThreads, 0, s>>>(
+      x, dy, gamma, mean, inv_std, sum_dgamma, sum_dbeta, count, n, c, hw, dx);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, reinterpret_cast<__nv_bfloat16*>(out),
+                                                        n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat16*>(in),
+                                                        out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void f32_to_f16(const float* in, uint16_t* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  f32_to_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(in, reinterpret_cast<__half*>(out), n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void f16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  f16_to_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const __half*>(in), out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void flag_nonfinite(const float* x, int64_t n, int32_t* flag, cudaStream_t s) {
+  if (n == 0) return;
+  flag_nonfinite_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, n, flag);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_segments(const Segment* segments, int n_segments, int64_t max_count, float scale,
+                   cudaStream_t s) {
+  if (n_segments == 0 || max_count == 0) return;
+  // gridDim.y is limited to 65535: launch in slices of segments.
+  for (int first = 0; first < n_segments; first += 65535) {
+    const unsigned slice = unsigned(n_segments - first < 65535 ? n_segments - first : 65535);
+    dim3 grid(unsigned(blocks_for(max_count)), slice);
+    copy_segments_kernel<<<grid, kThreads, 0, s>>>(segments + first, scale);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace ringtrain::backend::cuda::kernels

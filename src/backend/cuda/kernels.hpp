@@ -1,0 +1,68 @@
+// kernels.hpp — launchers of our own small CUDA kernels (kernels.cu), all on a given stream.
+//
+// Plain NCHW fp32 unless said otherwise; every launcher checks its launch. bf16 and fp16
+// values travel as their 16-bit patterns (uint16_t) so this header needs no CUDA types
+// beyond cudaStream_t.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ringtrain::backend::cuda::kernels {
+
+void fill(float* t, int64_t n, float value, cudaStream_t s);
+// y = a*x + b*y; x may be null when a == 0.
+void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s);
+// out = a + b, then max(0, .) when relu.
+void add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s);
+// w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
+void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, bool nesterov, cudaStream_t s);
+
+// One thread per row: dlogits = (softmax - onehot) / rows; row_loss[i] = -log p(label),
+// row_correct[i] = argmax == label. Labels are already checked and on the device.
+void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,
+                           int64_t classes, float* dlogits, double* row_loss, int32_t* row_correct,
+                           cudaStream_t s);
+
+// y[r, c] += bias[c] for a row-major [rows, cols] matrix.
+void add_row_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
+// out[c] = sum over rows of m[r, c].
+void column_sums(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t s);
+
+// Batch-norm helpers over plain [n, c, hw] (one block per channel, sums in double).
+// out[c] = sum (x - center[c])^p with p = 2 when squares, else 1; center may be null.
+void channel_sums(const float* x, const float* center, bool squares, int64_t n, int64_t c,
+                  int64_t hw, float* out, cudaStream_t s);
+// inv_std[c] = 1 / sqrt(var[c] + eps).
+void inv_std(const float* var, float eps, int64_t c, float* out, cudaStream_t s);
+// dgamma[c] = sum dy * (x - mean) * inv_std, dbeta[c] = sum dy.
+void bn_backward_sums(const float* x, const float* dy, const float* mean, const float* inv_std,
+                      int64_t n, int64_t c, int64_t hw, float* dgamma, float* dbeta,
+                      cudaStream_t s);
+// dx = gamma*inv_std * (dy - (sum_dbeta + xhat * sum_dgamma) / count): the sums are
+// over every rank's batch (synchronized batch norm).
+void bn_backward_dx(const float* x, const float* dy, const float* gamma, const float* mean,
+                    const float* inv_std, const float* sum_dgamma, const float* sum_dbeta,
+                    float count, int64_t n, int64_t c, int64_t hw, float* dx, cudaStream_t s);
+
+// Precision conversion (round to nearest even) and the dynamic loss scaler's check.
+void f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t s);
+void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s);
+void f32_to_f16(const float* in, uint16_t* out, int64_t n, cudaStream_t s);
+void f16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s);
+// Sets *flag (device int, zeroed by the caller) to 1 when any value is inf or NaN.
+void flag_nonfinite(const float* x, int64_t n, int32_t* flag, cudaStream_t s);
+
+// Fusion-buffer packing: copies every segment's count floats from src to dst times
+// scale, in one launch. The segment table lives in device memory.
+struct Segment {
+  const float* src;
+  float* dst;
+  int64_t count;
+};
+void copy_segments(const Segment* segments, int n_segments, int64_t max_count, float scale,
+                   cudaStream_t s);
+
+}  // namespace ringtrain::backend::cuda::kernels

@@ -1,0 +1,303 @@
+// norm_pool.cpp — cuDNN batch norm (with a synchronized path on our own kernels), ReLU
+// and pooling; the residual add on our kernel.
+#include <cmath>
+#include <vector>
+
+#include "context.hpp"
+#include "kernels.hpp"
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::backend::cuda {
+namespace {
+
+const float kOne = 1.0f, kZero = 0.0f;
+
+// A cuDNN descriptor of a plain tensor: NCHW as it is, [N, F] as [N, F, 1, 1].
+void describe(const TensorDesc& d, const Tensor& t) {
+  RT_CHECK(t.rank() == 4 || t.rank() == 2, "cuda backend: tensor ", shape_str(t.shape()),
+           " is neither 4-D nor 2-D");
+  auto dim = [&](size_t i) { return i < t.rank() ? int(t.dim(i)) : 1; };
+  set_nchw(d, dim(0), dim(1), dim(2), dim(3));
+}
+
+void download_floats(Context& ctx, const float* device, float* host, size_t n) {
+  CUDA_CHECK(
+      cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream()));
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+}
+
+void upload_floats(Context& ctx, const float* host, float* device, size_t n) {
+  CUDA_CHECK(
+      cudaMemcpyAsync(device, host, n * sizeof(float), cudaMemcpyHostToDevice, ctx.stream()));
+  // The host vector may change as soon as we return.
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+}
+
+class BatchNorm : public BatchNormOp {
+ public:
+  BatchNorm(Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {
+    RT_CHECK(s_.eps >= CUDNN_BN_MIN_EPSILON, "batch norm: eps ", s_.eps,
+             " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
+  }
+
+  double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                          Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+    ctx_.activate();
+    set_dims(x);
+    ctx_.ensure(mean, {C_});
+    ctx_.ensure(var, {C_});
+    ctx_.ensure(y, x.shape());
+    if (reducer && *reducer) {
+      global_statistics(x, mean, var, *reducer);
+      normalise(x, gamma, beta, mean, var, y);
+      return count_;
+    }
+    const double m = double(N_ * HW_);
+    RT_CHECK(m > 1, "batch norm: training needs more than one value per channel, input ",
+             shape_str(x.shape()));
+    // With an average factor of 1 the "running" outputs are this batch's mean and its
+    // unbiased variance; zeroed first because 0 * NaN in uninitialised memory is NaN.
+    kernels::fill(mean.f32(), C_, 0.0f, ctx_.stream());
+    kernels::fill(var.f32(), C_, 0.0f, ctx_.stream());
+    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(), x_desc_.get(),
+        y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(), var.raw(), s_.eps,
+        nullptr, nullptr));
+    kernels::axpby(0.0f, nullptr, float((m - 1) / m), var.f32(), C_, ctx_.stream());
+    count_ = m;
+    return m;
+  }
+
+  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         const Tensor& mean, const Tensor& var, Tensor& y) override {
+    ctx_.activate();
+    set_dims(x);
+    ctx_.ensure(y, x.shape());
+    normalise(x, gamma, beta, mean, var, y);
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                const StatReducer* reducer) override {
+    ctx_.activate();
+    set_dims(x);
+    RT_CHECK(dy.shape() == x.shape(), "batch norm backward: dy ", shape_str(dy.shape()),
+             " differs from x ", shape_str(x.shape()));
+    ctx_.ensure(dx, x.shape());
+    ctx_.ensure(inv_std_, {C_});
+    kernels::inv_std(var.f32(), s_.eps, C_, inv_std_.f32(), ctx_.stream());
+    if (reducer && *reducer) {
+      sync_backward(x, dy, gamma, mean, dx, dgamma, dbeta, *reducer);
+      return;
+    }
+    CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
+        x_desc_.get(), dy.raw(), x_desc_.get(), dx.raw(), param_desc_.get(), gamma.raw(),
+        dgamma.raw(), dbeta.raw(), s_.eps, mean.raw(), inv_std_.raw()));
+  }
+
+ private:
+  void set_dims(const Tensor& x) {
+    expect_f32(x, "batch norm x");
+    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ", shape_str(x.shape()),
+             " does not have ", s_.channels, " channels");
+    if (x.shape() == x_shape_) return;
+    x_shape_ = x.shape();
+    N_ = x.dim(0), C_ = x.dim(1), HW_ = x.dim(2) * x.dim(3);
+    describe(x_desc_, x);
+    CUDNN_CHECK(
+        cudnnDeriveBNTensorDescriptor(param_desc_.get(), x_desc_.get(), CUDNN_BATCHNORM_SPATIAL));
+  }
+
+  // y = gamma * (x - mean) / sqrt(var + eps) + beta with the given statistics.
+  void normalise(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                 const Tensor& var, Tensor& y) {
+    CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+        ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(), x_desc_.get(),
+        y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), mean.raw(), var.raw(), s_.eps));
+  }
+
+  // Mean, then variance about it (two passes, no cancellation), summed over every rank
+  // through the host-memory reducer.
+  void global_statistics(const Tensor& x, Tensor& mean, Tensor& var, const StatReducer& reducer) {
+    ctx_.ensure(sums_, {C_});
+    host_.assign(C_ + 1, 0.0f);
+    kernels::channel_sums(x.f32(), nullptr, false, N_, C_, HW_, sums_.f32(), ctx_.stream());
+    download_floats(ctx_, sums_.f32(), host_.data(), C_);
+    host_[C_] = float(N_ * HW_);
+    reducer(host_.data(), host_.size());
+    count_ = host_[C_];
+    for (int64_t c = 0; c < C_; ++c) host_[c] /= float(count_);
+    upload_floats(ctx_, host_.data(), mean.f32(), C_);
+    kernels::channel_sums(x.f32(), mean.f32(), true, N_, C_, HW_, sums_.f32(), ctx_.stream());
+    download_floats(ctx_, sums_.f32(), host_.data(), C_);
+    reducer(host_.data(), C_);
+    for (int64_t c = 0; c < C_; ++c) host_[c] /= float(count_);
+    upload_floats(ctx_, host_.data(), var.f32(), C_);
+  }
+
+  // dgamma and dbeta are this rank's; dx uses their sums over every rank:
+  //   dx = gamma*inv_std * (dy - (sum_dbeta + xhat * sum_dgamma) / M)
+  void sync_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                     Tensor& dx, Tensor& dgamma, Tensor& dbeta, const StatReducer& reducer) {
+    kernels::bn_backward_sums(x.f32(), dy.f32(), mean.f32(), inv_std_.f32(), N_, C_, HW_,
+                              dgamma.f32(), dbeta.f32(), ctx_.stream());
+    host_.assign(2 * C_, 0.0f);
+    download_floats(ctx_, dgamma.f32(), host_.data(), C_);
+    download_floats(ctx_, dbeta.f32(), host_.data() + C_, C_);
+    reducer(host_.data(), host_.size());
+    ctx_.ensure(sums_, {2 * C_});
+    upload_floats(ctx_, host_.data(), sums_.f32(), 2 * C_);
+    kernels::bn_backward_dx(x.f32(), dy.f32(), gamma.f32(), mean.f32(), inv_std_.f32(), sums_.f32(),
+                            sums_.f32() + C_, float(count_), N_, C_, HW_, dx.f32(), ctx_.stream());
+  }
+
+  Context& ctx_;
+  BatchNormSpec s_;
+  Shape x_shape_;
+  int64_t N_ = 0, C_ = 0, HW_ = 0;
+  double count_ = 0;
+  TensorDesc x_desc_, param_desc_;
+  Tensor inv_std_, sums_;
+  std::vector<float> host_;
+};
+
+class Relu : public ReluOp {
+ public:
+  explicit Relu(Context& ctx) : ctx_(ctx) {
+    CUDNN_CHECK(cudnnSetActivationDescriptor(relu_.get(), CUDNN_ACTIVATION_RELU,
+                                             CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  }
+
+  void forward(const Tensor& x, Tensor& y) override {
+    ctx_.activate();
+    expect_f32(x, "relu x");
+    describe(desc_, x);
+    ctx_.ensure(y, x.shape());
+    CUDNN_CHECK(cudnnActivationForward(ctx_.cudnn(), relu_.get(), &kOne, desc_.get(), x.raw(),
+                                       &kZero, desc_.get(), y.raw()));
+  }
+
+  // ReLU's derivative reads its input's sign, which is y's: y stands in for x.
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    ctx_.activate();
+    expect_f32(y, "relu y");
+    RT_CHECK(dy.shape() == y.shape(), "relu backward: dy ", shape_str(dy.shape()),
+             " differs from y ", shape_str(y.shape()));
+    describe(desc_, y);
+    ctx_.ensure(dx, y.shape());
+    CUDNN_CHECK(cudnnActivationBackward(ctx_.cudnn(), relu_.get(), &kOne, desc_.get(), y.raw(),
+                                        desc_.get(), dy.raw(), desc_.get(), y.raw(), &kZero,
+                                        desc_.get(), dx.raw()));
+  }
+
+ private:
+  Context& ctx_;
+  ActivationDesc relu_;
+  TensorDesc desc_;
+};
+
+class Pool : public PoolOp {
+ public:
+  Pool(Context& ctx, const PoolSpec& spec) : ctx_(ctx), s_(spec) {}
+
+  void forward(const Tensor& x, Tensor& y, bool training) override {
+    ctx_.activate();
+    expect_f32(x, "pool x");
+    Plan& p = plan_for(x);
+    ctx_.ensure(y, p.y_shape);
+    CUDNN_CHECK(cudnnPoolingForward(ctx_.cudnn(), p.pool.get(), &kOne, p.x_desc.get(), x.raw(),
+                                    &kZero, p.y_desc.get(), y.raw()));
+    if (training) {
+      // cuDNN's backward reads x and y again: keep them (shared storage, no copy).
+      last_ = &p;
+      x_ = x;
+      y_ = y;
+    }
+  }
+
+  void backward(const Tensor& dy, Tensor& dx) override {
+    ctx_.activate();
+    RT_CHECK(last_ != nullptr, "pool backward before a training forward");
+    Plan& p = *last_;
+    RT_CHECK(dy.shape() == p.y_shape, "pool backward: dy ", shape_str(dy.shape()), ", expected ",
+             shape_str(p.y_shape));
+    ctx_.ensure(dx, p.x_shape);
+    CUDNN_CHECK(cudnnPoolingBackward(ctx_.cudnn(), p.pool.get(), &kOne, p.y_desc.get(), y_.raw(),
+                                     p.y_desc.get(), dy.raw(), p.x_desc.get(), x_.raw(), &kZero,
+                                     p.x_desc.get(), dx.raw()));
+  }
+
+ private:
+  struct Plan {
+    Shape x_shape, y_shape;
+    PoolDesc pool;
+    TensorDesc x_desc, y_desc;
+  };
+
+  Plan& plan_for(const Tensor& x) {
+    for (auto& p : plans_)
+      if (p->x_shape == x.shape()) return *p;
+    RT_CHECK(x.rank() == 4, "pool: input ", shape_str(x.shape()), " is not 4-D");
+    auto p = std::make_unique<Plan>();
+    p->x_shape = x.shape();
+    const int kh = s_.global ? int(x.dim(2)) : s_.kernel;
+    const int kw = s_.global ? int(x.dim(3)) : s_.kernel;
+    const int st = s_.global ? 1 : s_.stride, pad = s_.global ? 0 : s_.padding;
+    // Average pooling counts the padding, as the reference and PyTorch's default do.
+    const cudnnPoolingMode_t mode =
+        s_.kind == PoolKind::kMax ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool.get(), mode, CUDNN_NOT_PROPAGATE_NAN, kh, kw,
+                                            pad, pad, st, st));
+    describe(p->x_desc, x);
+    int n = 0, c = 0, h = 0, w = 0;
+    CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(p->pool.get(), p->x_desc.get(), &n, &c, &h, &w));
+    RT_CHECK(h >= 1 && w >= 1, "pool: input ", shape_str(x.shape()), " smaller than the kernel");
+    p->y_shape = {n, c, h, w};
+    set_nchw(p->y_desc, n, c, h, w);
+    plans_.push_back(std::move(p));
+    return *plans_.back();
+  }
+
+  Context& ctx_;
+  PoolSpec s_;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  Plan* last_ = nullptr;
+  Tensor x_, y_;  // the last training forward's input and output
+};
+
+class Add : public AddOp {
+ public:
+  Add(Context& ctx, bool fuse_relu) : ctx_(ctx), relu_(fuse_relu) {}
+
+  void forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+    ctx_.activate();
+    expect_f32(a, "add a");
+    expect_f32(b, "add b");
+    RT_CHECK(a.shape() == b.shape(), "add: shapes ", shape_str(a.shape()), " and ",
+             shape_str(b.shape()), " differ");
+    ctx_.ensure(out, a.shape());
+    kernels::add(a.f32(), b.f32(), out.f32(), a.numel(), relu_, ctx_.stream());
+  }
+
+ private:
+  Context& ctx_;
+  bool relu_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp> make_batch_norm(Context& ctx, const BatchNormSpec& spec) {
+  return std::make_unique<BatchNorm>(ctx, spec);
+}
+std::unique_ptr<ReluOp> make_relu(Context& ctx) {
+  return std::make_unique<Relu>(ctx);
+}
+std::unique_ptr<PoolOp> make_pool(Context& ctx, const PoolSpec& spec) {
+  return std::make_unique<Pool>(ctx, spec);
+}
+std::unique_ptr<AddOp> make_add(Context& ctx, bool fuse_relu) {
+  return std::make_unique<Add>(ctx, fuse_relu);
+}
+
+}  // namespace ringtrain::backend::cuda

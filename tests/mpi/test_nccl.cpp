@@ -1,0 +1,138 @@
+// test_nccl.cpp — allreduce of GPU memory: nccl (fp32 and bf16/fp16 wires) and ring, mpi and
+// hierarchical staged through pinned host buffers; exact sums at awkward counts, equal on
+// every rank; nccl refuses host memory. Needs a GPU per rank: without one, every rank gets
+// the same one-line InputError for nccl.
+// np: 1 2
+#define BOOST_TEST_MODULE nccl
+#define OMPI_SKIP_MPICXX 1
+#include "allreduce_test_data.hpp"
+#include "mpi_test.hpp"
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/backend/devices.hpp"
+#include "ringtrain/build_config.hpp"
+#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/core/error.hpp"
+
+RT_MPI_TEST_MAIN
+
+using namespace ringtrain;
+
+namespace {
+
+// Every rank of this node has a GPU of its own.
+bool gpu_per_rank(const comm::Communicator& world) {
+  const int gpus = backend::cuda_device_count();
+  return world.all_ok(gpus > 0 && world.local_size() <= gpus);
+}
+
+// A precondition: `want` is whether every rank must have a GPU of its own, or must not.
+struct GpuPerRank {
+  bool want = true;
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    comm::Communicator world;
+    boost::test_tools::assertion_result result(gpu_per_rank(world) == want);
+    result.message() << (want ? "needs one GPU per rank (" : "GPUs are here (")
+                     << backend::cuda_device_status() << ")";
+    return result;
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(nccl_without_a_gpu_is_the_same_input_error_on_every_rank,
+                     *boost::unit_test::precondition(GpuPerRank{false})) {
+  comm::Communicator world;
+  std::string message;
+  try {
+    comm::make_allreducer(world, comm::Algorithm::nccl, {});
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  const std::string expected =
+      !RINGTRAIN_HAS_CUDA
+          ? "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
+            "CUDA=1); use ring, mpi or hierarchical on CPUs"
+      : backend::cuda_device_count() == 0
+          ? "comm.algorithm = nccl: no GPU visible (" + backend::cuda_device_status() + ")"
+          : "comm.algorithm = nccl: another rank has no GPU visible";
+  if (world.rank() == 0) std::printf("nccl without a GPU: %s\n", message.c_str());
+  BOOST_TEST(message == expected);
+  BOOST_TEST(rt_test::all_ok(message == expected));
+}
+
+BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
+                     *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
+                                                backend::cuda_device_count(), false);
+  auto be = backend::make_cuda_backend(options);
+  for (comm::Wire wire : {comm::Wire::fp32, comm::Wire::bf16, comm::Wire::fp16}) {
+    comm::AllreduceOptions ao;
+    ao.wire = wire;
+    ao.validate_counts = true;
+    auto reducer = comm::make_allreducer(world, comm::Algorithm::nccl, ao);
+    for (size_t count : {size_t(1), size_t(7), size_t(1000003)}) {
+      std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+      backend::Tensor t = be->alloc({int64_t(count)});
+      be->upload(data.data(), t);
+      reducer->sum(t.f32(), count);
+      be->download(t, data.data());
+      // Small integers stay exact over 16-bit wires too while sums stay below 256.
+      const int64_t wrong = rt_test::first_wrong_small_int_sum(data, world.size());
+      if (wrong >= 0)
+        std::printf("rank %d: %s count %zu: first wrong element %lld\n", world.rank(),
+                    reducer->name().c_str(), count, static_cast<long long>(wrong));
+      BOOST_TEST(rt_test::all_ok(wrong < 0));
+      BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
+                                                backend::cuda_device_count(), false);
+  auto be = backend::make_cuda_backend(options);
+  auto reducer = comm::make_allreducer(world, comm::Algorithm::nccl, {});
+  std::vector<float> host(16, 1.0f);
+  std::string message;
+  try {
+    reducer->sum(host.data(), host.size());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  BOOST_TEST(message.find("is host memory; algorithm nccl reduces GPU memory") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
+                     *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
+                                                backend::cuda_device_count(), false);
+  auto be = backend::make_cuda_backend(options);
+  for (auto algorithm :
+       {comm::Algorithm::ring, comm::Algorithm::mpi, comm::Algorithm::hierarchical}) {
+    auto reducer = comm::make_allreducer(world, algorithm, {});
+    for (size_t count : {size_t(3), size_t(300007)}) {
+      std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+      backend::Tensor t = be->alloc({int64_t(count)});
+      be->upload(data.data(), t);
+      reducer->sum(t.f32(), count);
+      be->download(t, data.data());
+      const int64_t wrong = rt_test::first_wrong_small_int_sum(data, world.size());
+      if (wrong >= 0)
+        std::printf("rank %d: %s on device memory, count %zu: first wrong element %lld\n",
+                    world.rank(), reducer->name().c_str(), count, static_cast<long long>(wrong));
+      BOOST_TEST(rt_test::all_ok(wrong < 0));
+      // Host memory still goes straight through.
+      std::vector<float> host = rt_test::small_int_data(world.rank(), count);
+      reducer->sum(host.data(), count);
+      BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(host, world.size()) < 0));
+    }
+  }
+}
