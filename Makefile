@@ -49,7 +49,7 @@ HDF5_LIBS   ?= $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5_
 
 OPT_FLAGS := $(if $(filter 1,$(DEBUG)),-O0 -g -fno-omit-frame-pointer,-O3 -g1 -DNDEBUG $(ARCH_FLAGS))
 CXXFLAGS  ?=
-CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -pthread $(OPT_FLAGS) -MMD -MP \
+CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -pthread $(OPT_FLAGS) -MMD -MP -DOMPI_SKIP_MPICXX \
              -Iinclude -I$(BUILD)/include $(HDF5_CFLAGS)
 LDLIBS    += $(HDF5_LIBS) -ldnnl -lboost_program_options -lz -lpng -fopenmp -pthread
 

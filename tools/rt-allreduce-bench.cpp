@@ -44,9 +44,12 @@ struct BenchOptions {
   size_t min_bytes = 4 << 10, max_bytes = 256 << 20;
   int iters = 50, warmup = 3;
   std::vector<comm::Algorithm> algorithms;
-  comm::AllreduceOptions allreduce;
+  comm::AllreduceOptions allreduce;  // the first chunk size and depth of the lists below
+  std::vector<size_t> chunk_sizes;   // ring/hierarchical: one contender per (chunk, depth)
+  std::vector<int> depths;
   std::string output_dir = "output/bench";
   double busy_threshold = 0.10;
+  bool fastest = false;  // report the fastest iteration instead of the median (for tuning)
 };
 
 // "4K", "256M", "1G" or plain bytes (binary units).
@@ -67,10 +70,16 @@ size_t parse_bytes(const std::string& text, const char* option) {
   return static_cast<size_t>(value) << shift->second;
 }
 
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
 std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
   std::vector<comm::Algorithm> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(comm::parse_algorithm(item));
+  for (const std::string& item : split(list)) out.push_back(comm::parse_algorithm(item));
   RT_REQUIRE_INPUT(!out.empty(),
                    "--algorithms is empty: name at least one of ring, mpi, hierarchical");
   return out;
@@ -79,7 +88,7 @@ std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
 // Returns false when --help was asked for (printed on rank 0).
 bool parse_options(int argc, char** argv, BenchOptions& options) {
   std::string min_bytes = "4K", max_bytes = "256M", algorithms = "ring,mpi,hierarchical";
-  std::string wire = "fp32", chunk = "1M";
+  std::string wire = "fp32", chunk = "1M", depth = "4";
   po::options_description desc("rt-allreduce-bench options");
   desc.add_options()("help", "print this help")("min-bytes",
                                                 po::value(&min_bytes)->default_value(min_bytes),
@@ -92,15 +101,18 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
       "untimed iterations first")("algorithms", po::value(&algorithms)->default_value(algorithms),
                                   "comma list of ring, mpi, hierarchical")(
       "wire", po::value(&wire)->default_value(wire), "ring wire format: fp32, bf16 or fp16")(
-      "chunk-bytes", po::value(&chunk)->default_value(chunk), "ring message size (fp32 bytes)")(
-      "in-flight", po::value(&options.allreduce.chunks_in_flight)->default_value(4),
-      "ring messages posted ahead per direction")(
+      "chunk-bytes", po::value(&chunk)->default_value(chunk),
+      "ring message size (fp32 bytes); a comma list compares several in one run")(
+      "in-flight", po::value(&depth)->default_value(depth),
+      "ring messages posted ahead per direction; a comma list compares several")(
       "ranks-per-node", po::value(&options.allreduce.ranks_per_node)->default_value(0),
       "hierarchical: N consecutive ranks form a node (0 = real nodes)")(
       "busy-threshold", po::value(&options.busy_threshold)->default_value(options.busy_threshold),
       "mark rows where other processes took more than this fraction of the machine's CPU")(
       "output-dir", po::value(&options.output_dir)->default_value(options.output_dir),
       "where allreduce-np<N>.h5 and .jsonl go");
+  desc.add_options()("fastest",
+                     "report the fastest iteration, not the median (tuning on a loaded machine)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -112,6 +124,7 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
     if (log::is_root()) std::cout << desc << "\n";
     return false;
   }
+  options.fastest = vm.count("fastest") > 0;
   options.min_bytes = parse_bytes(min_bytes, "min-bytes");
   options.max_bytes = parse_bytes(max_bytes, "max-bytes");
   RT_REQUIRE_INPUT(options.min_bytes >= 4 && options.min_bytes <= options.max_bytes, "--min-bytes ",
@@ -122,7 +135,24 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
                    "--iters must be >= 1 and --warmup >= 0");
   options.algorithms = parse_algorithms(algorithms);
   options.allreduce.wire = comm::parse_wire(wire);
-  options.allreduce.chunk_bytes = parse_bytes(chunk, "chunk-bytes");
+  for (const std::string& item : split(chunk))
+    options.chunk_sizes.push_back(parse_bytes(item, "chunk-bytes"));
+  for (const std::string& item : split(depth)) {
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    RT_REQUIRE_INPUT(used == item.size() && value >= 1, "--in-flight ", item,
+                     ": expected a count >= 1");
+    options.depths.push_back(value);
+  }
+  RT_REQUIRE_INPUT(!options.chunk_sizes.empty() && !options.depths.empty(),
+                   "--chunk-bytes and --in-flight need at least one value");
+  options.allreduce.chunk_bytes = options.chunk_sizes[0];
+  options.allreduce.chunks_in_flight = options.depths[0];
   return true;
 }
 
@@ -176,6 +206,13 @@ class CpuMeter {
 
 // ---- timed loops ------------------------------------------------------------------------
 
+// One allreducer under test, labelled "ring" or, when several settings are compared,
+// "ring 256K/x4".
+struct Contender {
+  std::string label;
+  std::unique_ptr<comm::Allreducer> reducer;
+};
+
 struct Row {
   std::string algorithm;
   size_t bytes = 0, count = 0;
@@ -192,14 +229,15 @@ double median(std::vector<double> v) {
 }
 
 // Root: the median over iterations of the slowest rank's time; others: 0.
-double median_of_slowest(const comm::Communicator& comm, const std::vector<double>& mine) {
+double median_of_slowest(const comm::Communicator& comm, const std::vector<double>& mine,
+                         bool fastest) {
   const std::vector<double> all = comm.gather_to_root(mine);
   if (all.empty()) return 0;
   std::vector<double> slowest(mine.size(), 0.0);
   for (int r = 0; r < comm.size(); ++r)
     for (size_t i = 0; i < mine.size(); ++i)
       slowest[i] = std::max(slowest[i], all[r * mine.size() + i]);
-  return median(slowest);
+  return fastest ? *std::min_element(slowest.begin(), slowest.end()) : median(slowest);
 }
 
 int iterations_for(size_t bytes, int iters) {
@@ -230,9 +268,8 @@ struct TestData {
 // One row per contender at one size. The contenders take turns inside every iteration
 // (link probe, then each algorithm), so they share whatever load the machine has.
 std::vector<Row> measure_size(const comm::Communicator& comm, comm::RingLinkProbe& probe,
-                              std::vector<std::unique_ptr<comm::Allreducer>>& reducers,
-                              const TestData& test, std::vector<float>& data, size_t count,
-                              const BenchOptions& options) {
+                              std::vector<Contender>& reducers, const TestData& test,
+                              std::vector<float>& data, size_t count, const BenchOptions& options) {
   const size_t bytes = count * sizeof(float);
   const size_t contenders = reducers.size() + 1;  // [0] is the link probe
   const int iterations = iterations_for(bytes, options.iters);
@@ -248,7 +285,7 @@ std::vector<Row> measure_size(const comm::Communicator& comm, comm::RingLinkProb
       if (k == 0)
         probe.exchange(test.pristine.data(), data.data(), bytes);
       else
-        reducers[k - 1]->sum(data.data(), count);
+        reducers[k - 1].reducer->sum(data.data(), count);
       const double took = now_seconds() - start;
       if (it < warmup) continue;
       seconds[k].push_back(took);
@@ -264,14 +301,14 @@ std::vector<Row> measure_size(const comm::Communicator& comm, comm::RingLinkProb
   std::vector<Row> rows(contenders);
   for (size_t k = 0; k < contenders; ++k) {
     Row& row = rows[k];
-    row.algorithm = k == 0 ? "p2p" : reducers[k - 1]->name();
+    row.algorithm = k == 0 ? "p2p" : reducers[k - 1].label;
     row.bytes = bytes;
     row.count = count;
     row.iterations = iterations;
     row.wrong = static_cast<long long>(wrong[k]);
     row.other_cpu = other_cpu;
     row.busy = other_cpu > options.busy_threshold;
-    const double t = median_of_slowest(comm, seconds[k]);
+    const double t = median_of_slowest(comm, seconds[k], options.fastest);
     row.time_us = t * 1e6;
     if (t <= 0) continue;
     row.algbw_gbps = double(bytes) / t / 1e9;
@@ -315,8 +352,9 @@ void print_header(const comm::Communicator& comm, const BenchOptions& options,
                   : "real nodes",
               comm::own_affinity_cpus(), mca.empty() ? " (defaults)" : mca.c_str());
   std::printf(
-      "# time: median over iterations of the slowest rank (us); bw in GB/s (1e9 B/s); "
-      "busbw = algbw*2(n-1)/n; p2p = one ring link, both directions at once\n");
+      "# time: %s over iterations of the slowest rank (us); bw in GB/s (1e9 B/s); "
+      "busbw = algbw*2(n-1)/n; p2p = one ring link, both directions at once\n",
+      options.fastest ? "FASTEST (--fastest)" : "median");
   std::printf(
       "# other%%: CPU taken by other processes during the row (/proc/stat); '!' = busy "
       "(> %.0f%%)\n#\n",
@@ -336,7 +374,7 @@ void print_row(const std::vector<Row>& rows) {
     const Row& row = rows[k];
     std::printf(" | %-12s %9.1f %6.2f %6.2f %6lld", "", row.time_us, row.algbw_gbps, row.busbw_gbps,
                 row.wrong);
-    if (row.algorithm.rfind("ring", 0) == 0) ring = &row;
+    if (!ring && row.algorithm.rfind("ring", 0) == 0) ring = &row;
     if (row.algorithm == "mpi") mpi = &row;
   }
   auto ratio = [](const Row* a, const Row* b) {
@@ -393,7 +431,9 @@ void write_outputs(const comm::Communicator& comm, const BenchOptions& options,
   root.set_attr("chunks_in_flight", int32_t(options.allreduce.chunks_in_flight));
   root.set_attr("hierarchical_ranks_per_node", int32_t(options.allreduce.ranks_per_node));
   root.set_attr("busy_threshold", options.busy_threshold);
-  root.set_attr("time_definition", "median over iterations of the slowest rank's time");
+  root.set_attr("time_definition", options.fastest
+                                       ? "fastest iteration of the slowest rank"
+                                       : "median over iterations of the slowest rank's time");
   root.set_attr("created", str(std::time(nullptr), " (unix seconds)"));
   for (const auto& [name, rows] : by_algorithm) {
     std::string group_name = name;
@@ -433,13 +473,27 @@ int run(int argc, char** argv) {
   BenchOptions options;
   if (!parse_options(argc, argv, options)) return kExitOk;
 
-  std::vector<std::unique_ptr<comm::Allreducer>> reducers;
+  std::vector<Contender> reducers;
   std::vector<std::string> names;
+  const bool compare = options.chunk_sizes.size() * options.depths.size() > 1;
   for (comm::Algorithm algorithm : options.algorithms) {
     comm::AllreduceOptions o = options.allreduce;
-    if (algorithm == comm::Algorithm::mpi) o.wire = comm::Wire::fp32;
-    reducers.push_back(comm::make_allreducer(comm, algorithm, o));
-    names.push_back(reducers.back()->name());
+    if (algorithm == comm::Algorithm::mpi) {
+      o.wire = comm::Wire::fp32;
+      reducers.push_back({"mpi", comm::make_allreducer(comm, algorithm, o)});
+      names.push_back("mpi");
+      continue;
+    }
+    for (size_t chunk : options.chunk_sizes)
+      for (int depth : options.depths) {
+        o.chunk_bytes = chunk;
+        o.chunks_in_flight = depth;
+        auto reducer = comm::make_allreducer(comm, algorithm, o);
+        std::string label = reducer->name();
+        if (compare) label = str(label, " ", chunk >> 10, "K/x", depth);
+        names.push_back(label);
+        reducers.push_back({label, std::move(reducer)});
+      }
   }
   comm::RingLinkProbe probe(comm);
   const std::vector<std::string> hosts = comm.gather_strings_to_root(comm.hostname());

@@ -19,5 +19,18 @@ rt_mpirun() {
   fi
   # vader's CMA single-copy needs ptrace rights that containers often lack.
   OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none} \
-    mpirun "${flags[@]}" "$@"
+    mpirun "${flags[@]}" "$@" &
+  local pid=$!
+  # OpenMPI's mpirun tears the job down on SIGTERM/SIGINT without passing the signal on,
+  # but forwards SIGUSR1: turn a TERM or INT for this job into a USR1 for the ranks, so
+  # ringtrain finishes its step, writes a checkpoint and exits cleanly.
+  trap 'kill -USR1 "$pid" 2>/dev/null' TERM INT
+  local status
+  while true; do
+    status=0
+    wait "$pid" || status=$?
+    kill -0 "$pid" 2>/dev/null || break  # wait was interrupted by the trap: wait again
+  done
+  trap - TERM INT
+  return "$status"
 }

@@ -11,8 +11,12 @@
 
 namespace ringtrain::backend {
 
-size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "fp32" : "bf16"; }
+size_t dtype_size(DType dtype) {
+  return dtype == DType::kF32 ? 4 : 2;
+}
+const char* dtype_name(DType dtype) {
+  return dtype == DType::kF32 ? "fp32" : "bf16";
+}
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;

@@ -29,7 +29,7 @@ void check_mpi(int rc, const char* call) {
   MPI_Error_string(rc, text, &length);
   throw Error(str("fusion engine: ", call, " failed: ", std::string(text, size_t(length))));
 }
-#define RT_MPI(call) check_mpi((call), #call)
+#define FUSION_MPI(call) check_mpi((call), #call)
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string out = "[";
@@ -213,15 +213,15 @@ FusionEngine::FusionEngine(MPI_Comm comm, ReduceFn reduce, FusionOptions options
   RT_CHECK(reduce_, "FusionEngine needs a reduce function");
   check_options();
   int provided = 0;
-  RT_MPI(MPI_Query_thread(&provided));
+  FUSION_MPI(MPI_Query_thread(&provided));
   RT_CHECK(provided == MPI_THREAD_MULTIPLE,
            "FusionEngine needs MPI_THREAD_MULTIPLE (its comm thread calls MPI beside the "
            "caller's), but MPI provides level ",
            provided, " --->HINT: start MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE)");
-  RT_MPI(MPI_Comm_rank(comm, &rank_));
-  RT_MPI(MPI_Comm_size(comm, &world_));
-  RT_MPI(MPI_Comm_dup(comm, &plan_comm_));
-  RT_MPI(MPI_Comm_dup(comm, &stall_comm_));
+  FUSION_MPI(MPI_Comm_rank(comm, &rank_));
+  FUSION_MPI(MPI_Comm_size(comm, &world_));
+  FUSION_MPI(MPI_Comm_dup(comm, &plan_comm_));
+  FUSION_MPI(MPI_Comm_dup(comm, &stall_comm_));
   // A peer that already left must not turn the stall report itself into an abort.
   MPI_Comm_set_errhandler(stall_comm_, MPI_ERRORS_RETURN);
 }
@@ -265,12 +265,6 @@ void FusionEngine::check_options() const {
 
 std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
   RT_CHECK(!arena_, "FusionEngine::plan() called twice; one engine serves one schedule");
-  std::unordered_set<std::string> names;
-  for (const auto& spec : specs) {
-    element_count(spec);
-    RT_CHECK(names.insert(spec.name).second, "gradient name ", spec.name,
-             " appears twice in the fusion plan; names must be unique");
-  }
   agree_on_plan(specs);
   specs_ = specs;
   lay_out_buckets();
@@ -298,15 +292,37 @@ std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
 
 // Every rank must build the same buckets, or the reductions would pair up different data (or
 // hang): compare the options and the schedule's fingerprint across ranks, once.
+// A problem with one rank's own specs (a bad shape, a name twice) is also thrown on every rank.
 void FusionEngine::agree_on_plan(const std::vector<GradSpec>& specs) const {
+  std::string local_error;
+  try {
+    std::unordered_set<std::string> names;
+    for (const auto& spec : specs) {
+      element_count(spec);
+      RT_CHECK(names.insert(spec.name).second, "gradient name ", spec.name,
+               " appears twice in the fusion plan; names must be unique");
+    }
+  } catch (const Error& e) {
+    local_error = e.what();
+  }
   struct Summary {
     uint64_t fingerprint;
     double fusion_mib, first_bucket_mib, stall_timeout_s;
+    int32_t local_error;
   } mine{fingerprint(specs), options_.fusion_mib, options_.first_bucket_mib,
-         options_.stall_timeout_s};
+         options_.stall_timeout_s, local_error.empty() ? 0 : 1};
   std::vector<Summary> all(static_cast<size_t>(world_));
-  RT_MPI(
+  FUSION_MPI(
       MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, plan_comm_));
+
+  for (int r = 0; r < world_; ++r) {
+    if (!all[size_t(r)].local_error) continue;
+    uint64_t size = local_error.size();
+    FUSION_MPI(MPI_Bcast(&size, 1, MPI_UINT64_T, r, plan_comm_));
+    local_error.resize(size);
+    FUSION_MPI(MPI_Bcast(local_error.data(), int(size), MPI_CHAR, r, plan_comm_));
+    throw Error(str("fusion plan: rank ", r, ": ", local_error));
+  }
 
   const Summary& root = all[0];
   for (int r = 1; r < world_; ++r) {
@@ -331,9 +347,9 @@ void FusionEngine::agree_on_plan(const std::vector<GradSpec>& specs) const {
   // and every rank throws the message that rank wrote.
   std::string root_text = rank_ == 0 ? serialize(specs) : std::string();
   uint64_t size = root_text.size();
-  RT_MPI(MPI_Bcast(&size, 1, MPI_UINT64_T, 0, plan_comm_));
+  FUSION_MPI(MPI_Bcast(&size, 1, MPI_UINT64_T, 0, plan_comm_));
   root_text.resize(size);
-  RT_MPI(MPI_Bcast(root_text.data(), int(size), MPI_CHAR, 0, plan_comm_));
+  FUSION_MPI(MPI_Bcast(root_text.data(), int(size), MPI_CHAR, 0, plan_comm_));
   int first = differing.front();
   std::string message;
   if (rank_ == first) {
@@ -345,9 +361,9 @@ void FusionEngine::agree_on_plan(const std::vector<GradSpec>& specs) const {
         " (every rank must plan the same gradients, in the same order, with the same shapes)";
   }
   uint64_t message_size = message.size();
-  RT_MPI(MPI_Bcast(&message_size, 1, MPI_UINT64_T, first, plan_comm_));
+  FUSION_MPI(MPI_Bcast(&message_size, 1, MPI_UINT64_T, first, plan_comm_));
   message.resize(message_size);
-  RT_MPI(MPI_Bcast(message.data(), int(message_size), MPI_CHAR, first, plan_comm_));
+  FUSION_MPI(MPI_Bcast(message.data(), int(message_size), MPI_CHAR, first, plan_comm_));
   throw Error(message);
 }
 
@@ -381,10 +397,27 @@ void FusionEngine::lay_out_buckets() {
   for (auto& bucket : buckets_) bucket.data = memory + offsets_[bucket.first_tensor];
 }
 
+std::string FusionEngine::layout_summary() const {
+  std::string sizes;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (b == kMaxNamesListed && buckets_.size() > kMaxNamesListed + 1) {
+      sizes += str(", ... (", buckets_.size() - b, " more)");
+      break;
+    }
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.3g", double(buckets_[b].bytes) / double(kMiB));
+    sizes += (b ? ", " : "") + std::string(mib);
+  }
+  return str(buckets_.size(), buckets_.size() == 1 ? " bucket" : " buckets",
+             " (first <= ", seconds_text(std::min(options_.first_bucket_mib, options_.fusion_mib)),
+             " MiB, then <= ", seconds_text(options_.fusion_mib), " MiB) for ", specs_.size(),
+             " gradients: ", sizes, " MiB");
+}
+
 // ---- the step ------------------------------------------------------------------------------
 
-void FusionEngine::note_progress_locked(bool arm) {
-  last_progress_ = Clock::now();
+void FusionEngine::note_progress_locked(bool arm, Clock::time_point now) {
+  last_progress_ = now;
   if (arm && !armed_) {
     armed_ = true;
     watchdog_cv_.notify_one();  // once per step: the watchdog now counts from last_progress_
@@ -397,7 +430,7 @@ void FusionEngine::rethrow_if_broken_locked() const {
 }
 
 void FusionEngine::enqueue(size_t index) {
-  double t0 = Timeline::now();
+  const auto start = Clock::now();  // one clock read serves the watchdog and the timeline
   {
     std::lock_guard<std::mutex> lock(mutex_);
     rethrow_if_broken_locked();
@@ -408,12 +441,15 @@ void FusionEngine::enqueue(size_t index) {
                       ") enqueued twice in step ", step_,
                       " (enqueue each gradient once per step, after backward has written it)"));
     ready_[index] = 1;
-    note_progress_locked(true);
+    note_progress_locked(true, start);
     size_t b = bucket_of_[index];
     if (--missing_in_bucket_[b] == 0 && b == next_bucket_ && options_.overlap)
       work_cv_.notify_one();
   }
-  if (timeline_) timeline_->span(enqueue_names_[index], "enqueue", t0, Timeline::now());
+  if (timeline_ && timeline_->enabled())
+    timeline_->span(enqueue_names_[index], "enqueue",
+                    std::chrono::duration<double>(start.time_since_epoch()).count(),
+                    Timeline::now());
 }
 
 void FusionEngine::synchronize() {
@@ -424,7 +460,7 @@ void FusionEngine::synchronize() {
   for (size_t i = 0; i < ready_.size(); ++i)
     if (!ready_[i]) missing.push_back(i);
   flush_ = true;
-  note_progress_locked(true);
+  note_progress_locked(true, Clock::now());
   if (!missing.empty()) {
     std::string names;
     for (size_t k = 0; k < missing.size() && k < kMaxNamesListed; ++k)
@@ -495,7 +531,7 @@ void FusionEngine::comm_loop() {
     records_.push_back(BucketRecord{step_, int(b), bucket.bytes, int(bucket.tensor_count),
                                     t0 - start_s_, t1 - t0});
     ++next_bucket_;
-    note_progress_locked(false);
+    note_progress_locked(false, Clock::now());
     if (next_bucket_ == buckets_.size()) done_cv_.notify_one();
   }
 }

@@ -17,35 +17,6 @@ int ring_mod(int64_t a, int n) {
   return static_cast<int>(((a % n) + n) % n);
 }
 
-// Plain loops over restrict pointers: -O3 -march=native turns them into AVX-512/AVX2 code.
-void add_f32(float* __restrict dst, const float* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-void add_bf16(float* __restrict dst, const uint16_t* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += bf16_to_float(src[i]);
-}
-void add_fp16(float* __restrict dst, const uint16_t* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += fp16_to_float(src[i]);
-}
-void to_wire(Wire wire, uint16_t* __restrict dst, const float* __restrict src, size_t n) {
-  if (wire == Wire::bf16)
-    for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-  else
-    for (size_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
-}
-void from_wire(Wire wire, float* __restrict dst, const uint16_t* __restrict src, size_t n) {
-  if (wire == Wire::bf16)
-    for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
-  else
-    for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
-}
-void round_through_wire(Wire wire, float* data, size_t n) {
-  if (wire == Wire::bf16)
-    for (size_t i = 0; i < n; ++i) data[i] = bf16_to_float(float_to_bf16(data[i]));
-  else
-    for (size_t i = 0; i < n; ++i) data[i] = fp16_to_float(float_to_fp16(data[i]));
-}
-
 }  // namespace
 
 // Where segment i and its chunk c live in the caller's buffer (see the header's remainders).
@@ -169,19 +140,17 @@ void RingAllreduce::finish_recv(float* data, const Layout& layout, bool reducing
   const Wire wire = options_.wire;
   if (wire == Wire::fp32) {
     if (reducing)
-      add_f32(data + begin,
-              reinterpret_cast<const float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_,
-              len);
+      add_floats(data + begin,
+                 reinterpret_cast<const float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_,
+                 len);
     return;
   }
   const uint16_t* from =
       reinterpret_cast<const uint16_t*>(recv_scratch_.get()) + slot * scratch_chunk_elems_;
-  if (!reducing)
-    from_wire(wire, data + begin, from, len);
-  else if (wire == Wire::bf16)
-    add_bf16(data + begin, from, len);
+  if (reducing)
+    decode_add_wire(wire, data + begin, from, len);
   else
-    add_fp16(data + begin, from, len);
+    decode_wire(wire, data + begin, from, len);
 }
 
 void RingAllreduce::post_send(float* data, const Layout& layout, bool reducing, int64_t m) {
@@ -196,7 +165,7 @@ void RingAllreduce::post_send(float* data, const Layout& layout, bool reducing, 
                         request));
   } else {
     uint16_t* wire = reinterpret_cast<uint16_t*>(send_scratch_.get()) + slot * scratch_chunk_elems_;
-    to_wire(options_.wire, wire, data + begin, len);
+    encode_wire(options_.wire, wire, data + begin, len);
     MPI_CHECK(
         MPI_Isend(wire, static_cast<int>(len), MPI_UINT16_T, right_, tag, comm_.get(), request));
   }

@@ -17,8 +17,7 @@
 namespace ringtrain::comm {
 namespace {
 
-constexpr size_t kReservedEvents = size_t(1) << 15;  // per thread, so the first steps never grow
-constexpr size_t kChunkBytes = size_t(1) << 30;      // MPI counts are int: send text in chunks
+constexpr size_t kChunkBytes = size_t(1) << 30;  // MPI counts are int: send text in chunks
 constexpr int kTagSize = 7101;
 constexpr int kTagText = 7102;
 
@@ -30,7 +29,7 @@ void check_mpi(int rc, const char* call) {
   MPI_Error_string(rc, text, &length);
   throw Error(str("timeline: ", call, " failed: ", std::string(text, size_t(length))));
 }
-#define RT_MPI(call) check_mpi((call), #call)
+#define TIMELINE_MPI(call) check_mpi((call), #call)
 
 void append_json_string(std::string& out, const char* text) {
   out += '"';
@@ -67,7 +66,7 @@ void append_metadata(std::string& out, const char* what, int pid, int tid, const
 // match a message the caller has in flight.
 class DupComm {
  public:
-  explicit DupComm(MPI_Comm comm) { RT_MPI(MPI_Comm_dup(comm, &comm_)); }
+  explicit DupComm(MPI_Comm comm) { TIMELINE_MPI(MPI_Comm_dup(comm, &comm_)); }
   ~DupComm() { MPI_Comm_free(&comm_); }
   DupComm(const DupComm&) = delete;
   DupComm& operator=(const DupComm&) = delete;
@@ -79,10 +78,10 @@ class DupComm {
 
 void send_text(const std::string& text, MPI_Comm comm) {
   uint64_t size = text.size();
-  RT_MPI(MPI_Send(&size, 1, MPI_UINT64_T, 0, kTagSize, comm));
+  TIMELINE_MPI(MPI_Send(&size, 1, MPI_UINT64_T, 0, kTagSize, comm));
   for (size_t sent = 0; sent < text.size(); sent += kChunkBytes) {
     int count = int(std::min(kChunkBytes, text.size() - sent));
-    RT_MPI(MPI_Send(text.data() + sent, count, MPI_CHAR, 0, kTagText, comm));
+    TIMELINE_MPI(MPI_Send(text.data() + sent, count, MPI_CHAR, 0, kTagText, comm));
   }
 }
 
@@ -90,11 +89,11 @@ void send_text(const std::string& text, MPI_Comm comm) {
 // that failed to open the file still drains every sender and nobody hangs).
 void receive_text_into(std::FILE* file, int from, MPI_Comm comm, bool& write_ok) {
   uint64_t size = 0;
-  RT_MPI(MPI_Recv(&size, 1, MPI_UINT64_T, from, kTagSize, comm, MPI_STATUS_IGNORE));
+  TIMELINE_MPI(MPI_Recv(&size, 1, MPI_UINT64_T, from, kTagSize, comm, MPI_STATUS_IGNORE));
   std::vector<char> chunk(std::min<uint64_t>(size, kChunkBytes));
   for (uint64_t got = 0; got < size; got += chunk.size()) {
     int count = int(std::min<uint64_t>(kChunkBytes, size - got));
-    RT_MPI(MPI_Recv(chunk.data(), count, MPI_CHAR, from, kTagText, comm, MPI_STATUS_IGNORE));
+    TIMELINE_MPI(MPI_Recv(chunk.data(), count, MPI_CHAR, from, kTagText, comm, MPI_STATUS_IGNORE));
     if (file && std::fwrite(chunk.data(), 1, size_t(count), file) != size_t(count))
       write_ok = false;
   }
@@ -108,9 +107,10 @@ Timeline::Timeline(bool enabled, int rank, size_t max_events_per_thread)
   thread_names_[kComputeThread] = "compute";
   thread_names_[kCommThread] = "comm";
   if (!enabled_) return;
-  size_t reserve = std::min(kReservedEvents, max_events_per_thread_);
-  buffers_[kComputeThread].reserve(reserve);
-  buffers_[kCommThread].reserve(reserve);
+  // The whole capacity up front: the buffers never move, and the pages are only address space
+  // until a span first touches them (64 spans a page).
+  buffers_[kComputeThread].reserve(max_events_per_thread_);
+  buffers_[kCommThread].reserve(max_events_per_thread_);
 }
 
 double Timeline::now() {
@@ -201,20 +201,20 @@ void Timeline::write_chrome_trace(MPI_Comm user_comm, const std::string& path) c
   DupComm dup(user_comm);
   MPI_Comm comm = dup.get();
   int me = 0, world = 1;
-  RT_MPI(MPI_Comm_rank(comm, &me));
-  RT_MPI(MPI_Comm_size(comm, &world));
+  TIMELINE_MPI(MPI_Comm_rank(comm, &me));
+  TIMELINE_MPI(MPI_Comm_size(comm, &world));
 
   // Steady clocks of different hosts have different origins: align every rank to rank 0's
   // clock at the moment all leave a barrier (good to the barrier's skew, microseconds here).
-  RT_MPI(MPI_Barrier(comm));
+  TIMELINE_MPI(MPI_Barrier(comm));
   double local_sync = now(), root_sync = local_sync;
-  RT_MPI(MPI_Bcast(&root_sync, 1, MPI_DOUBLE, 0, comm));
+  TIMELINE_MPI(MPI_Bcast(&root_sync, 1, MPI_DOUBLE, 0, comm));
   double to_root = root_sync - local_sync;
   double first = std::numeric_limits<double>::infinity();
   for (const auto& buffer : buffers_)
     for (const Event& e : buffer) first = std::min(first, e.t0_s + to_root);
   double origin = first;
-  RT_MPI(MPI_Allreduce(&first, &origin, 1, MPI_DOUBLE, MPI_MIN, comm));
+  TIMELINE_MPI(MPI_Allreduce(&first, &origin, 1, MPI_DOUBLE, MPI_MIN, comm));
   if (origin == std::numeric_limits<double>::infinity()) origin = root_sync;
   std::string text = format_events(to_root - origin);
 
@@ -252,11 +252,11 @@ void Timeline::write_chrome_trace(MPI_Comm user_comm, const std::string& path) c
   }
   // Every rank learns rank 0's outcome, so a failed write is an error everywhere.
   uint64_t error_size = me == 0 ? text.size() : 0;
-  RT_MPI(MPI_Bcast(&error_size, 1, MPI_UINT64_T, 0, comm));
+  TIMELINE_MPI(MPI_Bcast(&error_size, 1, MPI_UINT64_T, 0, comm));
   if (error_size == 0) return;
   std::string error(error_size, '\0');
   if (me == 0) error = text;
-  RT_MPI(MPI_Bcast(error.data(), int(error_size), MPI_CHAR, 0, comm));
+  TIMELINE_MPI(MPI_Bcast(error.data(), int(error_size), MPI_CHAR, 0, comm));
   throw Error(str("timeline: rank 0: ", error));
 }
 

@@ -25,26 +25,30 @@ uint64_t parse_seed(const std::string& text) {
 po::options_description describe(DatasetOptions& o, std::string& seed, std::string& fiber) {
   po::options_description desc(
       "rt-fibergen: synthetic fiber end-face images (IEC 61300-3-35 zones and acceptance) into "
-      "HDF5 shards\n  rt-fibergen --output DIR --count N --seed S [options]\noptions");
-  desc.add_options()("help,h", "print this help and exit")(
-      "output", po::value(&o.output_dir)->value_name("DIR"),
-      "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required)")(
-      "count", po::value(&o.count)->value_name("N"), "images over all splits (required)")(
-      "seed", po::value(&seed)->value_name("S"),
-      "generator seed; image i of a split depends only on (seed, split, i) (required)")(
-      "size", po::value(&o.size)->default_value(64)->value_name("PX"),
-      "image side in pixels: 64, 128 or 256 (area average of the 256 px, 1.1 um/px render)")(
-      "shards", po::value(&o.shards)->default_value(1)->value_name("K"), "shard files per split")(
-      "fiber-type", po::value(&fiber)->default_value("sm-upc")->value_name("T"),
-      "sm-upc, sm-apc, mm-upc, or mixed (uniform per image); selects the acceptance table")(
-      "val-fraction", po::value(&o.val_fraction)->default_value(0.1)->value_name("F"),
-      "fraction of --count in the val split")(
-      "test-fraction", po::value(&o.test_fraction)->default_value(0.1)->value_name("F"),
-      "fraction of --count in the test split")(
-      "png-grid", po::value(&o.png_grid)->value_name("FILE"),
-      "also write a PNG contact sheet: 6 train images per class with class and PASS/FAIL")(
-      "threads", po::value(&o.threads)->value_name("T"),
-      "rendering threads (default: the cores this process may use); output does not change");
+      "HDF5 shards\n  rt-fibergen --output DIR --count N --seed S [options]\noptions",
+      100, 60);
+  // clang-format off
+  desc.add_options()
+      ("help,h", "print this help and exit")
+      ("output", po::value(&o.output_dir)->value_name("DIR"),
+       "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required)")
+      ("count", po::value(&o.count)->value_name("N"), "images over all splits (required)")
+      ("seed", po::value(&seed)->value_name("S"),
+       "generator seed; image i of a split depends only on (seed, split, i) (required)")
+      ("size", po::value(&o.size)->default_value(64)->value_name("PX"),
+       "image side in pixels: 64, 128 or 256 (area average of the 256 px, 1.1 um/px render)")
+      ("shards", po::value(&o.shards)->default_value(1)->value_name("K"), "shard files per split")
+      ("fiber-type", po::value(&fiber)->default_value("sm-upc")->value_name("T"),
+       "sm-upc, sm-apc, mm-upc, or mixed (uniform per image); selects the acceptance table")
+      ("val-fraction", po::value(&o.val_fraction)->default_value(0.1, "0.1")->value_name("F"),
+       "fraction of --count in the val split")
+      ("test-fraction", po::value(&o.test_fraction)->default_value(0.1, "0.1")->value_name("F"),
+       "fraction of --count in the test split")
+      ("png-grid", po::value(&o.png_grid)->value_name("FILE"),
+       "also write a PNG contact sheet: 6 train images per class with class and PASS/FAIL")
+      ("threads", po::value(&o.threads)->value_name("T"),
+       "rendering threads (default: the cores this process may use); output does not change");
+  // clang-format on
   return desc;
 }
 

@@ -3,11 +3,14 @@
 #include "ringtrain/fiber/generator.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -140,6 +143,21 @@ void require_png_dir(const std::string& path) {
       "--png-grid ", path, ": directory ", parent.string(), " does not exist or is not writable");
 }
 
+// Removes the temp files a killed rt-fibergen left behind ("<shard>.h5.tmp-<pid>" whose pid is
+// gone), so they do not pile up in the output directory.
+void remove_stale_temp_files(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const size_t tmp = name.find(".h5.tmp-");
+    if (tmp == std::string::npos) continue;
+    const std::string split = name.substr(0, name.find('-'));
+    if (split != "train" && split != "val" && split != "test") continue;
+    const long pid = std::strtol(name.c_str() + tmp + 8, nullptr, 10);
+    if (pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+      std::filesystem::remove(entry.path());
+  }
+}
+
 }  // namespace
 
 std::vector<SplitPlan> plan_splits(const DatasetOptions& o) {
@@ -198,70 +216,100 @@ std::vector<Sample> render_range(uint64_t seed, int split, int64_t first, int64_
   return out;
 }
 
+namespace {
+
+// One run of the generator: renders each split into its shards, keeps the train statistics and
+// the contact sheet's tiles, and commits every shard once the statistics are known.
+class DatasetRun {
+ public:
+  explicit DatasetRun(const DatasetOptions& o)
+      : o_(o),
+        render_{o.size, o.fiber, false},
+        threads_(o.threads > 0 ? o.threads : available_cores()),
+        grid_(kClasses) {
+    summary_.splits = plan_splits(o);
+  }
+
+  void write_split(const SplitPlan& split, std::ostream* progress) {
+    const Stopwatch clock;
+    for (int s = 0; s < o_.shards; ++s) {
+      const int64_t begin = shard_begin(split.samples, s, o_.shards);
+      const int64_t end = shard_begin(split.samples, s + 1, o_.shards);
+      const std::string path =
+          (std::filesystem::path(o_.output_dir) / shard::file_name(split.name, s, o_.shards))
+              .string();
+      writers_.push_back(open_shard(path, end - begin, o_.size));
+      summary_.files.push_back(path);
+      for (int64_t row = begin; row < end; row += kBlockImages) {
+        const int64_t n = std::min(kBlockImages, end - row);
+        std::vector<Sample> block = render_range(o_.seed, split.id, row, n, render_, threads_);
+        write_block(writers_.back(), row - begin, block, o_.size);
+        if (split.id == 0) keep_train(block);
+      }
+      writers_.back().close_datasets();  // frees their chunk caches; the file waits for its stats
+    }
+    if (progress)
+      *progress << str("  ", split.name, ": ", split.samples, " images in ", o_.shards,
+                       " shard(s), ", clock.seconds(), " s\n")
+                << std::flush;
+  }
+
+  // Sets every shard's attributes (the train statistics included) and renames them into place.
+  void commit_all() {
+    summary_.mean = stats_.mean();
+    summary_.std = stats_.std();
+    size_t w = 0;
+    for (const SplitPlan& split : summary_.splits)
+      for (int s = 0; s < o_.shards; ++s, ++w)
+        set_attributes(writers_[w].file->root(), o_, split, s,
+                       shard_begin(split.samples, s, o_.shards), summary_.mean, summary_.std);
+    for (ShardWriter& writer : writers_) writer.file->commit();
+  }
+
+  void write_grid(const std::string& path) {
+    std::vector<GridTile> tiles;
+    for (auto& row : grid_)
+      for (auto& tile : row) tiles.push_back(std::move(tile));
+    if (!tiles.empty()) write_png_grid(path, tiles, kGridColumns);
+  }
+
+  DatasetSummary& summary() { return summary_; }
+
+ private:
+  void keep_train(std::vector<Sample>& block) {
+    for (Sample& sample : block) {
+      stats_.add(sample.pixels);
+      auto& tiles = grid_[sample.label];
+      if (int(tiles.size()) < kGridColumns)
+        tiles.push_back(
+            {std::move(sample.pixels), o_.size, sample.label, sample.pass != 0, sample.fiber});
+    }
+  }
+
+  const DatasetOptions& o_;
+  const RenderOptions render_;
+  const int threads_;
+  DatasetSummary summary_;
+  PixelStats stats_;
+  std::vector<std::vector<GridTile>> grid_;  // the first train images of each class
+  std::vector<ShardWriter> writers_;         // all stay open (as temp files) until commit_all
+};
+
+}  // namespace
+
 DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* progress) {
   validate(options);
   h5::require_writable_dir(options.output_dir, "--output");
   if (!options.png_grid.empty()) require_png_dir(options.png_grid);
+  remove_stale_temp_files(options.output_dir);
 
   const Stopwatch clock;
-  const int threads = options.threads > 0 ? options.threads : available_cores();
-  const RenderOptions render{options.size, options.fiber, false};
-  DatasetSummary summary;
-  summary.splits = plan_splits(options);
-  PixelStats stats;
-  std::vector<std::vector<GridTile>> grid(kClasses);
-  std::vector<ShardWriter> writers;  // all stay open (as temp files) until the last commit
-
-  for (const SplitPlan& split : summary.splits) {
-    const Stopwatch split_clock;
-    for (int s = 0; s < options.shards; ++s) {
-      const int64_t begin = shard_begin(split.samples, s, options.shards);
-      const int64_t end = shard_begin(split.samples, s + 1, options.shards);
-      const std::string path = (std::filesystem::path(options.output_dir) /
-                                shard::file_name(split.name, s, options.shards))
-                                   .string();
-      writers.push_back(open_shard(path, end - begin, options.size));
-      summary.files.push_back(path);
-      for (int64_t row = begin; row < end; row += kBlockImages) {
-        const int64_t n = std::min(kBlockImages, end - row);
-        std::vector<Sample> block = render_range(options.seed, split.id, row, n, render, threads);
-        write_block(writers.back(), row - begin, block, options.size);
-        if (split.id != 0) continue;
-        for (Sample& sample : block) {
-          stats.add(sample.pixels);
-          auto& tiles = grid[sample.label];
-          if (int(tiles.size()) < kGridColumns)
-            tiles.push_back({std::move(sample.pixels), options.size, sample.label, sample.pass != 0,
-                             sample.fiber});
-        }
-      }
-    }
-    if (progress)
-      *progress << str("  ", split.name, ": ", split.samples, " images in ", options.shards,
-                       " shard(s), ", split_clock.seconds(), " s\n")
-                << std::flush;
-  }
-
-  summary.mean = stats.mean();
-  summary.std = stats.std();
-  size_t w = 0;
-  for (const SplitPlan& split : summary.splits)
-    for (int s = 0; s < options.shards; ++s, ++w)
-      set_attributes(writers[w].file->root(), options, split, s,
-                     shard_begin(split.samples, s, options.shards), summary.mean, summary.std);
-  for (ShardWriter& writer : writers) {
-    writer.close_datasets();
-    writer.file->commit();
-  }
-
-  if (!options.png_grid.empty()) {
-    std::vector<GridTile> tiles;
-    for (auto& row : grid)
-      for (auto& tile : row) tiles.push_back(std::move(tile));
-    if (!tiles.empty()) write_png_grid(options.png_grid, tiles, kGridColumns);
-  }
-  summary.seconds = clock.seconds();
-  return summary;
+  DatasetRun run(options);
+  for (const SplitPlan& split : run.summary().splits) run.write_split(split, progress);
+  run.commit_all();
+  if (!options.png_grid.empty()) run.write_grid(options.png_grid);
+  run.summary().seconds = clock.seconds();
+  return run.summary();
 }
 
 }  // namespace ringtrain::fiber

@@ -143,38 +143,46 @@ float clamp01(double v) {
 }
 
 // Soft coverage of "inside radius r" at distance d, with an edge `edge` wide.
-float disk_coverage(double d, double r, double edge) {
-  return clamp01(0.5 + (r - d) / edge);
+float disk_coverage(float d, float r, float edge) {
+  return std::min(1.0f, std::max(0.0f, 0.5f + (r - d) / edge));
 }
 
-float texture_at(const Scene& s, int x, int y) {
-  double gx = x * 8.0 / (kN - 1), gy = y * 8.0 / (kN - 1);
-  int ix = std::min(int(gx), 7), iy = std::min(int(gy), 7);
-  double fx = gx - ix, fy = gy - iy;
-  const auto& t = s.texture;
-  double top = t[iy * 9 + ix] * (1 - fx) + t[iy * 9 + ix + 1] * fx;
-  double bottom = t[(iy + 1) * 9 + ix] * (1 - fx) + t[(iy + 1) * 9 + ix + 1] * fx;
-  return float(top * (1 - fy) + bottom * fy);
-}
-
+// The scene, one row at a time: per-column terms are computed once, so each pixel costs one
+// square root and a few multiply-adds (the ring's exp only in its narrow band).
 void paint_scene(const Scene& s, std::vector<float>& img) {
-  const double edge = kPsfUm;
-  const double ring_sigma = s.epoxy_width_um / 2.355;
-  const double ring_centre = kCladdingRadiusUm + s.epoxy_width_um / 2;
+  const float um = float(kRenderUmPerPixel), edge = float(kPsfUm);
+  const float ring_inv_sigma = float(2.355 / s.epoxy_width_um);
+  const float ring_centre = float(kCladdingRadiusUm + s.epoxy_width_um / 2);
+  const float clad_r = float(kCladdingRadiusUm), core_r = float(s.core_radius_um);
+  std::array<float, kN> ux2, column_light, tex_fx;
+  std::array<int, kN> tex_ix;
+  for (int x = 0; x < kN; ++x) {
+    float ux = (x + 0.5f - float(s.cx)) * um;
+    ux2[x] = ux * ux;
+    column_light[x] = s.ferrule * float(1 + s.apc_tilt * (x - kN / 2.0) / (kN / 2.0));
+    float gx = x * 8.0f / (kN - 1);
+    tex_ix[x] = std::min(int(gx), 7);
+    tex_fx[x] = gx - tex_ix[x];
+  }
   for (int y = 0; y < kN; ++y) {
+    float uy = (y + 0.5f - float(s.cy)) * um, uy2 = uy * uy;
+    float gy = y * 8.0f / (kN - 1);
+    int iy = std::min(int(gy), 7);
+    float fy = gy - iy;
+    std::array<float, 9> tex_row;
+    for (int k = 0; k < 9; ++k)
+      tex_row[k] = s.texture[iy * 9 + k] * (1 - fy) + s.texture[(iy + 1) * 9 + k] * fy;
+    float* row = &img[size_t(y) * kN];
     for (int x = 0; x < kN; ++x) {
-      double ux = (x + 0.5 - s.cx) * kRenderUmPerPixel, uy = (y + 0.5 - s.cy) * kRenderUmPerPixel;
-      double d = std::sqrt(ux * ux + uy * uy);
-      float ferrule = s.ferrule * (1 + texture_at(s, x, y)) *
-                      float(1 + s.apc_tilt * (x - kN / 2.0) / (kN / 2.0));
-      float glass = s.cladding * float(1 + 0.06 * (1 - std::min(1.0, d * d / 3906.25)));
-      float core_cov = disk_coverage(d, s.core_radius_um, edge);
-      glass += core_cov * (s.core - glass);
-      float clad_cov = disk_coverage(d, kCladdingRadiusUm, edge);
-      float v = ferrule + clad_cov * (glass - ferrule);
-      double rd = (d - ring_centre) / ring_sigma;
-      if (rd * rd < 16) v += float(std::exp(-0.5 * rd * rd)) * (s.epoxy - v);
-      img[y * kN + x] = v;
+      float d2 = ux2[x] + uy2, d = std::sqrt(d2);
+      float tex = tex_row[tex_ix[x]] * (1 - tex_fx[x]) + tex_row[tex_ix[x] + 1] * tex_fx[x];
+      float ferrule = column_light[x] * (1 + tex);
+      float glass = s.cladding * (1 + 0.06f * (1 - std::min(1.0f, d2 / 3906.25f)));
+      glass += disk_coverage(d, core_r, edge) * (s.core - glass);
+      float v = ferrule + disk_coverage(d, clad_r, edge) * (glass - ferrule);
+      float rd = (d - ring_centre) * ring_inv_sigma;
+      if (rd * rd < 16) v += std::exp(-0.5f * rd * rd) * (s.epoxy - v);
+      row[x] = v;
     }
   }
 }
@@ -329,7 +337,7 @@ PlannedDefect finish(DefectKind kind, double size_um, std::vector<Feature> featu
 // A chord, straight or slightly bowed, bright or dark.
 PlannedDefect plan_scratch(Rng& rng) {
   double width = 0.5 + 5.5 * std::pow(rng.uniform(), 1.5);  // thin ones are commoner
-  double length = rng.uniform(30, 250);
+  double length = 30 + 220 * std::sqrt(rng.uniform());  // long ones commoner: they show at 64 px
   double offset = rng.uniform(0, 50), heading = rng.uniform(0, 2 * kPi);
   Vec2 along = polar(1, heading), across{-along.y, along.x};
   double shift = rng.uniform(-0.25, 0.25) * length;
@@ -341,7 +349,7 @@ PlannedDefect plan_scratch(Rng& rng) {
     f.points.push_back(offset * across + (shift + t * length / 2) * along +
                        bow * (1 - t * t) * across);
   }
-  double strength = width < 1.5 ? rng.uniform(0.55, 0.85) : rng.uniform(0.45, 0.75);
+  double strength = width < 1.5 ? rng.uniform(0.65, 0.9) : rng.uniform(0.55, 0.8);
   bool bright = rng.chance(0.35);
   f.target = bright ? 1.0f : 0.0f;
   f.alpha = float(bright ? strength * 0.8 : strength);
@@ -520,10 +528,10 @@ void plan_primary(Rng& rng, int cls, std::vector<PlannedDefect>& out) {
     }
     case kChipPit: {
       if (rng.chance(0.5)) {
-        out.push_back(plan_chip(rng, 12));
+        out.push_back(plan_chip(rng, 14));
       } else {
-        int n = rng.between(1, 3);
-        for (int i = 0; i < n; ++i) out.push_back(plan_pit(rng, i == 0 ? 5 : 1));
+        int n = rng.between(1, 4);  // pitting: the first two big enough to show at 64 px
+        for (int i = 0; i < n; ++i) out.push_back(plan_pit(rng, i < 2 ? 6 : 1));
       }
       break;
     }
@@ -591,30 +599,36 @@ Capture plan_capture(Rng& rng) {
   return c;
 }
 
-// Separable Gaussian blur, edges clamped.
+// Separable Gaussian blur, edges clamped: rows through a padded copy, columns as whole-row
+// multiply-adds (both vectorise).
 void blur(std::vector<float>& img, double sigma) {
   if (sigma < 0.25) return;
-  int radius = int(std::ceil(3 * sigma));
+  const int radius = int(std::ceil(3 * sigma));
   std::vector<float> k(2 * radius + 1);
   float total = 0;
   for (int i = -radius; i <= radius; ++i)
     total += k[i + radius] = float(std::exp(-0.5 * i * i / (sigma * sigma)));
   for (float& w : k) w /= total;
-  std::vector<float> tmp(img.size());
-  for (int y = 0; y < kN; ++y)
-    for (int x = 0; x < kN; ++x) {
-      float acc = 0;
-      for (int i = -radius; i <= radius; ++i)
-        acc += k[i + radius] * img[y * kN + std::clamp(x + i, 0, kN - 1)];
-      tmp[y * kN + x] = acc;
+  thread_local std::vector<float> tmp, padded;
+  tmp.assign(img.size(), 0.0f);
+  padded.resize(kN + 2 * radius);
+  for (int y = 0; y < kN; ++y) {
+    const float* src = &img[size_t(y) * kN];
+    std::fill(padded.begin(), padded.begin() + radius, src[0]);
+    std::copy(src, src + kN, padded.begin() + radius);
+    std::fill(padded.begin() + radius + kN, padded.end(), src[kN - 1]);
+    float* dst = &tmp[size_t(y) * kN];
+    for (int i = 0; i <= 2 * radius; ++i)
+      for (int x = 0; x < kN; ++x) dst[x] += k[i] * padded[x + i];
+  }
+  for (int y = 0; y < kN; ++y) {
+    float* dst = &img[size_t(y) * kN];
+    std::fill(dst, dst + kN, 0.0f);
+    for (int i = -radius; i <= radius; ++i) {
+      const float* src = &tmp[size_t(std::clamp(y + i, 0, kN - 1)) * kN];
+      for (int x = 0; x < kN; ++x) dst[x] += k[i + radius] * src[x];
     }
-  for (int y = 0; y < kN; ++y)
-    for (int x = 0; x < kN; ++x) {
-      float acc = 0;
-      for (int i = -radius; i <= radius; ++i)
-        acc += k[i + radius] * tmp[std::clamp(y + i, 0, kN - 1) * kN + x];
-      img[y * kN + x] = acc;
-    }
+  }
 }
 
 void expose(const Scene& s, const Capture& c, Rng& rng, std::vector<float>& img) {
@@ -623,27 +637,37 @@ void expose(const Scene& s, const Capture& c, Rng& rng, std::vector<float>& img)
   std::array<float, kLut + 2> gamma_lut;
   for (int i = 0; i <= kLut + 1; ++i)
     gamma_lut[i] = float(std::pow(std::min(1.0, double(i) / kLut), c.gamma));
-  const double corner2 = 2.0 * (kN / 2.0) * (kN / 2.0);
+  const float corner2 = 2.0f * (kN / 2.0f) * (kN / 2.0f), um = float(kRenderUmPerPixel);
   const float gauss_var = float(0.6 * c.noise * 0.6 * c.noise);
   const float shot_scale = float(0.8 * c.noise * 0.8 * c.noise / 0.5);  // variance ∝ signal
+  std::array<float, kN> vx2, ux;
+  for (int x = 0; x < kN; ++x) {
+    float vx = x + 0.5f - float(c.vig_cx);
+    vx2[x] = vx * vx;
+    ux[x] = (x + 0.5f - float(s.cx)) * um;
+  }
+  std::array<float, kN> factor;
   for (int y = 0; y < kN; ++y) {
-    for (int x = 0; x < kN; ++x) {
-      double vx = x + 0.5 - c.vig_cx, vy = y + 0.5 - c.vig_cy;
-      double factor = c.gain * (1 - c.vignette * (vx * vx + vy * vy) / corner2);
-      if (c.tilt) {
-        double ux = (x + 0.5 - s.cx) * kRenderUmPerPixel, uy = (y + 0.5 - s.cy) * kRenderUmPerPixel;
-        double d = std::sqrt(ux * ux + uy * uy);
-        double ds =
-            std::sqrt((ux - c.tilt_dx) * (ux - c.tilt_dx) + (uy - c.tilt_dy) * (uy - c.tilt_dy));
-        float crescent =
-            disk_coverage(d, kCladdingRadiusUm, 3) * (1 - disk_coverage(ds, kCladdingRadiusUm, 6));
-        factor *= 1 - c.tilt_strength * crescent;
+    float vy = y + 0.5f - float(c.vig_cy), vy2 = vy * vy;
+    for (int x = 0; x < kN; ++x)
+      factor[x] = float(c.gain) * (1 - float(c.vignette) * (vx2[x] + vy2) / corner2);
+    if (c.tilt) {  // a dark crescent: the cladding minus a copy shifted by the tilt
+      float uy = (y + 0.5f - float(s.cy)) * um, sy = uy - float(c.tilt_dy);
+      for (int x = 0; x < kN; ++x) {
+        float sx = ux[x] - float(c.tilt_dx);
+        float d = std::sqrt(ux[x] * ux[x] + uy * uy), ds = std::sqrt(sx * sx + sy * sy);
+        float crescent = disk_coverage(d, float(kCladdingRadiusUm), 3) *
+                         (1 - disk_coverage(ds, float(kCladdingRadiusUm), 6));
+        factor[x] *= 1 - float(c.tilt_strength) * crescent;
       }
-      float v = float(img[y * kN + x] * factor);
+    }
+    float* row = &img[size_t(y) * kN];
+    for (int x = 0; x < kN; ++x) {
+      float v = row[x] * factor[x];
       v += std::sqrt(gauss_var + shot_scale * std::max(v, 0.0f)) * rng.normal();
       float t = std::min(1.0f, std::max(0.0f, v)) * kLut;
       int i = int(t);
-      img[y * kN + x] = gamma_lut[i] + (t - i) * (gamma_lut[i + 1] - gamma_lut[i]);
+      row[x] = gamma_lut[i] + (t - i) * (gamma_lut[i + 1] - gamma_lut[i]);
     }
   }
 }

@@ -78,26 +78,26 @@ void Sequential::set_needs_input_grad(bool needed) {
 BasicBlock::BasicBlock(std::string name, Backend& be, int in_c, int out_c, int stride)
     : Layer(name),
       conv1_(name + ".conv1", be, in_c, out_c, 3, stride, 1, false),
-      bn1_(name + ".bn1", be, out_c),
-      relu1_(name + ".relu", be),
+      bn1_(name + ".bn1", be, out_c, true),
       conv2_(name + ".conv2", be, out_c, out_c, 3, 1, 1, false),
       bn2_(name + ".bn2", be, out_c),
       add_relu_(be.make_add(true)),
       relu_out_(be.make_relu()),
       add_grads_(be.make_add(false)) {
   if (stride != 1 || in_c != out_c) {
-    down_conv_ = std::make_unique<Conv2d>(name + ".downsample.0", be, in_c, out_c, 1, stride, 0,
-                                          false);
+    down_conv_ =
+        std::make_unique<Conv2d>(name + ".downsample.0", be, in_c, out_c, 1, stride, 0, false);
     down_bn_ = std::make_unique<BatchNorm2d>(name + ".downsample.1", be, out_c);
   }
 }
 
-Shape BasicBlock::output_shape(const Shape& in) const { return conv1_.output_shape(in); }
+Shape BasicBlock::output_shape(const Shape& in) const {
+  return conv1_.output_shape(in);
+}
 
 const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
   const Tensor* a = &conv1_.forward(x, training);
   a = &bn1_.forward(*a, training);
-  a = &relu1_.forward(*a, training);
   a = &conv2_.forward(*a, training);
   a = &bn2_.forward(*a, training);
   const Tensor* shortcut = &x;
@@ -112,7 +112,6 @@ const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
   if (down_conv_) dshort = &down_conv_->backward(down_bn_->backward(dsum_, ready), ready);
   const Tensor* g = &bn2_.backward(dsum_, ready);
   g = &conv2_.backward(*g, ready);
-  g = &relu1_.backward(*g, ready);
   g = &bn1_.backward(*g, ready);
   g = &conv1_.backward(*g, ready);
   if (!needs_input_grad_) return empty_;

@@ -32,9 +32,14 @@ void init_parameters(Model& model, uint64_t seed) {
   Backend& be = model.backend();
   for (Parameter* p : model.parameters()) {
     switch (p->role) {
-      case ParamRole::kNormScale: be.fill(p->value, 1.0f); continue;
-      case ParamRole::kNormShift: be.fill(p->value, 0.0f); continue;
-      default: break;
+      case ParamRole::kNormScale:
+        be.fill(p->value, 1.0f);
+        continue;
+      case ParamRole::kNormShift:
+        be.fill(p->value, 0.0f);
+        continue;
+      default:
+        break;
     }
     // kaiming_uniform(a=sqrt(5)) gives bound sqrt(6/((1+5)*fan_in)) = 1/sqrt(fan_in), the
     // same bound PyTorch uses for biases.

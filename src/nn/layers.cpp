@@ -40,15 +40,15 @@ Conv2d::Conv2d(std::string name, Backend& be, int in_c, int out_c, int kernel, i
   op_ = be.make_conv(spec_);
   if (fuse_relu) relu_ = be.make_relu();
   int64_t fan_in = int64_t(in_c) * kernel * kernel;
-  weight_ = make_param(be, name_ + ".weight", {out_c, in_c, kernel, kernel}, ParamRole::kWeight,
-                       fan_in);
+  weight_ =
+      make_param(be, name_ + ".weight", {out_c, in_c, kernel, kernel}, ParamRole::kWeight, fan_in);
   if (bias) bias_ = make_param(be, name_ + ".bias", {out_c}, ParamRole::kBias, fan_in);
 }
 
 Shape Conv2d::output_shape(const Shape& in) const {
   require_4d(name_, in);
-  RT_CHECK(in[1] == spec_.in_channels, "layer ", name_, ": input ", shape_str(in), " has ",
-           in[1], " channels, the layer takes ", spec_.in_channels);
+  RT_CHECK(in[1] == spec_.in_channels, "layer ", name_, ": input ", shape_str(in), " has ", in[1],
+           " channels, the layer takes ", spec_.in_channels);
   int64_t oh = (in[2] + 2 * spec_.padding - spec_.kernel) / spec_.stride + 1;
   int64_t ow = (in[3] + 2 * spec_.padding - spec_.kernel) / spec_.stride + 1;
   RT_CHECK(oh >= 1 && ow >= 1, "layer ", name_, ": input ", shape_str(in), " is too small");
@@ -87,9 +87,10 @@ void Conv2d::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>&)
 
 // ---- BatchNorm2d ----------------------------------------------------------------------
 
-BatchNorm2d::BatchNorm2d(std::string name, Backend& be, int channels, float momentum, float eps)
+BatchNorm2d::BatchNorm2d(std::string name, Backend& be, int channels, bool fuse_relu,
+                         float momentum, float eps)
     : Layer(std::move(name)), be_(be), channels_(channels), momentum_(momentum) {
-  op_ = be.make_batch_norm({channels, eps});
+  op_ = be.make_batch_norm({channels, eps, fuse_relu});
   gamma_ = make_param(be, name_ + ".weight", {channels}, ParamRole::kNormScale, 0);
   beta_ = make_param(be, name_ + ".bias", {channels}, ParamRole::kNormShift, 0);
   be.fill(gamma_.value, 1.0f);
@@ -122,7 +123,9 @@ const Tensor& BatchNorm2d::backward(const Tensor& dy, const GradReady& ready) {
   return dx_;
 }
 
-double BatchNorm2d::forward_flops(const Shape&) const { return 0; }
+double BatchNorm2d::forward_flops(const Shape&) const {
+  return 0;
+}
 
 void BatchNorm2d::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {
   params.push_back(&gamma_);
@@ -169,19 +172,21 @@ const Tensor& Pool2d::backward(const Tensor& dy, const GradReady&) {
   return dx_;
 }
 
-double Pool2d::forward_flops(const Shape&) const { return 0; }
+double Pool2d::forward_flops(const Shape&) const {
+  return 0;
+}
 
 std::unique_ptr<Layer> max_pool2d(std::string name, Backend& be, int kernel, int stride,
                                   int padding) {
-  return std::make_unique<Pool2d>(std::move(name), be,
-                                  backend::PoolSpec{backend::PoolKind::kMax, kernel, stride,
-                                                    padding, false});
+  return std::make_unique<Pool2d>(
+      std::move(name), be,
+      backend::PoolSpec{backend::PoolKind::kMax, kernel, stride, padding, false});
 }
 std::unique_ptr<Layer> avg_pool2d(std::string name, Backend& be, int kernel, int stride,
                                   int padding) {
-  return std::make_unique<Pool2d>(std::move(name), be,
-                                  backend::PoolSpec{backend::PoolKind::kAvg, kernel, stride,
-                                                    padding, false});
+  return std::make_unique<Pool2d>(
+      std::move(name), be,
+      backend::PoolSpec{backend::PoolKind::kAvg, kernel, stride, padding, false});
 }
 std::unique_ptr<Layer> global_avg_pool(std::string name, Backend& be) {
   return std::make_unique<Pool2d>(std::move(name), be,

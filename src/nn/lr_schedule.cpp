@@ -14,13 +14,13 @@ double scaled_lr(double base_lr, int64_t global_batch, int64_t base_batch) {
 }
 
 LRSchedule::LRSchedule(const LRScheduleOptions& o) : options_(o) {
-  RT_REQUIRE_INPUT(o.decay == "cosine" || o.decay == "step" || o.decay == "constant",
-                   "lr decay '", o.decay, "' is unknown: use cosine, step or constant");
+  RT_REQUIRE_INPUT(o.decay == "cosine" || o.decay == "step" || o.decay == "constant", "lr decay '",
+                   o.decay, "' is unknown: use cosine, step or constant");
   RT_REQUIRE_INPUT(o.base_lr > 0, "lr must be > 0, got ", o.base_lr);
   RT_REQUIRE_INPUT(o.warmup_steps >= 0, "warm-up steps must be >= 0, got ", o.warmup_steps);
   RT_REQUIRE_INPUT(o.decay != "cosine" || o.total_steps > o.warmup_steps,
-                   "cosine decay needs more total steps (", o.total_steps,
-                   ") than warm-up steps (", o.warmup_steps, ")");
+                   "cosine decay needs more total steps (", o.total_steps, ") than warm-up steps (",
+                   o.warmup_steps, ")");
   RT_REQUIRE_INPUT(std::is_sorted(o.milestones.begin(), o.milestones.end()),
                    "lr milestones must be increasing");
 }
@@ -37,8 +37,8 @@ double LRSchedule::lr(int64_t step) const {
     return o.min_lr + (o.base_lr - o.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t / span));
   }
   if (o.decay == "step") {
-    auto passed = std::upper_bound(o.milestones.begin(), o.milestones.end(), step) -
-                  o.milestones.begin();
+    auto passed =
+        std::upper_bound(o.milestones.begin(), o.milestones.end(), step) - o.milestones.begin();
     return o.base_lr * std::pow(o.gamma, double(passed));
   }
   return o.base_lr;

@@ -50,8 +50,8 @@ void Sgd::load(const h5::Group& group) {
     h5::Dataset ds = group.open_dataset(name);
     h5::Dims dims = ds.dims();
     Shape shape(dims.begin(), dims.end());
-    RT_REQUIRE_INPUT(shape == params_[i]->shape, "file ", group.file_name(), ": momentum of ",
-                     name, " has shape ", shape_str(shape), " but the parameter is ",
+    RT_REQUIRE_INPUT(shape == params_[i]->shape, "file ", group.file_name(), ": momentum of ", name,
+                     " has shape ", shape_str(shape), " but the parameter is ",
                      shape_str(params_[i]->shape));
     std::vector<float> host = ds.read_all<float>();
     be_.upload(host.data(), momentum_[i]);

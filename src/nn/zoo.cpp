@@ -12,18 +12,21 @@ std::string chw(const ModelInput& in) {
 }
 
 // conv3x3 C->32, ReLU, maxpool 2, conv3x3 32->64, ReLU, maxpool 2, linear ->128, ReLU,
-// linear ->classes. ReLU after a convolution is folded into it.
+// linear ->classes. Max-pooling and ReLU commute (both are monotone), so each ReLU runs
+// after its pool, on a quarter of the values: the same function and gradient, less work.
 std::unique_ptr<Sequential> cnn_small(const ModelInput& in, int classes, Backend& be) {
   RT_REQUIRE_INPUT(in.height % 4 == 0 && in.width % 4 == 0 && in.height > 0 && in.width > 0,
                    "model cnn_small needs H and W divisible by 4; the data is ", chw(in));
   auto net = std::make_unique<Sequential>("");
-  net->add(std::make_unique<Conv2d>("conv1", be, in.channels, 32, 3, 1, 1, true, true));
+  net->add(std::make_unique<Conv2d>("conv1", be, in.channels, 32, 3, 1, 1, true));
   net->add(max_pool2d("pool1", be, 2, 2));
-  net->add(std::make_unique<Conv2d>("conv2", be, 32, 64, 3, 1, 1, true, true));
+  net->add(std::make_unique<ReLU>("relu1", be));
+  net->add(std::make_unique<Conv2d>("conv2", be, 32, 64, 3, 1, 1, true));
   net->add(max_pool2d("pool2", be, 2, 2));
+  net->add(std::make_unique<ReLU>("relu2", be));
   net->add(std::make_unique<Flatten>("flatten"));
-  net->add(std::make_unique<Linear>("fc1", be, int64_t(64) * (in.height / 4) * (in.width / 4),
-                                    128));
+  net->add(
+      std::make_unique<Linear>("fc1", be, int64_t(64) * (in.height / 4) * (in.width / 4), 128));
   net->add(std::make_unique<ReLU>("relu3", be));
   net->add(std::make_unique<Linear>("fc2", be, 128, classes));
   return net;
@@ -53,8 +56,7 @@ std::unique_ptr<Sequential> resnet18_cifar(const ModelInput& in, int classes, Ba
                    "model resnet18_cifar needs H and W of at least 8; the data is ", chw(in));
   auto net = std::make_unique<Sequential>("");
   net->add(std::make_unique<Conv2d>("conv1", be, in.channels, 64, 3, 1, 1, false));
-  net->add(std::make_unique<BatchNorm2d>("bn1", be, 64));
-  net->add(std::make_unique<ReLU>("relu", be));
+  net->add(std::make_unique<BatchNorm2d>("bn1", be, 64, true));  // with the ReLU
   add_stages(*net, be, 64, {64, 128, 256, 512}, {2, 2, 2, 2});
   add_head(*net, be, 512, classes);
   return net;
@@ -68,8 +70,7 @@ std::unique_ptr<Sequential> fibernet(const ModelInput& in, int classes, Backend&
                    "model fibernet needs H and W of at least 16; the data is ", chw(in));
   auto net = std::make_unique<Sequential>("");
   net->add(std::make_unique<Conv2d>("conv1", be, in.channels, 16, 3, 1, 1, false));
-  net->add(std::make_unique<BatchNorm2d>("bn1", be, 16));
-  net->add(std::make_unique<ReLU>("relu", be));
+  net->add(std::make_unique<BatchNorm2d>("bn1", be, 16, true));  // with the ReLU
   net->add(max_pool2d("maxpool", be, 2, 2));
   add_stages(*net, be, 16, {16, 32, 64, 128}, {1, 1, 1, 1});
   add_head(*net, be, 128, classes);
@@ -85,8 +86,8 @@ const std::vector<std::string>& model_names() {
 
 std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in, int classes,
                                   Backend& be, uint64_t seed) {
-  RT_REQUIRE_INPUT(in.channels >= 1 && in.height >= 1 && in.width >= 1,
-                   "model ", name, ": the data shape ", chw(in), " is empty");
+  RT_REQUIRE_INPUT(in.channels >= 1 && in.height >= 1 && in.width >= 1, "model ", name,
+                   ": the data shape ", chw(in), " is empty");
   RT_REQUIRE_INPUT(classes >= 2, "model ", name, " needs at least 2 classes, the data has ",
                    classes);
   std::unique_ptr<Sequential> net;
@@ -98,8 +99,7 @@ std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in,
     net = fibernet(in, classes, be);
   } else {
     std::ostringstream known;
-    for (size_t i = 0; i < model_names().size(); ++i)
-      known << (i ? ", " : "") << model_names()[i];
+    for (size_t i = 0; i < model_names().size(); ++i) known << (i ? ", " : "") << model_names()[i];
     throw InputError(str("unknown model '", name, "': known models are ", known.str()));
   }
   auto model = std::make_unique<Model>(name, be, in, classes, std::move(net));

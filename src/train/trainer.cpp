@@ -229,7 +229,9 @@ void Trainer::build_optimizer() {
                    ? nn::scaled_lr(cfg_.train.lr, global_batch, cfg_.train.base_batch)
                    : cfg_.train.lr;
   lr.warmup_steps = int64_t(std::llround(cfg_.train.warmup_epochs * double(steps_per_epoch_)));
-  lr.total_steps = std::max<int64_t>(total_steps_, 1);
+  // The schedule spans the deck's epochs even when train.max_steps stops the run early,
+  // so a run stopped and resumed follows the same learning rates as one that was not.
+  lr.total_steps = std::max<int64_t>(steps_per_epoch_ * cfg_.train.epochs, 1);
   lr.decay = cfg_.train.schedule;
   for (int e : cfg_.train.step_epochs) lr.milestones.push_back(int64_t(e) * steps_per_epoch_);
   lr.gamma = cfg_.train.step_gamma;
@@ -532,10 +534,9 @@ void Trainer::run() {
     if (global_step_ >= total_steps_) break;
     train_epoch(epoch);
   }
-  if (stop_) {
-    checkpoint_->save(*model_, *sgd_, global_step_);
-    log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
-  }
+  // The last checkpoint is also the trained model.
+  checkpoint_->save(*model_, *sgd_, global_step_);
+  if (stop_) log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
   double test_loss = kNaN, test_acc = kNaN;
   if (test_loader_ && !stop_) {
     Sums test = reduce(evaluate(*test_loader_));

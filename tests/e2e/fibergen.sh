@@ -57,4 +57,8 @@ done
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
 if ls "$work/killed"/*.h5 >/dev/null 2>&1; then fail "killed run left $(ls "$work/killed")"; fi
+# The next run into the same directory clears the killed run's temp files.
+"$BIN/rt-fibergen" --output "$work/killed" --count 30 --seed 1 >/dev/null
+[ "$(ls "$work/killed" | grep -c tmp)" = 0 ] || fail "temp files left: $(ls "$work/killed")"
+[ "$(ls "$work/killed" | wc -l)" = 3 ] || fail "expected 3 shards: $(ls "$work/killed")"
 echo "fibergen e2e: ok"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# fusion_stall.sh — the stall inspector: a rank that stops enqueuing, and a rank stuck outside the
-# engine, make every rank that can answer print one line naming the missing tensors and ranks,
-# and the job exits non-zero within stall_timeout_s + 10 s (the cases use a 2 s timeout).
+# fusion_stall.sh — the stall inspector: a rank that stops enqueuing, a rank stuck outside the
+# engine, a rank that leaves early (finalizes MPI), and a rank that called synchronize() without
+# some gradients and lingers make every rank that can answer print one line naming the missing
+# tensors and ranks, and the job exits non-zero within stall_timeout_s + 10 s (2 s timeout here).
 set -u
 BIN=${BIN:-bin}
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
@@ -64,6 +65,26 @@ for r in 0 2; do
 not answer within 2 s (stuck outside the engine, e.g. in compute or I/O, or exited)"
 done
 if grep -q "ringtrain: error: rank 1: stall" "$log"; then fail "$name: rank 1 claims to have seen the stall"; fi
+[ "$failures" = 0 ] || sed 's/^/    | /' "$log"
+rm -f "$log"
+
+name=rank_leaves_early
+run_case $name
+check_exit $name
+for r in 0 2; do
+  expect_line $name "$r" "stall: after 2 s, bucket 0 of step 1 still waits for rank 1, which did \
+not answer within 2 s (stuck outside the engine, e.g. in compute or I/O, or exited)"
+done
+[ "$failures" = 0 ] || sed 's/^/    | /' "$log"
+rm -f "$log"
+
+name=rank_synchronizes_without_some
+run_case $name
+check_exit $name
+for r in $(seq 0 $((np - 1))); do
+  expect_line $name "$r" "stall: after 2 s, bucket 2 of step 1 still waits for conv2.bias [32], \
+conv2.weight [32, 16, 3, 3], conv1.bias [16], conv1.weight [16, 3, 5, 5] on rank 1 (rank 1 called synchronize() without them)"
+done
 [ "$failures" = 0 ] || sed 's/^/    | /' "$log"
 rm -f "$log"
 

@@ -103,3 +103,20 @@ BOOST_AUTO_TEST_CASE(gather_with_unequal_counts_fails_on_every_rank) {
   BOOST_TEST(message == expected);
   BOOST_TEST(rt_test::all_ok(message == expected));
 }
+
+BOOST_AUTO_TEST_CASE(mpi_check_names_the_call_rank_host_and_mpi_text) {
+  comm::Communicator world;
+  std::string message;
+  try {
+    MPI_CHECK(MPI_Send(nullptr, 0, MPI_BYTE, world.size() + 5, 0, world.raw()));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const std::string start =
+      str("MPI_Send(nullptr, 0, MPI_BYTE, world.size() + 5, 0, world.raw()) "
+          "failed on rank ",
+          world.rank(), " (host ", world.hostname(), ") at ");
+  BOOST_TEST(message.rfind(start, 0) == 0, message);
+  BOOST_TEST(message.find("test_communicator.cpp:") != std::string::npos, message);
+  BOOST_TEST(message.find("MPI_ERR_RANK: invalid rank") != std::string::npos, message);
+}

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <numeric>
 #include <random>
@@ -234,6 +235,38 @@ BOOST_AUTO_TEST_CASE(overlap_off_reduces_only_in_synchronize_and_gives_the_same_
   BOOST_TEST(all_ok(sums[true] == sums[false]), "overlap on and off differ");
 }
 
+// Overlap is a property, not a timing: with bucket 0's gradients enqueued and synchronize() not
+// called, bucket 0 must get reduced (the 30 s bound only turns a failure into a message).
+BOOST_AUTO_TEST_CASE(with_overlap_a_full_bucket_is_reduced_before_synchronize) {
+  MpiSum sum;
+  ReduceFn mpi_sum = sum.fn();
+  std::promise<void> first_reduced;
+  int calls = 0;  // only the comm thread touches it
+  ReduceFn watched = [&](float* data, size_t count) {
+    mpi_sum(data, count);
+    if (calls++ == 0) first_reduced.set_value();
+  };
+  auto specs = model_specs();
+  int rank = rt_test::world_rank();
+  FusionEngine engine(MPI_COMM_WORLD, watched, small_buckets());
+  auto where = engine.plan(specs);
+  const BucketLayout first = engine.buckets().front();
+  for (size_t i = first.first_tensor; i < first.first_tensor + first.tensor_count; ++i) {
+    fill_gradient(where[i], specs[i], rank, 0, i);
+    engine.enqueue(i);
+  }
+  auto reduced = first_reduced.get_future().wait_for(std::chrono::seconds(30));
+  BOOST_TEST(all_ok(reduced == std::future_status::ready),
+             "bucket 0 not reduced before synchronize()");
+  for (size_t i = first.first_tensor + first.tensor_count; i < specs.size(); ++i) {
+    fill_gradient(where[i], specs[i], rank, 0, i);
+    engine.enqueue(i);
+  }
+  engine.synchronize();
+  BOOST_TEST(all_ok(count_wrong(engine, where, specs, 0) == 0));
+  BOOST_TEST(calls == int(engine.bucket_count()));
+}
+
 BOOST_AUTO_TEST_CASE(buckets_respect_the_caps_and_never_split_a_tensor) {
   MpiSum sum;
   auto specs = model_specs();
@@ -314,6 +347,21 @@ BOOST_AUTO_TEST_CASE(a_rank_with_fewer_gradients_is_named_on_every_rank) {
                        "must plan the same gradients, in the same order, with the same shapes)");
 }
 
+BOOST_AUTO_TEST_CASE(a_name_twice_on_one_rank_is_an_error_on_every_rank) {
+  MpiSum sum;
+  auto specs = model_specs();
+  int last = rt_test::world_size() - 1;
+  if (rt_test::world_rank() == last) specs[4].name = "fc1.bias";
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  std::string got = error_of([&] { engine.plan(specs); });
+  std::string want_start = str("fusion plan: rank ", last, ": ");
+  std::string want_end =
+      "gradient name fc1.bias appears twice in the fusion plan; names must be unique";
+  bool ok = got.rfind(want_start, 0) == 0 && got.size() > want_end.size() &&
+            got.compare(got.size() - want_end.size(), want_end.size(), want_end) == 0;
+  BOOST_TEST(all_ok(ok), "got: " << got);
+}
+
 BOOST_AUTO_TEST_CASE(different_fusion_sizes_are_named_on_every_rank) {
   MpiSum sum;
   FusionOptions options = small_buckets();
@@ -357,6 +405,29 @@ BOOST_AUTO_TEST_CASE(synchronize_names_the_gradients_never_enqueued) {
   // Leaving scope must not hang: the comm thread is parked before the unfinished bucket.
 }
 
+BOOST_AUTO_TEST_CASE(a_failing_reduction_is_rethrown_by_synchronize) {
+  auto specs = model_specs();
+  int calls = 0;  // only the comm thread touches it
+  ReduceFn failing = [&](float*, size_t) {
+    if (++calls == 2) throw Error("injected reduce failure");
+  };
+  FusionEngine engine(MPI_COMM_WORLD, failing, small_buckets(false));  // fails in synchronize()
+  engine.plan(specs);
+  for (size_t i = 0; i < specs.size(); ++i) engine.enqueue(i);
+  expect_on_every_rank(error_of([&] { engine.synchronize(); }), "injected reduce failure");
+  expect_on_every_rank(error_of([&] { engine.enqueue(0); }), "injected reduce failure");
+  BOOST_TEST(calls == 2);  // nothing after the failed bucket
+}
+
+BOOST_AUTO_TEST_CASE(the_layout_summary_names_every_bucket) {
+  MpiSum sum;
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  engine.plan(model_specs());
+  BOOST_TEST(engine.layout_summary() ==
+             "5 buckets (first <= 0.01 MiB, then <= 0.5 MiB) for 12 gradients: 0.00543, 0.5, "
+             "0.0929, 1.14, 0.000122 MiB");
+}
+
 BOOST_AUTO_TEST_CASE(bad_options_are_input_errors) {
   MpiSum sum;
   FusionOptions options;
@@ -388,7 +459,10 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
   {
     FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets(), &timeline);
     auto where = engine.plan(specs);
-    for (int64_t step = 0; step < 2; ++step) run_step(engine, where, specs, step);
+    for (int64_t step = 0; step < 2; ++step) {
+      run_step(engine, where, specs, step);
+      ScopedSpan optimizer(&timeline, "optimizer", "compute");
+    }
     buckets = engine.bucket_count();
     for (const auto& b : engine.buckets()) bucket_bytes.push_back(b.bytes);
   }
@@ -425,6 +499,7 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
       if (spans[r]["comm"] != int(2 * buckets)) ok = false, why += " comm spans";
       if (spans[r]["enqueue"] != int(2 * specs.size())) ok = false, why += " enqueue spans";
       if (spans[r]["wait"] != 2) ok = false, why += " wait spans";
+      if (spans[r]["compute"] != 2) ok = false, why += " compute spans";
     }
     if (comm_bytes != std::set<size_t>(bucket_bytes.begin(), bucket_bytes.end()))
       ok = false, why += " bucket bytes";
@@ -452,9 +527,12 @@ BOOST_AUTO_TEST_SUITE(fusion_stall, *boost::unit_test::disabled())
 namespace {
 constexpr int kStuckRank = 1;
 
+enum class Stuck { computing, in_synchronize, leaving };
+
 // Step 0 completes everywhere; in step 1 rank 1 enqueues only `stuck_enqueues` gradients (in
-// plan order) and then computes "forever"; the others enqueue everything and synchronize().
-void stall_in_step_one(size_t stuck_enqueues) {
+// plan order) and then computes "forever", or calls synchronize() (which throws; it then hangs
+// in its error handling), or leaves; the others enqueue everything and synchronize().
+void stall_in_step_one(size_t stuck_enqueues, Stuck how = Stuck::computing) {
   MpiSum sum;
   auto specs = model_specs();
   FusionOptions options = small_buckets();
@@ -463,12 +541,14 @@ void stall_in_step_one(size_t stuck_enqueues) {
   auto where = engine.plan(specs);
   run_step(engine, where, specs, 0);
   bool stuck = rt_test::world_rank() == kStuckRank;
+  if (stuck && how == Stuck::leaving) return;  // on to MPI_Finalize, like a rank with fewer batches
   for (size_t i = 0; i < (stuck ? stuck_enqueues : specs.size()); ++i) engine.enqueue(i);
-  if (stuck) {
-    std::this_thread::sleep_for(std::chrono::seconds(60));  // stands for a hung compute kernel
-  } else {
+  if (!stuck) {
     engine.synchronize();
+  } else if (how == Stuck::in_synchronize) {
+    BOOST_TEST_MESSAGE(error_of([&] { engine.synchronize(); }));
   }
+  std::this_thread::sleep_for(std::chrono::seconds(60));  // stands for a hung kernel or handler
   BOOST_FAIL("the stall inspector did not abort the job");
 }
 }  // namespace
@@ -481,6 +561,17 @@ BOOST_AUTO_TEST_CASE(rank_stops_enqueuing) {
 // Rank 1 never reaches the engine in step 1: it cannot answer; the others name it.
 BOOST_AUTO_TEST_CASE(rank_stuck_outside_the_engine) {
   stall_in_step_one(0);
+}
+
+// Rank 1 finishes early (destroys its engine, finalizes MPI): the others name it.
+BOOST_AUTO_TEST_CASE(rank_leaves_early) {
+  stall_in_step_one(0, Stuck::leaving);
+}
+
+// Rank 1 calls synchronize() without conv2.* and conv1.*: it throws there, and if the process
+// lingers instead of aborting, the inspector still names what it lacks on every rank.
+BOOST_AUTO_TEST_CASE(rank_synchronizes_without_some) {
+  stall_in_step_one(6, Stuck::in_synchronize);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

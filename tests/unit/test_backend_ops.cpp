@@ -135,34 +135,35 @@ BOOST_AUTO_TEST_CASE(conv_output_in_blocked_layout_feeds_linear) {
 }
 
 BOOST_AUTO_TEST_CASE(batch_norm_matches_reference) {
-  for (const Shape& x_shape : {Shape{4, 3, 5, 5}, Shape{2, 32, 4, 4}}) {
-    std::printf("batch norm, x %s\n", shape_str(x_shape).c_str());
-    int c = int(x_shape[1]);
-    Pair p;
-    Tensor x[2], g[2], b[2], y[2], mean[2], var[2], dy[2], dx[2], dg[2], db[2], yi[2];
-    for (int i = 0; i < 2; ++i) {
-      Backend& be = p.be(i);
-      // Channels with different offsets and spreads, as real activations have.
-      x[i] = random_tensor(be, x_shape, 41, 0.5f, 3.0f);
-      g[i] = random_tensor(be, {c}, 42, 0.5f, 1.5f);
-      b[i] = random_tensor(be, {c}, 43);
-      auto op = be.make_batch_norm({c, 1e-5f});
-      double count = op->forward_training(x[i], g[i], b[i], y[i], mean[i], var[i], nullptr);
-      BOOST_TEST(count == double(x_shape[0] * x_shape[2] * x_shape[3]));
-      dy[i] = random_tensor(be, x_shape, 44);
-      dg[i] = be.alloc({c});
-      db[i] = be.alloc({c});
-      op->backward(x[i], dy[i], g[i], mean[i], var[i], dx[i], dg[i], db[i], nullptr);
-      op->forward_inference(x[i], g[i], b[i], mean[i], var[i], yi[i]);
+  for (bool relu : {false, true})
+    for (const Shape& x_shape : {Shape{4, 3, 5, 5}, Shape{2, 32, 4, 4}}) {
+      std::printf("batch norm%s, x %s\n", relu ? " + fused relu" : "", shape_str(x_shape).c_str());
+      int c = int(x_shape[1]);
+      Pair p;
+      Tensor x[2], g[2], b[2], y[2], mean[2], var[2], dy[2], dx[2], dg[2], db[2], yi[2];
+      for (int i = 0; i < 2; ++i) {
+        Backend& be = p.be(i);
+        // Channels with different offsets and spreads, as real activations have.
+        x[i] = random_tensor(be, x_shape, 41, 0.5f, 3.0f);
+        g[i] = random_tensor(be, {c}, 42, 0.5f, 1.5f);
+        b[i] = random_tensor(be, {c}, 43);
+        auto op = be.make_batch_norm({c, 1e-5f, relu});
+        double count = op->forward_training(x[i], g[i], b[i], y[i], mean[i], var[i], nullptr);
+        BOOST_TEST(count == double(x_shape[0] * x_shape[2] * x_shape[3]));
+        dy[i] = random_tensor(be, x_shape, 44);
+        dg[i] = be.alloc({c});
+        db[i] = be.alloc({c});
+        op->backward(x[i], dy[i], g[i], mean[i], var[i], dx[i], dg[i], db[i], nullptr);
+        op->forward_inference(x[i], g[i], b[i], mean[i], var[i], yi[i]);
+      }
+      expect_close("bn forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
+      expect_close("bn batch mean", *p.cpu, mean[0], *p.ref, mean[1], kTol);
+      expect_close("bn batch var", *p.cpu, var[0], *p.ref, var[1], 1e-4);
+      expect_close("bn backward dx", *p.cpu, dx[0], *p.ref, dx[1], 1e-4);
+      expect_close("bn backward dgamma", *p.cpu, dg[0], *p.ref, dg[1], kTol);
+      expect_close("bn backward dbeta", *p.cpu, db[0], *p.ref, db[1], kTol);
+      expect_close("bn inference y", *p.cpu, yi[0], *p.ref, yi[1], kTol);
     }
-    expect_close("bn forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
-    expect_close("bn batch mean", *p.cpu, mean[0], *p.ref, mean[1], kTol);
-    expect_close("bn batch var", *p.cpu, var[0], *p.ref, var[1], 1e-4);
-    expect_close("bn backward dx", *p.cpu, dx[0], *p.ref, dx[1], 1e-4);
-    expect_close("bn backward dgamma", *p.cpu, dg[0], *p.ref, dg[1], kTol);
-    expect_close("bn backward dbeta", *p.cpu, db[0], *p.ref, db[1], kTol);
-    expect_close("bn inference y", *p.cpu, yi[0], *p.ref, yi[1], kTol);
-  }
 }
 
 namespace {
@@ -199,10 +200,10 @@ class TwoRankReducer {
 };
 
 // Synchronized BN over two half batches equals plain BN over the whole batch.
-void check_sync_batch_norm(const std::string& backend_name) {
+void check_sync_batch_norm(const std::string& backend_name, bool relu) {
   const int c = 16, n = 4, hw = 5;
-  std::printf("sync batch norm on %s: 2 ranks x batch %d vs 1 rank x batch %d\n",
-              backend_name.c_str(), n / 2, n);
+  std::printf("sync batch norm%s on %s: 2 ranks x batch %d vs 1 rank x batch %d\n",
+              relu ? " + fused relu" : "", backend_name.c_str(), n / 2, n);
   auto whole_be = make_backend("ref", 2);
   std::vector<float> xv = random_values(size_t(n) * c * hw * hw, 51, 0.5f, 3.0f);
   std::vector<float> dyv = random_values(xv.size(), 52);
@@ -211,10 +212,11 @@ void check_sync_batch_norm(const std::string& backend_name) {
   // whole batch's mean, so its dy is half of each rank's dy.
   std::vector<float> dy_whole(dyv);
   for (float& v : dy_whole) v *= 0.5f;
-  Tensor x = to_device(*whole_be, {n, c, hw, hw}, xv), dy = to_device(*whole_be, {n, c, hw, hw}, dy_whole);
+  Tensor x = to_device(*whole_be, {n, c, hw, hw}, xv),
+         dy = to_device(*whole_be, {n, c, hw, hw}, dy_whole);
   Tensor g = to_device(*whole_be, {c}, gv), b = to_device(*whole_be, {c}, bv);
   Tensor y, mean, var, dx, dg = whole_be->alloc({c}), db = whole_be->alloc({c});
-  auto op = whole_be->make_batch_norm({c, 1e-5f});
+  auto op = whole_be->make_batch_norm({c, 1e-5f, relu});
   op->forward_training(x, g, b, y, mean, var, nullptr);
   op->backward(x, dy, g, mean, var, dx, dg, db, nullptr);
   std::vector<float> y_ref = to_host(*whole_be, y), dx_ref = to_host(*whole_be, dx);
@@ -233,7 +235,7 @@ void check_sync_batch_norm(const std::string& backend_name) {
     Tensor gt = to_device(*be, {c}, gv), bt = to_device(*be, {c}, bv);
     Tensor yt, mt, vt, dxt, dgt = be->alloc({c}), dbt = be->alloc({c});
     StatReducer red = reducer.for_rank(r);
-    auto bn = be->make_batch_norm({c, 1e-5f});
+    auto bn = be->make_batch_norm({c, 1e-5f, relu});
     count[r] = float(bn->forward_training(xt, gt, bt, yt, mt, vt, &red));
     bn->backward(xt, dyt, gt, mt, vt, dxt, dgt, dbt, &red);
     be->download(yt, y_got.data() + r * half);
@@ -251,8 +253,10 @@ void check_sync_batch_norm(const std::string& backend_name) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(synchronized_batch_norm_equals_whole_batch) {
-  check_sync_batch_norm("ref");
-  check_sync_batch_norm("cpu");
+  for (bool relu : {false, true}) {
+    check_sync_batch_norm("ref", relu);
+    check_sync_batch_norm("cpu", relu);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(relu_and_add_match_reference) {
@@ -307,7 +311,8 @@ BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
     BOOST_TEST(r.loss == loss / 3, boost::test_tools::tolerance(1e-12));
     BOOST_TEST(r.correct == correct);
     BOOST_TEST(r.count == 3);
-    expect_close(std::string(name) + " softmax cross-entropy gradient", to_host(*be, dz), want, 1e-6);
+    expect_close(std::string(name) + " softmax cross-entropy gradient", to_host(*be, dz), want,
+                 1e-6);
     int32_t bad[3] = {2, 4, 0};
     try {
       be->softmax_cross_entropy(logits, bad, dz);
@@ -320,7 +325,8 @@ BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
     for (bool nesterov : {false, true}) {
       std::vector<float> w = random_values(37, 82), g = random_values(37, 83),
                          m = random_values(37, 84);
-      Tensor wt = to_device(*be, {37}, w), gt = to_device(*be, {37}, g), mt = to_device(*be, {37}, m);
+      Tensor wt = to_device(*be, {37}, w), gt = to_device(*be, {37}, g),
+             mt = to_device(*be, {37}, m);
       SgdSpec s{0.1f, 0.9f, 5e-4f, nesterov};
       be->sgd_update(wt, gt, mt, s);
       std::vector<float> w_want(37), m_want(37);
@@ -381,7 +387,8 @@ BOOST_AUTO_TEST_CASE(unknown_and_unbuilt_backends_are_input_errors) {
     make_backend("cuda", 1);
     BOOST_FAIL("no throw");
   } catch (const InputError& e) {
-    BOOST_TEST(std::string(e.what()).rfind("backend cuda: this ringtrain was built without CUDA", 0) == 0);
+    BOOST_TEST(
+        std::string(e.what()).rfind("backend cuda: this ringtrain was built without CUDA", 0) == 0);
   }
 #endif
 }

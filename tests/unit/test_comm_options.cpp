@@ -1,7 +1,8 @@
 // test_comm_options.cpp — allreduce algorithm and wire parsing, wire conversions and bounds,
-// and the per-rank CPU thread share (no MPI needed).
+// bulk kernels, and the per-rank CPU thread share (no MPI needed).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -54,6 +55,34 @@ BOOST_AUTO_TEST_CASE(wire_conversions_round_to_nearest_even) {
     const float b = comm::bf16_to_float(h), f = comm::fp16_to_float(h);
     if (!std::isnan(b)) BOOST_REQUIRE(comm::float_to_bf16(b) == h);
     if (!std::isnan(f)) BOOST_REQUIRE(comm::float_to_fp16(f) == h);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bulk_wire_kernels_match_the_scalar_conversions) {
+  // Every 16-bit pattern through decode and decode-add, and floats of every scale (normal,
+  // subnormal, overflowing, ties) through encode, at a length with a vector tail.
+  std::vector<uint16_t> halves(65536 + 5);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i * 40503u);
+  std::vector<float> floats(halves.size());
+  for (size_t i = 0; i < floats.size(); ++i)
+    floats[i] = std::ldexp(1.0f + float(i % 977) / 512.0f, int(i % 61) - 40) * (i % 2 ? -1 : 1);
+  for (comm::Wire wire : {comm::Wire::bf16, comm::Wire::fp16}) {
+    auto to_float = wire == comm::Wire::bf16 ? comm::bf16_to_float : comm::fp16_to_float;
+    auto to_half = wire == comm::Wire::bf16 ? comm::float_to_bf16 : comm::float_to_fp16;
+    std::vector<float> decoded(halves.size()), sums(halves.size(), 0.5f);
+    comm::decode_wire(wire, decoded.data(), halves.data(), halves.size());
+    comm::decode_add_wire(wire, sums.data(), halves.data(), halves.size());
+    std::vector<uint16_t> encoded(floats.size());
+    comm::encode_wire(wire, encoded.data(), floats.data(), floats.size());
+    size_t mismatches = 0;
+    for (size_t i = 0; i < halves.size(); ++i) {
+      const float expect = to_float(halves[i]);
+      const float expect_sum = 0.5f + expect;
+      if (!std::isnan(expect) && std::memcmp(&decoded[i], &expect, 4) != 0) ++mismatches;
+      if (!std::isnan(expect) && std::memcmp(&sums[i], &expect_sum, 4) != 0) ++mismatches;
+      if (encoded[i] != to_half(floats[i])) ++mismatches;
+    }
+    BOOST_TEST(mismatches == 0u, comm::to_string(wire) << ": bulk and scalar kernels differ");
   }
 }
 

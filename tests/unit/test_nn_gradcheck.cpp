@@ -5,8 +5,8 @@
 // so eps is 1e-2 (rounding noise ~1e-6/eps stays far below the tolerance) except where a
 // ReLU kink could sit within eps of an input; inputs of ReLU and max-pool are kept away
 // from their kinks (|x| >= 0.1, maxima separated by more than 2 eps).
-#include <boost/test/unit_test.hpp>
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <numeric>
 
 #include "nn_test_util.hpp"
@@ -83,11 +83,13 @@ void grad_check(const std::string& name, Layer& layer, Backend& be, const Shape&
   std::vector<std::vector<float>> grads;
   for (Parameter* p : params) grads.push_back(to_host(be, p->grad));
 
-  check_coordinates(name + " dx", xv, dx, [&] { be.upload(xv.data(), x); }, loss, tol);
+  check_coordinates(
+      name + " dx", xv, dx, [&] { be.upload(xv.data(), x); }, loss, tol);
   for (size_t i = 0; i < params.size(); ++i) {
     std::vector<float> value = to_host(be, params[i]->value);
-    check_coordinates(params[i]->name, value, grads[i],
-                      [&] { be.upload(value.data(), params[i]->value); }, loss, tol);
+    check_coordinates(
+        params[i]->name, value, grads[i], [&] { be.upload(value.data(), params[i]->value); }, loss,
+        tol);
   }
 }
 
@@ -98,8 +100,8 @@ void randomize(Layer& layer, Backend& be, uint64_t seed) {
   layer.collect(params, buffers);
   for (Parameter* p : params) {
     bool scale = p->role == ParamRole::kNormScale;
-    std::vector<float> v = random_values(size_t(p->numel()), seed++, scale ? 0.5f : -0.5f,
-                                         scale ? 1.5f : 0.5f);
+    std::vector<float> v =
+        random_values(size_t(p->numel()), seed++, scale ? 0.5f : -0.5f, scale ? 1.5f : 0.5f);
     be.upload(v.data(), p->value);
   }
 }
@@ -155,6 +157,10 @@ BOOST_AUTO_TEST_CASE(batch_norm_training) {
   BatchNorm2d bn("bn", *be, 3);
   randomize(bn, *be, 9);
   grad_check("batch norm (training)", bn, *be, {3, 3, 3, 3}, random_values(81, 10, -1, 2));
+  BatchNorm2d bn_relu("bn_relu", *be, 3, true);
+  randomize(bn_relu, *be, 9);
+  grad_check("batch norm + fused relu", bn_relu, *be, {3, 3, 3, 3}, random_values(81, 10, -1, 2),
+             {1e-3, 2e-3, 1e-2});
 }
 
 BOOST_AUTO_TEST_CASE(relu_and_pools) {

@@ -45,6 +45,7 @@ struct LinearSpec {
 struct BatchNormSpec {
   int channels = 0;
   float eps = 1e-5f;
+  bool fuse_relu = false;  // y = relu(bn(x)); backward takes dy of the ReLU's output
 };
 
 enum class PoolKind { kMax, kAvg };
@@ -53,7 +54,7 @@ struct PoolSpec {
   PoolKind kind = PoolKind::kMax;
   int kernel = 2;
   int stride = 2;
-  int padding = 0;    // average pooling counts the padding (PyTorch's count_include_pad)
+  int padding = 0;      // average pooling counts the padding (PyTorch's count_include_pad)
   bool global = false;  // kernel = the whole H x W, output N x C x 1 x 1
 };
 
@@ -96,15 +97,15 @@ class BatchNormOp {
   // plain [C]. With a reducer the statistics are over every rank's batch. Returns the
   // number of values per channel they cover (N*H*W, summed over ranks with a reducer).
   virtual double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                Tensor& y, Tensor& mean, Tensor& var,
-                                const StatReducer* reducer) = 0;
+                                  Tensor& y, Tensor& mean, Tensor& var,
+                                  const StatReducer* reducer) = 0;
   virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& mean, const Tensor& var, Tensor& y) = 0;
   // mean and var are those forward_training returned. dgamma and dbeta are this rank's
   // own; with a reducer dx accounts for every rank's batch (synchronized BN).
-  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                        const Tensor& mean, const Tensor& var, Tensor& dx, Tensor& dgamma,
-                        Tensor& dbeta, const StatReducer* reducer) = 0;
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                        const StatReducer* reducer) = 0;
 };
 
 class ReluOp {
@@ -168,8 +169,9 @@ class Backend {
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
 };
 
-// "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). Sets the
-// thread count of the OpenMP runtime for the CPU backends; prints nothing.
+// "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). The CPU backends
+// set the OpenMP thread count (omp_set_num_threads: it applies to the calling thread, so
+// create the backend on the thread that runs the model); nothing is printed.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
 
 }  // namespace ringtrain::backend

@@ -87,7 +87,12 @@ class FusionEngine {
   // names, shapes and dtypes is compared across ranks; on a mismatch every rank throws
   // ringtrain::Error naming the first rank that differs and the tensor where it differs from
   // rank 0. Returns, per spec, where backward must write that gradient (inside its bucket).
+  // Backward overwrites it each step; from synchronize() until the next backward it holds the
+  // mean over ranks. The buffers are zeroed once, here, and never move.
   std::vector<float*> plan(const std::vector<GradSpec>& specs);
+
+  // One line for the log: "5 buckets (first <= 1 MiB, then <= 64 MiB): 0.9, 63.8, ... MiB".
+  std::string layout_summary() const;
 
   // Gradient `index` is complete. Thread-safe and cheap (no MPI on the caller's thread).
   // Throws ringtrain::Error naming the tensor when it was already enqueued this step.
@@ -116,7 +121,7 @@ class FusionEngine {
   void comm_loop();
   void reduce_bucket(size_t b);
   void watchdog_loop();
-  void note_progress_locked(bool arm);
+  void note_progress_locked(bool arm, Clock::time_point now);
   void reset_step_locked();
   std::vector<uint8_t> stall_record_locked() const;
   std::string describe_stall(const std::vector<std::vector<uint8_t>>& records,

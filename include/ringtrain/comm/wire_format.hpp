@@ -53,4 +53,13 @@ inline float fp16_to_float(uint16_t bits) {
   return static_cast<float>(half);
 }
 
+// Bulk kernels (vectorised: F16C/AVX-512 for fp16, plain loops for bf16); same results as the
+// scalar conversions above, element for element.
+void encode_wire(Wire wire, uint16_t* out, const float* in, size_t n);  // bf16 or fp16
+void decode_wire(Wire wire, float* out, const uint16_t* in, size_t n);
+void decode_add_wire(Wire wire, float* sum, const uint16_t* in, size_t n);  // sum += decode(in)
+// data = decode(encode(data)): what a value looks like after one trip on the wire.
+void round_through_wire(Wire wire, float* data, size_t n);
+void add_floats(float* sum, const float* in, size_t n);
+
 }  // namespace ringtrain::comm

@@ -43,7 +43,10 @@ struct Sample {
   std::vector<Defect> defects;  // what was drawn, as measured for the acceptance table
 };
 
-// Image `index` of split `split` (0 train, 1 val, 2 test) for `seed`. Thread-safe.
+// Image `index` of split `split` (0 train, 1 val, 2 test) for `seed`. Thread-safe. The bytes
+// depend on nothing else (not on shard, thread or rank counts): random draws come from raw
+// xoshiro256** outputs. Geometry goes through libm (sin, cos, exp, pow), so a different CPU or
+// libm could in principle move a pixel by one grey level; one build always gives the same bytes.
 Sample render_sample(uint64_t seed, int split, uint64_t index, const RenderOptions& options);
 
 }  // namespace ringtrain::fiber

@@ -56,8 +56,8 @@ class Layer {
 class Conv2d : public Layer {
  public:
   // fuse_relu: the layer computes relu(conv(x)) (ReLU folded into the convolution).
-  Conv2d(std::string name, Backend& be, int in_c, int out_c, int kernel, int stride,
-         int padding, bool bias, bool fuse_relu = false);
+  Conv2d(std::string name, Backend& be, int in_c, int out_c, int kernel, int stride, int padding,
+         bool bias, bool fuse_relu = false);
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
@@ -78,8 +78,9 @@ class Conv2d : public Layer {
 
 class BatchNorm2d : public Layer {
  public:
-  BatchNorm2d(std::string name, Backend& be, int channels, float momentum = 0.1f,
-              float eps = 1e-5f);
+  // fuse_relu: the layer computes relu(bn(x)) (ReLU folded into the normalisation).
+  BatchNorm2d(std::string name, Backend& be, int channels, bool fuse_relu = false,
+              float momentum = 0.1f, float eps = 1e-5f);
   Shape output_shape(const Shape& in) const override { return in; }
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
@@ -189,7 +190,8 @@ class Sequential : public Layer {
 };
 
 // ResNet's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), where the
-// shortcut is x or, when the stride or width changes, bn(conv1x1(x)).
+// shortcut is x or, when the stride or width changes, bn(conv1x1(x)). Both ReLUs are
+// fused: the first into bn1, the last into the addition.
 class BasicBlock : public Layer {
  public:
   BasicBlock(std::string name, Backend& be, int in_c, int out_c, int stride);
@@ -203,8 +205,7 @@ class BasicBlock : public Layer {
 
  private:
   Conv2d conv1_;
-  BatchNorm2d bn1_;
-  ReLU relu1_;
+  BatchNorm2d bn1_;  // with the ReLU fused
   Conv2d conv2_;
   BatchNorm2d bn2_;
   std::unique_ptr<Conv2d> down_conv_;

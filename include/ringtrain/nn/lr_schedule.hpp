@@ -9,10 +9,10 @@ namespace ringtrain::nn {
 
 struct LRScheduleOptions {
   double base_lr = 0.1;
-  int64_t warmup_steps = 0;      // lr rises linearly from warmup_start * base_lr
+  int64_t warmup_steps = 0;  // lr rises linearly from warmup_start * base_lr
   double warmup_start = 0.0;
-  int64_t total_steps = 1;       // cosine reaches min_lr here
-  std::string decay = "cosine";  // "cosine", "step" or "constant"
+  int64_t total_steps = 1;          // cosine reaches min_lr here
+  std::string decay = "cosine";     // "cosine", "step" or "constant"
   std::vector<int64_t> milestones;  // step decay: multiply by gamma at each of these steps
   double gamma = 0.1;
   double min_lr = 0.0;

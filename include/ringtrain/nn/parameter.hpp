@@ -17,11 +17,11 @@ enum class ParamRole { kWeight, kBias, kNormScale, kNormShift };
 struct Parameter {
   std::string name;  // PyTorch-style: "layer2.0.conv1.weight"
   Shape shape;
-  Tensor value;      // plain fp32 on the device
-  Tensor grad;       // plain fp32, owned or a view into a fusion buffer
+  Tensor value;                  // plain fp32 on the device
+  Tensor grad;                   // plain fp32, owned or a view into a fusion buffer
   bool no_weight_decay = false;  // BN parameters and biases
   ParamRole role = ParamRole::kWeight;
-  int64_t fan_in = 0;            // inputs per output (conv: in*k*k), for initialisation
+  int64_t fan_in = 0;  // inputs per output (conv: in*k*k), for initialisation
 
   int64_t numel() const { return backend::shape_numel(shape); }
   // Makes grad a view of external device memory (numel floats), e.g. a slot of a fusion

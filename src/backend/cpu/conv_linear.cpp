@@ -15,7 +15,9 @@ using ip_fwd = dnnl::inner_product_forward;
 using ip_bwd_data = dnnl::inner_product_backward_data;
 using ip_bwd_weights = dnnl::inner_product_backward_weights;
 
-memory::desc any_desc(const memory::dims& dims) { return {dims, dt::f32, tag::any}; }
+memory::desc any_desc(const memory::dims& dims) {
+  return {dims, dt::f32, tag::any};
+}
 
 void check_same_shape(const Tensor& t, const Shape& want, const char* op, const char* what) {
   RT_CHECK(t.shape() == want, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ",
@@ -101,8 +103,8 @@ class Conv : public ConvOp {
     int64_t oh = (x.dim(2) + 2 * s_.padding - s_.kernel) / s_.stride + 1;
     int64_t ow = (x.dim(3) + 2 * s_.padding - s_.kernel) / s_.stride + 1;
     p->y_shape = {x.dim(0), s_.out_channels, oh, ow};
-    memory::desc bias_md = s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any)
-                                   : memory::desc();
+    memory::desc bias_md =
+        s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any) : memory::desc();
     auto d = conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                             any_desc(to_dims(x.shape())), any_desc(weight_dims()), bias_md,
                             any_desc(to_dims(p->y_shape)), strides(), pads(), pads());
@@ -112,7 +114,8 @@ class Conv : public ConvOp {
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(ops);
     }
-    p->fwd_pd = dnnl_try("conv forward", [&] { return conv_fwd::primitive_desc(d, attr, ctx_.engine); });
+    p->fwd_pd =
+        dnnl_try("conv forward", [&] { return conv_fwd::primitive_desc(d, attr, ctx_.engine); });
     p->fwd = conv_fwd(p->fwd_pd);
     plans_.push_back(std::move(p));
     return *(current_ = plans_.back().get());
@@ -139,8 +142,8 @@ class Conv : public ConvOp {
   }
 
   void build_backward_weights(Plan& p) {
-    memory::desc bias_md = s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::a)
-                                   : memory::desc();
+    memory::desc bias_md =
+        s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::a) : memory::desc();
     auto d = conv_bwd_weights::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
                                     any_desc(weight_dims()), bias_md, p.fwd_pd.dst_desc(),
                                     strides(), pads(), pads());
@@ -177,8 +180,8 @@ class Linear : public LinearOp {
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     Plan& p = current("linear backward_data", dy);
     if (!p.bwd_data) {
-      auto d = ip_bwd_data::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)),
-                                 p.fwd_pd.dst_desc());
+      auto d =
+          ip_bwd_data::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)), p.fwd_pd.dst_desc());
       p.bwd_data_pd = dnnl_try("linear backward data", [&] {
         return ip_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
       });
@@ -196,8 +199,8 @@ class Linear : public LinearOp {
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
     Plan& p = current("linear backward_weights", dy);
     if (!p.bwd_weights) {
-      memory::desc bias_md = s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a)
-                                     : memory::desc();
+      memory::desc bias_md =
+          s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a) : memory::desc();
       auto d = ip_bwd_weights::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)), bias_md,
                                     p.fwd_pd.dst_desc());
       p.bwd_weights_pd = dnnl_try("linear backward weights", [&] {
@@ -208,8 +211,8 @@ class Linear : public LinearOp {
     check_same_shape(dw, Shape{s_.out_features, s_.in_features}, "linear backward_weights", "dw");
     memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), x_scratch_, x_reorder_);
     memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
-    memory dwts = plain_or_scratch(ctx_, p.bwd_weights_pd.diff_weights_desc(), p.w_plain,
-                                   dw.raw(), p.w_shape, dw_scratch_);
+    memory dwts = plain_or_scratch(ctx_, p.bwd_weights_pd.diff_weights_desc(), p.w_plain, dw.raw(),
+                                   p.w_shape, dw_scratch_);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwts}};
     if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = mem_of(ctx_, *dbias);
@@ -235,8 +238,8 @@ class Linear : public LinearOp {
     for (auto& p : plans_)
       if (p->x_md == x_md) return *(current_ = p.get());
     int64_t features = x.numel() / x.dim(0);
-    RT_CHECK(features == s_.in_features, "linear: input ", shape_str(x.shape()), " has ",
-             features, " features per image, the layer takes ", s_.in_features);
+    RT_CHECK(features == s_.in_features, "linear: input ", shape_str(x.shape()), " has ", features,
+             " features per image, the layer takes ", s_.in_features);
     auto p = std::make_unique<Plan>();
     p->x_md = x_md;
     p->x_shape = x.shape();
@@ -245,8 +248,8 @@ class Linear : public LinearOp {
     p->w_shape = x.rank() == 4 ? Shape{s_.out_features, x.dim(1), x.dim(2), x.dim(3)}
                                : Shape{s_.out_features, s_.in_features};
     p->w_plain = plain_desc(p->w_shape);
-    memory::desc bias_md = s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a)
-                                   : memory::desc();
+    memory::desc bias_md =
+        s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a) : memory::desc();
     auto d = ip_fwd::desc(dnnl::prop_kind::forward_training, any_desc(to_dims(x.shape())),
                           any_desc(to_dims(p->w_shape)), bias_md, plain_desc(p->y_shape));
     p->fwd_pd = dnnl_try("linear forward", [&] { return ip_fwd::primitive_desc(d, ctx_.engine); });

@@ -5,14 +5,20 @@
 
 namespace ringtrain::backend::cpu {
 
-memory::dims to_dims(const Shape& shape) { return memory::dims(shape.begin(), shape.end()); }
+memory::dims to_dims(const Shape& shape) {
+  return memory::dims(shape.begin(), shape.end());
+}
 
 memory::desc plain_desc(const Shape& shape) {
   switch (shape.size()) {
-    case 1: return {to_dims(shape), dt::f32, tag::a};
-    case 2: return {to_dims(shape), dt::f32, tag::ab};
-    case 4: return {to_dims(shape), dt::f32, tag::abcd};
-    default: RT_CHECK(false, "tensor of rank ", shape.size(), " ", shape_str(shape), " unsupported");
+    case 1:
+      return {to_dims(shape), dt::f32, tag::a};
+    case 2:
+      return {to_dims(shape), dt::f32, tag::ab};
+    case 4:
+      return {to_dims(shape), dt::f32, tag::abcd};
+    default:
+      RT_CHECK(false, "tensor of rank ", shape.size(), " ", shape_str(shape), " unsupported");
   }
 }
 

@@ -2,9 +2,8 @@
 // cached reorders and the error wrapper. Internal to src/backend/cpu.
 #pragma once
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <utility>
 

@@ -17,7 +17,9 @@ using relu_bwd = dnnl::eltwise_backward;
 using pool_fwd = dnnl::pooling_forward;
 using pool_bwd = dnnl::pooling_backward;
 
-void ensure_vector(Tensor& t, int64_t n) { ensure(t, Shape{n}, plain_desc(Shape{n})); }
+void ensure_vector(Tensor& t, int64_t n) {
+  ensure(t, Shape{n}, plain_desc(Shape{n}));
+}
 
 // Element (n, c, h, w) of a 4-D tensor in a oneDNN layout with at most one inner block
 // on channels (nchw, nhwc, nChw8c, nChw16c): offset = n*sn + (c/b)*sc + h*sh + w*sw + c%b.
@@ -57,10 +59,10 @@ class BatchNorm : public BatchNormOp {
     ensure(y, x.shape(), p.x_md);
     if (reducer && *reducer) {
       global_statistics(p, x, mean, var, *reducer);
-      run_forward(p.global_fwd, x, gamma, beta, mean, var, y);
+      run_forward(p, p.global_fwd, x, gamma, beta, mean, var, y);
       return global_count_;
     }
-    run_forward(p.train_fwd, x, gamma, beta, mean, var, y);
+    run_forward(p, p.train_fwd, x, gamma, beta, mean, var, y);
     return double(x.dim(0) * x.dim(2) * x.dim(3));
   }
 
@@ -68,7 +70,7 @@ class BatchNorm : public BatchNormOp {
                          const Tensor& mean, const Tensor& var, Tensor& y) override {
     Plan& p = plan_for(x);
     ensure(y, x.shape(), p.x_md);
-    run_forward(p.global_fwd, x, gamma, beta, mean, var, y);
+    run_forward(p, p.global_fwd, x, gamma, beta, mean, var, y);
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
@@ -79,17 +81,19 @@ class BatchNorm : public BatchNormOp {
     bn_bwd& prim = sync ? p.global_bwd : p.train_bwd;
     memory ddst = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
     ensure(dx, x.shape(), p.x_md);
-    prim.execute(ctx_.stream, {{DNNL_ARG_SRC, mem_of(ctx_, x)},
-                               {DNNL_ARG_DIFF_DST, ddst},
-                               {DNNL_ARG_MEAN, mem_of(ctx_, mean)},
-                               {DNNL_ARG_VARIANCE, mem_of(ctx_, var)},
-                               {DNNL_ARG_SCALE, mem_of(ctx_, gamma)},
-                               // oneDNN 2.6 insists on a shift argument here though the
-                               // backward pass never reads it.
-                               {DNNL_ARG_SHIFT, mem_of(ctx_, gamma)},
-                               {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)},
-                               {DNNL_ARG_DIFF_SCALE, mem_of(ctx_, dgamma)},
-                               {DNNL_ARG_DIFF_SHIFT, mem_of(ctx_, dbeta)}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem_of(ctx_, x)},
+                                         {DNNL_ARG_DIFF_DST, ddst},
+                                         {DNNL_ARG_MEAN, mem_of(ctx_, mean)},
+                                         {DNNL_ARG_VARIANCE, mem_of(ctx_, var)},
+                                         {DNNL_ARG_SCALE, mem_of(ctx_, gamma)},
+                                         // oneDNN 2.6 insists on a shift argument here though the
+                                         // backward pass never reads it.
+                                         {DNNL_ARG_SHIFT, mem_of(ctx_, gamma)},
+                                         {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)},
+                                         {DNNL_ARG_DIFF_SCALE, mem_of(ctx_, dgamma)},
+                                         {DNNL_ARG_DIFF_SHIFT, mem_of(ctx_, dbeta)}};
+    if (s_.fuse_relu) args[DNNL_ARG_WORKSPACE] = p.workspace;
+    prim.execute(ctx_.stream, args);
     if (sync) complete_sync_backward(p, x, gamma, mean, var, dx, dgamma, dbeta, *reducer);
   }
 
@@ -98,6 +102,7 @@ class BatchNorm : public BatchNormOp {
     memory::desc x_md;
     bn_fwd train_fwd, global_fwd;
     bn_bwd train_bwd, global_bwd;
+    memory workspace;
   };
 
   Plan& plan_for(const Tensor& x) {
@@ -109,6 +114,7 @@ class BatchNorm : public BatchNormOp {
     auto p = std::make_unique<Plan>();
     p->x_md = x_md;
     auto scale_shift = nflags::use_scale | nflags::use_shift;
+    if (s_.fuse_relu) scale_shift |= nflags::fuse_norm_relu;
     auto global = scale_shift | nflags::use_global_stats;
     dnnl_try("batch norm", [&] {
       bn_fwd::primitive_desc train(
@@ -122,20 +128,22 @@ class BatchNorm : public BatchNormOp {
           train));
       p->global_bwd = bn_bwd(bn_bwd::primitive_desc(
           bn_bwd::desc(dnnl::prop_kind::backward, x_md, x_md, s_.eps, global), ctx_.engine, glob));
+      // With a fused ReLU, forward records where it let values through for backward.
+      if (s_.fuse_relu) p->workspace = memory(train.workspace_desc(), ctx_.engine);
       return 0;
     });
     plans_.push_back(std::move(p));
     return *plans_.back();
   }
 
-  void run_forward(bn_fwd& prim, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+  void run_forward(Plan& p, bn_fwd& prim, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                    const Tensor& mean, const Tensor& var, Tensor& y) {
-    prim.execute(ctx_.stream, {{DNNL_ARG_SRC, mem_of(ctx_, x)},
-                               {DNNL_ARG_DST, mem_of(ctx_, y)},
-                               {DNNL_ARG_SCALE, mem_of(ctx_, gamma)},
-                               {DNNL_ARG_SHIFT, mem_of(ctx_, beta)},
-                               {DNNL_ARG_MEAN, mem_of(ctx_, mean)},
-                               {DNNL_ARG_VARIANCE, mem_of(ctx_, var)}});
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, mem_of(ctx_, x)},       {DNNL_ARG_DST, mem_of(ctx_, y)},
+        {DNNL_ARG_SCALE, mem_of(ctx_, gamma)}, {DNNL_ARG_SHIFT, mem_of(ctx_, beta)},
+        {DNNL_ARG_MEAN, mem_of(ctx_, mean)},   {DNNL_ARG_VARIANCE, mem_of(ctx_, var)}};
+    if (s_.fuse_relu) args[DNNL_ARG_WORKSPACE] = p.workspace;
+    prim.execute(ctx_.stream, args);
   }
 
   // Mean, then variance about it (two passes, so no cancellation), over every rank.
@@ -190,9 +198,7 @@ class BatchNorm : public BatchNormOp {
       float inv_std = 1.0f / std::sqrt(var.f32()[c] + s_.eps);
       float k = gamma.f32()[c] * inv_std / global_count_;
       float mu = mean.f32()[c], sg = sums_[c], sb = sums_[C + c];
-      walk.channel(c, [&](int64_t off) {
-        out[off] -= k * (sb + (xs[off] - mu) * inv_std * sg);
-      });
+      walk.channel(c, [&](int64_t off) { out[off] -= k * (sb + (xs[off] - mu) * inv_std * sg); });
     }
   }
 
@@ -318,19 +324,18 @@ class Pool : public PoolOp {
                                          : dnnl::algorithm::pooling_avg_include_padding;
     memory::desc y_any(to_dims(p->y_shape), dt::f32, tag::any);
     dnnl_try("pooling", [&] {
-      p->train_pd = pool_fwd::primitive_desc(
-          pool_fwd::desc(dnnl::prop_kind::forward_training, alg, x_md, y_any, strides, kernel, pl,
-                         pr),
-          ctx_.engine);
+      p->train_pd = pool_fwd::primitive_desc(pool_fwd::desc(dnnl::prop_kind::forward_training, alg,
+                                                            x_md, y_any, strides, kernel, pl, pr),
+                                             ctx_.engine);
       p->train = pool_fwd(p->train_pd);
       // Inference writes the same layout as training, so a layer's output never moves.
-      p->infer = pool_fwd(pool_fwd::primitive_desc(
-          pool_fwd::desc(dnnl::prop_kind::forward_inference, alg, x_md, p->train_pd.dst_desc(),
-                         strides, kernel, pl, pr),
-          ctx_.engine));
+      p->infer = pool_fwd(
+          pool_fwd::primitive_desc(pool_fwd::desc(dnnl::prop_kind::forward_inference, alg, x_md,
+                                                  p->train_pd.dst_desc(), strides, kernel, pl, pr),
+                                   ctx_.engine));
       p->bwd = pool_bwd(pool_bwd::primitive_desc(
-          pool_bwd::desc(alg, x_md, p->train_pd.dst_desc(), strides, kernel, pl, pr),
-          ctx_.engine, p->train_pd));
+          pool_bwd::desc(alg, x_md, p->train_pd.dst_desc(), strides, kernel, pl, pr), ctx_.engine,
+          p->train_pd));
       return 0;
     });
     memory::desc ws = p->train_pd.workspace_desc();
@@ -401,7 +406,9 @@ class Add : public AddOp {
 std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec) {
   return std::make_unique<BatchNorm>(ctx, spec);
 }
-std::unique_ptr<ReluOp> make_relu(const Context& ctx) { return std::make_unique<Relu>(ctx); }
+std::unique_ptr<ReluOp> make_relu(const Context& ctx) {
+  return std::make_unique<Relu>(ctx);
+}
 std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec) {
   return std::make_unique<Pool>(ctx, spec);
 }

@@ -1,11 +1,12 @@
 // ref_ops.cpp — the reference ops: direct loops over plain NCHW fp32, sums in double.
 //
 // Written for obviousness, not speed: tests hold every oneDNN op against these.
+#include "ref_ops.hpp"
+
 #include <cmath>
 #include <vector>
 
 #include "../factories.hpp"
-#include "ref_ops.hpp"
 
 namespace ringtrain::backend::ref {
 namespace {
@@ -203,16 +204,21 @@ class BatchNorm : public BatchNormOp {
     normalise(x, gamma, beta, mean, var, y);
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+  void backward(const Tensor& x, const Tensor& dy_out, const Tensor& gamma, const Tensor& mean,
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
     realloc_plain(dx, x.shape());
+    // Through the fused ReLU first: the gradient passes where the output was positive.
+    std::vector<float> dy_bn(dy_out.f32(), dy_out.f32() + dy_out.numel());
+    if (s_.fuse_relu)
+      for (size_t i = 0; i < dy_bn.size(); ++i) dy_bn[i] = relu_open_[i] ? dy_bn[i] : 0.0f;
+    const float* dy = dy_bn.data();
     std::vector<float> sums(2 * C_);
     for (int64_t c = 0; c < C_; ++c) {
       double inv_std = 1.0 / std::sqrt(double(var.f32()[c]) + s_.eps), sg = 0, sb = 0;
       for_channel(c, [&](int64_t i) {
-        sg += double(dy.f32()[i]) * (x.f32()[i] - mean.f32()[c]) * inv_std;
-        sb += dy.f32()[i];
+        sg += double(dy[i]) * (x.f32()[i] - mean.f32()[c]) * inv_std;
+        sb += dy[i];
       });
       dgamma.f32()[c] = sums[c] = float(sg);
       dbeta.f32()[c] = sums[C_ + c] = float(sb);
@@ -223,15 +229,15 @@ class BatchNorm : public BatchNormOp {
       double k = gamma.f32()[c] * inv_std;
       for_channel(c, [&](int64_t i) {
         double xhat = (x.f32()[i] - mean.f32()[c]) * inv_std;
-        dx.f32()[i] = float(k * (dy.f32()[i] - (sums[C_ + c] + xhat * sums[c]) / count_));
+        dx.f32()[i] = float(k * (dy[i] - (sums[C_ + c] + xhat * sums[c]) / count_));
       });
     }
   }
 
  private:
   void set_dims(const Tensor& x) {
-    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ",
-             shape_str(x.shape()), " does not have ", s_.channels, " channels");
+    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ", shape_str(x.shape()),
+             " does not have ", s_.channels, " channels");
     N_ = x.dim(0), C_ = x.dim(1), HW_ = x.dim(2) * x.dim(3);
   }
   template <typename F>
@@ -253,14 +259,20 @@ class BatchNorm : public BatchNormOp {
     for (int64_t c = 0; c < C_; ++c) {
       double inv_std = 1.0 / std::sqrt(double(var.f32()[c]) + s_.eps);
       for_channel(c, [&](int64_t i) {
-        y.f32()[i] = float(gamma.f32()[c] * (x.f32()[i] - mean.f32()[c]) * inv_std +
-                           beta.f32()[c]);
+        y.f32()[i] = float(gamma.f32()[c] * (x.f32()[i] - mean.f32()[c]) * inv_std + beta.f32()[c]);
       });
+    }
+    if (!s_.fuse_relu) return;
+    relu_open_.assign(size_t(y.numel()), false);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      relu_open_[i] = y.f32()[i] > 0;
+      if (!relu_open_[i]) y.f32()[i] = 0.0f;
     }
   }
   BatchNormSpec s_;
   int64_t N_ = 0, C_ = 0, HW_ = 0;
   double count_ = 0;
+  std::vector<bool> relu_open_;  // fused ReLU: where the last forward's output was > 0
 };
 
 class Relu : public ReluOp {
@@ -358,13 +370,23 @@ class Add : public AddOp {
 
 }  // namespace
 
-std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) { return std::make_unique<Conv>(s); }
-std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) { return std::make_unique<Linear>(s); }
+std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) {
+  return std::make_unique<Conv>(s);
+}
+std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) {
+  return std::make_unique<Linear>(s);
+}
 std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) {
   return std::make_unique<BatchNorm>(s);
 }
-std::unique_ptr<ReluOp> make_relu() { return std::make_unique<Relu>(); }
-std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) { return std::make_unique<Pool>(s); }
-std::unique_ptr<AddOp> make_add(bool relu) { return std::make_unique<Add>(relu); }
+std::unique_ptr<ReluOp> make_relu() {
+  return std::make_unique<Relu>();
+}
+std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) {
+  return std::make_unique<Pool>(s);
+}
+std::unique_ptr<AddOp> make_add(bool relu) {
+  return std::make_unique<Add>(relu);
+}
 
 }  // namespace ringtrain::backend::ref

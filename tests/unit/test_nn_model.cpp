@@ -1,0 +1,297 @@
+// test_nn_model.cpp — the model zoo: oneDNN against the reference end to end, overfitting,
+// determinism, gradient hooks and bound gradients, save/load, and the exact errors.
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "nn_test_util.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/optimizer.hpp"
+
+using namespace ringtrain;
+using namespace ringtrain::nn;
+using namespace rt_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int32_t> labels_for(size_t n, int classes, uint64_t seed) {
+  std::vector<float> r = random_values(n, seed, 0, float(classes));
+  std::vector<int32_t> labels(n);
+  for (size_t i = 0; i < n; ++i) labels[i] = std::min(classes - 1, int32_t(r[i]));
+  return labels;
+}
+
+std::string temp_path(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("rt-test-nn-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+// One forward, loss and backward of the same model and data on cpu and ref.
+void check_model_against_reference(const std::string& name, const ModelInput& in, int classes,
+                                   int batch, double tol) {
+  std::printf("model %s, %dx%dx%d, batch %d: oneDNN vs reference\n", name.c_str(), in.channels,
+              in.height, in.width, batch);
+  auto cpu = backend::make_backend("cpu", 2), ref = backend::make_backend("ref", 1);
+  auto m_cpu = make_model(name, in, classes, *cpu, 42),
+       m_ref = make_model(name, in, classes, *ref, 42);
+  Shape shape{batch, in.channels, in.height, in.width};
+  Tensor x_cpu = random_tensor(*cpu, shape, 43), x_ref = random_tensor(*ref, shape, 43);
+  std::vector<int32_t> labels = labels_for(size_t(batch), classes, 44);
+  expect_close("logits (training)", *cpu, m_cpu->forward(x_cpu, true), *ref,
+               m_ref->forward(x_ref, true), tol);
+  LossResult l_cpu = m_cpu->loss(labels.data()), l_ref = m_ref->loss(labels.data());
+  std::printf("  loss cpu %.6f ref %.6f\n", l_cpu.loss, l_ref.loss);
+  BOOST_TEST(l_cpu.loss == l_ref.loss, boost::test_tools::tolerance(tol));
+  m_cpu->backward();
+  m_ref->backward();
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < m_cpu->parameters().size(); ++i) {
+    const Parameter& a = *m_cpu->parameters()[i];
+    const Parameter& b = *m_ref->parameters()[i];
+    Diff d = diff(to_host(*cpu, a.grad), to_host(*ref, b.grad));
+    BOOST_TEST(d.rel <= tol, a.name << " gradient: relative difference " << d.rel);
+    if (d.rel > worst) worst = d.rel, worst_name = a.name;
+  }
+  std::printf("  %zu parameter gradients, worst relative difference %.3e (%s)\n",
+              m_cpu->parameters().size(), worst, worst_name.c_str());
+  expect_close("logits (inference)", *cpu, m_cpu->forward(x_cpu, false), *ref,
+               m_ref->forward(x_ref, false), tol);
+}
+
+// Trains model on one fixed batch; returns the last loss and accuracy.
+LossResult overfit(Model& model, const Tensor& x, const std::vector<int32_t>& labels, int steps,
+                   double lr) {
+  Sgd sgd(model.parameters(), {0.9, false, 0.0, false}, model.backend());
+  LossResult r;
+  for (int s = 0; s < steps; ++s) {
+    model.forward(x, true);
+    r = model.loss(labels.data());
+    model.backward();
+    sgd.step(lr);
+  }
+  return r;
+}
+
+std::vector<std::vector<float>> weights_of(Model& m) {
+  std::vector<std::vector<float>> w;
+  for (Parameter* p : m.parameters()) w.push_back(to_host(m.backend(), p->value));
+  for (const NamedBuffer& b : m.buffers()) w.push_back(to_host(m.backend(), *b.tensor));
+  return w;
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(nn_model)
+
+BOOST_AUTO_TEST_CASE(cpu_matches_reference_for_every_model) {
+  check_model_against_reference("cnn_small", {1, 8, 8}, 4, 3, 1e-4);
+  check_model_against_reference("fibernet", {1, 16, 16}, 5, 4, 1e-3);
+  check_model_against_reference("resnet18_cifar", {3, 8, 8}, 10, 4, 1e-3);
+}
+
+BOOST_AUTO_TEST_CASE(models_overfit_one_batch) {
+  // One thread: hundreds of tiny steps would mostly time OpenMP barriers on a busy machine.
+  auto be = backend::make_backend("cpu", 1);
+  for (const char* name : {"cnn_small", "fibernet"}) {
+    ModelInput in =
+        std::string(name) == "cnn_small" ? ModelInput{1, 12, 12} : ModelInput{1, 16, 16};
+    auto model = make_model(name, in, 5, *be, 7);
+    Tensor x = random_tensor(*be, {16, in.channels, in.height, in.width}, 8);
+    std::vector<int32_t> labels = labels_for(16, 5, 9);
+    model->forward(x, true);
+    double first = model->loss(labels.data()).loss;
+    LossResult last = overfit(*model, x, labels, 150, 0.02);
+    std::printf("%s overfits 16 images: loss %.4f -> %.6f, %lld/16 correct\n", name, first,
+                last.loss, (long long)last.correct);
+    BOOST_TEST(last.loss < 0.01);
+    BOOST_TEST(last.correct == 16);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(same_seed_gives_bitwise_equal_weights_on_one_thread) {
+  auto be = backend::make_backend("cpu", 1);
+  Tensor x = random_tensor(*be, {8, 3, 8, 8}, 10);
+  std::vector<int32_t> labels = labels_for(8, 10, 11);
+  std::vector<std::vector<float>> runs[3];
+  for (int run = 0; run < 3; ++run) {
+    auto model = make_model("resnet18_cifar", {3, 8, 8}, 10, *be, run < 2 ? 5 : 6);
+    overfit(*model, x, labels, 3, 0.05);
+    runs[run] = weights_of(*model);
+  }
+  size_t equal = 0, differ_seed = 0;
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    equal += std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * 4) == 0;
+    differ_seed += runs[0][i] != runs[2][i];
+  }
+  std::printf(
+      "after 3 steps: %zu of %zu tensors bitwise equal with the same seed, %zu differ "
+      "with another seed\n",
+      equal, runs[0].size(), differ_seed);
+  BOOST_TEST(equal == runs[0].size());
+  // Weights differ with another seed (BN parameters start at 1 and 0 either way).
+  BOOST_TEST(differ_seed > runs[0].size() / 2);
+}
+
+BOOST_AUTO_TEST_CASE(grad_ready_order_and_gradients_bound_to_external_memory) {
+  auto be = backend::make_backend("cpu", 2);
+  auto owned = make_model("fibernet", {1, 16, 16}, 5, *be, 3);
+  auto bound = make_model("fibernet", {1, 16, 16}, 5, *be, 3);
+  // One flat "fusion buffer" holding every gradient, in backward order.
+  std::vector<float> fusion(size_t(bound->parameter_count()), -1.0f);
+  size_t offset = 0;
+  for (size_t i : bound->backward_order()) {
+    bound->parameters()[i]->bind_grad(fusion.data() + offset);
+    offset += size_t(bound->parameters()[i]->numel());
+  }
+  Tensor x = random_tensor(*be, {4, 1, 16, 16}, 4);
+  std::vector<int32_t> labels = labels_for(4, 5, 5);
+  std::vector<size_t> fired;
+  for (Model* m : {owned.get(), bound.get()}) {
+    m->forward(x, true);
+    m->loss(labels.data());
+  }
+  owned->backward();
+  bound->backward([&](size_t i) { fired.push_back(i); });
+  BOOST_TEST(fired == bound->backward_order(), boost::test_tools::per_element());
+  BOOST_TEST(fired.size() == bound->parameters().size());
+  BOOST_TEST(bound->parameters()[fired.front()]->name == "fc.weight");
+  BOOST_TEST(bound->parameters()[fired.back()]->name == "conv1.weight");
+  offset = 0;
+  size_t equal = 0;
+  for (size_t i : bound->backward_order()) {
+    std::vector<float> want = to_host(*be, owned->parameters()[i]->grad);
+    equal += std::memcmp(want.data(), fusion.data() + offset, want.size() * 4) == 0;
+    offset += want.size();
+  }
+  BOOST_TEST(equal == bound->parameters().size());
+}
+
+BOOST_AUTO_TEST_CASE(zoo_sizes_and_flops) {
+  auto be = backend::make_backend("cpu", 2);
+  auto cnn = make_model("cnn_small", {1, 28, 28}, 10, *be, 1);
+  auto resnet = make_model("resnet18_cifar", {3, 32, 32}, 10, *be, 1);
+  auto fiber = make_model("fibernet", {1, 64, 64}, 5, *be, 1);
+  // PyTorch's counts for the same networks.
+  BOOST_TEST(cnn->parameter_count() == 421642);
+  BOOST_TEST(resnet->parameter_count() == 11173962);
+  std::printf(
+      "GFLOP per training image: cnn_small %.4f, resnet18_cifar %.3f, fibernet %.3f; "
+      "fibernet has %lld parameters\n",
+      cnn->train_flops_per_image() / 1e9, resnet->train_flops_per_image() / 1e9,
+      fiber->train_flops_per_image() / 1e9, (long long)fiber->parameter_count());
+  BOOST_TEST(resnet->train_flops_per_image() / 1e9 == 3.33, boost::test_tools::tolerance(0.01));
+  BOOST_TEST(fiber->train_flops_per_image() > 0.05e9);
+  BOOST_TEST(fiber->train_flops_per_image() < 0.3e9);
+  BOOST_TEST(resnet->parameters()[0]->name == "conv1.weight");
+  BOOST_TEST(resnet->parameters()[4]->name == "layer1.0.bn1.weight");
+  BOOST_TEST(resnet->parameters()[4]->no_weight_decay);
+  BOOST_TEST(!resnet->parameters()[0]->no_weight_decay);
+}
+
+BOOST_AUTO_TEST_CASE(initialisation_follows_pytorch_bounds) {
+  auto be = backend::make_backend("cpu", 2);
+  auto cnn = make_model("cnn_small", {1, 28, 28}, 10, *be, 1);
+  for (Parameter* p : cnn->parameters()) {
+    std::vector<float> v = to_host(*be, p->value);
+    float bound = float(1.0 / std::sqrt(double(p->fan_in)));
+    float lo = *std::min_element(v.begin(), v.end()), hi = *std::max_element(v.begin(), v.end());
+    BOOST_TEST(lo >= -bound);
+    BOOST_TEST(hi <= bound);
+    // Filled out to near the bounds, not clustered at 0.
+    BOOST_TEST(hi - lo > bound, p->name);
+  }
+  auto resnet = make_model("resnet18_cifar", {3, 32, 32}, 10, *be, 1);
+  std::vector<float> gamma = to_host(*be, resnet->parameters()[1]->value);
+  BOOST_TEST(resnet->parameters()[1]->name == "bn1.weight");
+  BOOST_TEST(std::all_of(gamma.begin(), gamma.end(), [](float g) { return g == 1.0f; }));
+}
+
+BOOST_AUTO_TEST_CASE(save_load_round_trip_and_errors) {
+  auto be = backend::make_backend("cpu", 2);
+  auto model = make_model("fibernet", {1, 16, 16}, 5, *be, 11);
+  Tensor x = random_tensor(*be, {4, 1, 16, 16}, 12);
+  std::vector<int32_t> labels = labels_for(4, 5, 13);
+  overfit(*model, x, labels, 2, 0.05);  // moves weights and BN running statistics
+  std::string path = temp_path("model.h5");
+  {
+    auto file = h5::File::create(path);
+    h5::Group g = file.root().create_group("model");
+    model->save(g);
+    file.close();
+  }
+  auto loaded = make_model("fibernet", {1, 16, 16}, 5, *be, 99);
+  {
+    auto file = h5::File::open_read(path);
+    loaded->load(file.root().open_group("model"));
+  }
+  BOOST_TEST((weights_of(*loaded) == weights_of(*model)));
+  std::vector<float> a = to_host(*be, model->forward(x, false));
+  std::vector<float> b = to_host(*be, loaded->forward(x, false));
+  BOOST_TEST(a == b, boost::test_tools::per_element());
+
+  auto other_classes = make_model("fibernet", {1, 16, 16}, 3, *be, 1);
+  auto file = h5::File::open_read(path);
+  BOOST_TEST(error_of([&] { other_classes->load(file.root().open_group("model")); }) ==
+             "file " + path +
+                 ": tensor fc.weight has shape [5,128] but model fibernet needs "
+                 "[3,128]");
+  auto cnn = make_model("cnn_small", {1, 16, 16}, 5, *be, 1);
+  BOOST_TEST(error_of([&] { cnn->load(file.root().open_group("model")); }) ==
+             "file " + path +
+                 ": tensor conv1.weight has shape [16,1,3,3] but model cnn_small "
+                 "needs [32,1,3,3]");
+  BOOST_TEST(error_of([&] { cnn->load(file.root()); }) ==
+             "file " + path + ": / has no tensor conv1.weight for model cnn_small");
+}
+
+BOOST_AUTO_TEST_CASE(bad_names_and_shapes_give_exact_errors) {
+  auto be = backend::make_backend("cpu", 1);
+  BOOST_TEST(error_of([&] {
+               make_model("vgg16", {3, 32, 32}, 10, *be, 1);
+             }) == "unknown model 'vgg16': known models are cnn_small, resnet18_cifar, fibernet");
+  BOOST_TEST(error_of([&] {
+               make_model("cnn_small", {1, 30, 30}, 10, *be, 1);
+             }) == "model cnn_small needs H and W divisible by 4; the data is 1x30x30");
+  BOOST_TEST(error_of([&] {
+               make_model("resnet18_cifar", {3, 4, 4}, 10, *be, 1);
+             }) == "model resnet18_cifar needs H and W of at least 8; the data is 3x4x4");
+  BOOST_TEST(error_of([&] {
+               make_model("fibernet", {1, 8, 8}, 5, *be, 1);
+             }) == "model fibernet needs H and W of at least 16; the data is 1x8x8");
+  BOOST_CHECK_THROW(make_model("vgg16", {3, 32, 32}, 10, *be, 1), InputError);
+  auto cnn = make_model("cnn_small", {1, 28, 28}, 10, *be, 1);
+  Tensor wrong = random_tensor(*be, {2, 3, 28, 28}, 1);
+  BOOST_TEST(error_of([&] {
+               cnn->forward(wrong, true);
+             }).find("model cnn_small: input [2,3,28,28] is not [N,1,28,28]") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_new_batch_size_builds_new_primitives_and_keeps_the_old) {
+  auto cpu = backend::make_backend("cpu", 2), ref = backend::make_backend("ref", 2);
+  auto m_cpu = make_model("cnn_small", {1, 8, 8}, 3, *cpu, 2);
+  auto m_ref = make_model("cnn_small", {1, 8, 8}, 3, *ref, 2);
+  for (int batch : {4, 3, 4}) {
+    Tensor xc = random_tensor(*cpu, {batch, 1, 8, 8}, 3 + batch);
+    Tensor xr = random_tensor(*ref, {batch, 1, 8, 8}, 3 + batch);
+    expect_close("logits at batch " + std::to_string(batch), *cpu, m_cpu->forward(xc, true), *ref,
+                 m_ref->forward(xr, true), 1e-5);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+# bench_compute_torch.py — PyTorch's training throughput for the same models, batch, loss
+# and optimizer as rt-bench-compute (the peer in tools/bench-compute.sh); one JSON line.
+#
+# PyTorch at its best on this CPU: torch.set_num_threads set explicitly (it defaults to 1
+# here), channels_last memory format, Debian's python3-torch with libopenblas0 installed.
+import argparse
+import json
+import os
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def cnn_small(c, h, w, classes):
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 128), nn.ReLU(),
+        nn.Linear(128, classes))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+def resnet(c, widths, blocks, classes, stem, maxpool):
+    layers = [nn.Conv2d(c, stem, 3, 1, 1, bias=False), nn.BatchNorm2d(stem), nn.ReLU()]
+    if maxpool:
+        layers.append(nn.MaxPool2d(2))
+    cin = stem
+    for s, (width, n) in enumerate(zip(widths, blocks)):
+        for b in range(n):
+            layers.append(BasicBlock(cin, width, 2 if s > 0 and b == 0 else 1))
+            cin = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def make_model(name, c, h, w, classes):
+    if name == "cnn_small":
+        return cnn_small(c, h, w, classes)
+    if name == "resnet18_cifar":
+        return resnet(c, [64, 128, 256, 512], [2, 2, 2, 2], classes, 64, False)
+    if name == "fibernet":
+        return resnet(c, [16, 32, 64, 128], [1, 1, 1, 1], classes, 16, True)
+    raise SystemExit(f"bench_compute_torch.py: unknown model '{name}'")
+
+
+def machine_busy_seconds():
+    with open("/proc/stat") as f:
+        fields = [float(v) for v in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="cnn_small")
+    p.add_argument("--input", default=None, help="CxHxW")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--windows", type=int, default=5)
+    p.add_argument("--steps", type=int, default=5)
+    a = p.parse_args()
+    text = a.input or ("1x28x28" if a.model == "cnn_small" else "3x32x32")
+    c, h, w = (int(v) for v in text.split("x"))
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    model = make_model(a.model, c, h, w, a.classes).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(a.batch, c, h, w).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, a.classes, (a.batch,))
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    rates = []
+    busy0, own0, wall0 = machine_busy_seconds(), own_cpu_seconds(), time.perf_counter()
+    for _ in range(a.windows):
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            step()
+        rates.append(a.batch * a.steps / (time.perf_counter() - t0))
+    wall = time.perf_counter() - wall0
+    other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
+    print(json.dumps({"tool": "pytorch", "model": a.model, "batch": a.batch,
+                      "threads": a.threads, "precision": "fp32",
+                      "img_s": round(statistics.median(rates), 3),
+                      "windows": [round(r, 3) for r in rates],
+                      "torch": torch.__version__, "other_cores": round(other, 3)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+// rt-bench-compute.cpp — training throughput of one model on the CPU backend (forward,
+// loss, backward, SGD), in timed windows after warm-up; one JSON line per window set.
+//
+//   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
+//                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5]
+// tools/bench-compute.sh runs it beside PyTorch and prints the table.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/core/timer.hpp"
+#include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/optimizer.hpp"
+
+using namespace ringtrain;
+namespace po = boost::program_options;
+
+namespace {
+
+// CPU seconds every process on the machine spent busy, from /proc/stat (USER_HZ = 100).
+double machine_busy_seconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  return (user + nice + system + irq + softirq + steal) / 100.0;
+}
+
+double own_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+nn::ModelInput parse_input(const std::string& text) {
+  nn::ModelInput in;
+  char x1 = 0, x2 = 0;
+  std::istringstream s(text);
+  s >> in.channels >> x1 >> in.height >> x2 >> in.width;
+  RT_REQUIRE_INPUT(s && x1 == 'x' && x2 == 'x' && s.peek() == EOF, "--input ", text,
+                   ": expected CxHxW, e.g. 3x32x32");
+  return in;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run(int argc, char** argv) {
+  std::string model_name, input_text;
+  int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
+  po::options_description opts("rt-bench-compute options");
+  opts.add_options()("help", "this text")("model",
+                                          po::value(&model_name)->default_value("cnn_small"),
+                                          "cnn_small, resnet18_cifar, fibernet")(
+      "input", po::value(&input_text), "CxHxW (default: 1x28x28 for cnn_small, else 3x32x32)")(
+      "batch", po::value(&batch)->default_value(64), "images per step")(
+      "threads", po::value(&threads)->default_value(1), "OpenMP threads")(
+      "classes", po::value(&classes)->default_value(10), "classes")(
+      "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
+      "windows", po::value(&windows)->default_value(5), "timed windows")(
+      "steps", po::value(&steps)->default_value(5), "steps per window");
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+  RT_REQUIRE_INPUT(batch > 0 && windows > 0 && steps > 0 && warmup >= 0,
+                   "--batch, --windows and --steps must be > 0 and --warmup >= 0");
+  if (input_text.empty()) input_text = model_name == "cnn_small" ? "1x28x28" : "3x32x32";
+  nn::ModelInput in = parse_input(input_text);
+
+  auto be = backend::make_backend("cpu", threads);
+  auto model = nn::make_model(model_name, in, classes, *be, 1);
+  nn::Sgd sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> pixel(0.0f, 1.0f);
+  std::vector<float> host(size_t(batch) * in.channels * in.height * in.width);
+  for (float& v : host) v = pixel(rng);
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (int32_t& l : labels) l = int32_t(rng() % unsigned(classes));
+  backend::Tensor x = be->alloc({batch, in.channels, in.height, in.width});
+  be->upload(host.data(), x);
+
+  auto step = [&] {
+    model->forward(x, true);
+    model->loss(labels.data());
+    model->backward();
+    sgd.step(0.01);
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  be->synchronize();
+  std::vector<double> rates;
+  double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds(), wall0 = now_seconds();
+  for (int w = 0; w < windows; ++w) {
+    Stopwatch watch;
+    for (int i = 0; i < steps; ++i) step();
+    be->synchronize();
+    rates.push_back(double(batch) * steps / watch.seconds());
+  }
+  double wall = now_seconds() - wall0;
+  double other_cores =
+      std::max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall;
+  double img_s = median(rates);
+  std::ostringstream windows_json;
+  for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
+  std::printf(
+      "{\"tool\":\"ringtrain\",\"model\":\"%s\",\"batch\":%d,\"threads\":%d,\"precision\":\"fp32\","
+      "\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%.6f,\"gflops\":%.2f,"
+      "\"other_cores\":%.3f}\n",
+      model_name.c_str(), batch, threads, img_s, windows_json.str().c_str(),
+      model->train_flops_per_image() / 1e9, img_s * model->train_flops_per_image() / 1e9,
+      other_cores);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "rt-bench-compute: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rt-bench-compute: error: %s\n", e.what());
+    return kExitFailure;
+  }
+}
