@@ -86,7 +86,7 @@ for n in (2, 4):
                                       "time_us": t * 1e6 * scale, "wrong": wrong}) + "\n")
 PY
 fit=$("$PYTHON" tools/rt-model --fit-only --bench "$work/bench")
-[[ "$fit" == "allreduce: alpha 7.00 us per ring step, busbw 3.000 GB/s, fitted to 30 ring rows (fp32 wire) at 2,4 ranks from $work/bench; rms error of the fit 0.0%" ]] \
+[[ "$fit" == "allreduce: alpha 7.00 us per ring step, busbw 3.000 GB/s, fitted to 30 ring rows (fp32 wire, 4.00 KiB .. 64.00 MiB) at 2,4 ranks from $work/bench; rms error of the fit 0.0%" ]] \
   || fail "rt-model fit: $fit"
 
 # ... and a comm-bound model (slow network) loses efficiency at every doubling, more without overlap.
