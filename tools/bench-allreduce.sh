@@ -9,11 +9,17 @@ set -euo pipefail
 BIN=${BIN:-bin}
 OUT=${OUT:-output/bench}
 NPS=${NPS:-"2 4"}
-# Why these defaults: see the notes in the closing report of issue 4 and README's bench part.
-#  - cma (process_vm_readv) lets the receiver copy straight out of the sender's buffer:
-#    one copy per message instead of two through the shared-memory FIFO.
-#  - --bind-to none: with 4 ranks on 2 cores, a rank pinned beside a spinning neighbour waits
-#    for whole scheduler slices; unpinned ranks let the kernel spread the load.
+# Why these defaults (measured here, OpenMPI 4.1.4 vader BTL, 2 cores shared with other jobs):
+#  - cma (process_vm_readv): the receiver copies straight out of the sender's buffer, one copy
+#    per message instead of two through the shared-memory FIFO, and it needs only the
+#    receiver on a CPU. On the loaded machine, 64 MiB on 2 ranks: ring 0.33 GB/s busbw with
+#    cma, 0.07 with none (tests/run.sh keeps none; that is for correctness only).
+#  - --bind-to none: binding to cores made no measurable difference on 2 ranks; with 4 ranks
+#    on 2 cores a rank pinned beside a spinning neighbour waits for whole scheduler slices,
+#    while unpinned ranks let the kernel spread the load. OpenMPI turns on
+#    mpi_yield_when_idle itself when it sees oversubscription (4 ranks).
+#  - ring chunks: 1 MiB x 4 in flight, every ready fp32 send posted at once
+#    (AllreduceOptions::post_all_ready); 256 KiB to 8 MiB chunks were within the noise.
 SINGLE_COPY=${SINGLE_COPY:-cma}
 BIND=${BIND:---bind-to none}
 

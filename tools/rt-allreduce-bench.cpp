@@ -47,6 +47,7 @@ struct BenchOptions {
   comm::AllreduceOptions allreduce;  // the first chunk size and depth of the lists below
   std::vector<size_t> chunk_sizes;   // ring/hierarchical: one contender per (chunk, depth)
   std::vector<int> depths;
+  std::vector<int> post_all;  // 1/0 for AllreduceOptions::post_all_ready
   std::string output_dir = "output/bench";
   double busy_threshold = 0.10;
   bool fastest = false;  // report the fastest iteration instead of the median (for tuning)
@@ -88,7 +89,7 @@ std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
 // Returns false when --help was asked for (printed on rank 0).
 bool parse_options(int argc, char** argv, BenchOptions& options) {
   std::string min_bytes = "4K", max_bytes = "256M", algorithms = "ring,mpi,hierarchical";
-  std::string wire = "fp32", chunk = "1M", depth = "4";
+  std::string wire = "fp32", chunk = "1M", depth = "4", post_all = "1";
   po::options_description desc("rt-allreduce-bench options");
   desc.add_options()("help", "print this help")("min-bytes",
                                                 po::value(&min_bytes)->default_value(min_bytes),
@@ -111,8 +112,10 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
       "mark rows where other processes took more than this fraction of the machine's CPU")(
       "output-dir", po::value(&options.output_dir)->default_value(options.output_dir),
       "where allreduce-np<N>.h5 and .jsonl go");
-  desc.add_options()("fastest",
-                     "report the fastest iteration, not the median (tuning on a loaded machine)");
+  desc.add_options()("post-all-ready", po::value(&post_all)->default_value(post_all),
+                     "fp32 ring: 1 posts every ready send at once, 0 keeps --in-flight; a "
+                     "comma list compares")(
+      "fastest", "report the fastest iteration, not the median (tuning on a loaded machine)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -149,10 +152,16 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
                      ": expected a count >= 1");
     options.depths.push_back(value);
   }
-  RT_REQUIRE_INPUT(!options.chunk_sizes.empty() && !options.depths.empty(),
-                   "--chunk-bytes and --in-flight need at least one value");
+  for (const std::string& item : split(post_all)) {
+    RT_REQUIRE_INPUT(item == "0" || item == "1", "--post-all-ready ", item, ": expected 1 or 0");
+    options.post_all.push_back(item == "1");
+  }
+  RT_REQUIRE_INPUT(
+      !options.chunk_sizes.empty() && !options.depths.empty() && !options.post_all.empty(),
+      "--chunk-bytes and --in-flight need at least one value");
   options.allreduce.chunk_bytes = options.chunk_sizes[0];
   options.allreduce.chunks_in_flight = options.depths[0];
+  options.allreduce.post_all_ready = options.post_all[0];
   return true;
 }
 
@@ -475,7 +484,8 @@ int run(int argc, char** argv) {
 
   std::vector<Contender> reducers;
   std::vector<std::string> names;
-  const bool compare = options.chunk_sizes.size() * options.depths.size() > 1;
+  const bool compare =
+      options.chunk_sizes.size() * options.depths.size() * options.post_all.size() > 1;
   for (comm::Algorithm algorithm : options.algorithms) {
     comm::AllreduceOptions o = options.allreduce;
     if (algorithm == comm::Algorithm::mpi) {
@@ -485,15 +495,17 @@ int run(int argc, char** argv) {
       continue;
     }
     for (size_t chunk : options.chunk_sizes)
-      for (int depth : options.depths) {
-        o.chunk_bytes = chunk;
-        o.chunks_in_flight = depth;
-        auto reducer = comm::make_allreducer(comm, algorithm, o);
-        std::string label = reducer->name();
-        if (compare) label = str(label, " ", chunk >> 10, "K/x", depth);
-        names.push_back(label);
-        reducers.push_back({label, std::move(reducer)});
-      }
+      for (int depth : options.depths)
+        for (int all : options.post_all) {
+          o.chunk_bytes = chunk;
+          o.chunks_in_flight = depth;
+          o.post_all_ready = all;
+          auto reducer = comm::make_allreducer(comm, algorithm, o);
+          std::string label = reducer->name();
+          if (compare) label = str(label, " ", chunk >> 10, "K/x", depth, all ? "+" : "");
+          names.push_back(label);
+          reducers.push_back({label, std::move(reducer)});
+        }
   }
   comm::RingLinkProbe probe(comm);
   const std::vector<std::string> hosts = comm.gather_strings_to_root(comm.hostname());

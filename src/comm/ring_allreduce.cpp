@@ -88,38 +88,55 @@ void RingAllreduce::sum(float* data, size_t count) {
 // Event loop over the (n-1)*C messages of one phase: post what may be posted, then wait for
 // the oldest receive or the oldest send, whichever completes first. Never blocking on one
 // kind while the other could progress keeps every ring free of deadlock.
+// Windows: a message that needs a scratch slot (any receive that is added in, any send on a
+// narrow wire) waits for one of the K slots. With post_all_ready, fp32 sends and fp32
+// allgather receives (straight into the caller's buffer) need none and are all posted as soon
+// as they may go, so a neighbour can pull them (single-copy CMA) even while this rank is
+// descheduled on a loaded machine.
 void RingAllreduce::run_phase(float* data, const Layout& layout, bool reducing) {
   const int64_t C = layout.chunks, M = (n_ - 1) * C, K = options_.chunks_in_flight;
+  const bool fp32 = options_.wire == Wire::fp32, unbounded = options_.post_all_ready && fp32;
+  const int64_t recv_window = unbounded && !reducing ? M : K;
+  const int64_t send_window = unbounded ? M : K;
+  if (static_cast<int64_t>(recv_requests_.size()) < recv_window)
+    recv_requests_.resize(recv_window, MPI_REQUEST_NULL);
+  if (static_cast<int64_t>(send_requests_.size()) < send_window)
+    send_requests_.resize(send_window, MPI_REQUEST_NULL);
   int64_t recv_posted = 0, recv_done = 0, send_posted = 0, send_done = 0;
   while (recv_done < M || send_done < M) {
-    while (recv_posted < M && recv_posted < recv_done + K)
-      post_recv(data, layout, reducing, recv_posted++);
+    while (recv_posted < M && recv_posted < recv_done + recv_window) {
+      post_recv(data, layout, reducing, recv_posted, &recv_requests_[recv_posted % recv_window]);
+      ++recv_posted;
+    }
     // Message m forwards what message m-C brought in, so it waits until that one is done.
-    while (send_posted < M && send_posted < send_done + K &&
-           (send_posted < C || send_posted - C < recv_done))
-      post_send(data, layout, reducing, send_posted++);
-    MPI_Request oldest[2] = {
-        recv_done < recv_posted ? recv_requests_[recv_done % K] : MPI_REQUEST_NULL,
-        send_done < send_posted ? send_requests_[send_done % K] : MPI_REQUEST_NULL};
+    while (send_posted < M && send_posted < send_done + send_window &&
+           (send_posted < C || send_posted - C < recv_done)) {
+      post_send(data, layout, reducing, send_posted, &send_requests_[send_posted % send_window]);
+      ++send_posted;
+    }
+    MPI_Request* oldest_recv = &recv_requests_[recv_done % recv_window];
+    MPI_Request* oldest_send = &send_requests_[send_done % send_window];
+    MPI_Request oldest[2] = {recv_done < recv_posted ? *oldest_recv : MPI_REQUEST_NULL,
+                             send_done < send_posted ? *oldest_send : MPI_REQUEST_NULL};
     int which = MPI_UNDEFINED;
     MPI_CHECK(MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE));
     if (which == 0) {
-      recv_requests_[recv_done % K] = MPI_REQUEST_NULL;
+      *oldest_recv = MPI_REQUEST_NULL;
       finish_recv(data, layout, reducing, recv_done++);
     } else if (which == 1) {
-      send_requests_[send_done % K] = MPI_REQUEST_NULL;
+      *oldest_send = MPI_REQUEST_NULL;
       ++send_done;
     }
   }
 }
 
-void RingAllreduce::post_recv(float* data, const Layout& layout, bool reducing, int64_t m) {
+void RingAllreduce::post_recv(float* data, const Layout& layout, bool reducing, int64_t m,
+                              MPI_Request* request) {
   const int64_t step = m / layout.chunks, c = m % layout.chunks;
   const int seg = reducing ? ring_mod(pos_ - step - 1, n_) : ring_mod(pos_ - step, n_);
   const size_t begin = layout.chunk_begin(seg, c), len = layout.chunk_len(seg, c);
   const int slot = static_cast<int>(m % options_.chunks_in_flight);
   const int tag = reducing ? kTagReduceScatter : kTagAllgather;
-  MPI_Request* request = &recv_requests_[slot];
   if (options_.wire == Wire::fp32) {
     float* into = reducing
                       ? reinterpret_cast<float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_
@@ -153,13 +170,13 @@ void RingAllreduce::finish_recv(float* data, const Layout& layout, bool reducing
     decode_wire(wire, data + begin, from, len);
 }
 
-void RingAllreduce::post_send(float* data, const Layout& layout, bool reducing, int64_t m) {
+void RingAllreduce::post_send(float* data, const Layout& layout, bool reducing, int64_t m,
+                              MPI_Request* request) {
   const int64_t step = m / layout.chunks, c = m % layout.chunks;
   const int seg = reducing ? ring_mod(pos_ - step, n_) : ring_mod(pos_ + 1 - step, n_);
   const size_t begin = layout.chunk_begin(seg, c), len = layout.chunk_len(seg, c);
   const size_t slot = static_cast<size_t>(m % options_.chunks_in_flight);
   const int tag = reducing ? kTagReduceScatter : kTagAllgather;
-  MPI_Request* request = &send_requests_[slot];
   if (options_.wire == Wire::fp32) {
     MPI_CHECK(MPI_Isend(data + begin, static_cast<int>(len), MPI_FLOAT, right_, tag, comm_.get(),
                         request));

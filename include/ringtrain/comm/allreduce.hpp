@@ -23,6 +23,7 @@ struct AllreduceOptions {
   Wire wire = Wire::fp32;        // ring and hierarchical only; mpi sends fp32
   size_t chunk_bytes = 1 << 20;  // fp32 bytes per pipelined ring message
   int chunks_in_flight = 4;      // ring messages posted ahead in each direction
+  bool post_all_ready = true;    // fp32: post every ready send at once (see run_phase)
   bool validate_counts = false;  // check every rank passes the same count (one tiny allreduce)
   int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks
 };

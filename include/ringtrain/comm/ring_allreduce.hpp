@@ -75,9 +75,9 @@ class RingAllreduce final : public Allreducer {
   };
 
   void run_phase(float* data, const Layout& layout, bool reducing);
-  void post_recv(float* data, const Layout& layout, bool reducing, int64_t m);
+  void post_recv(float* data, const Layout& layout, bool reducing, int64_t m, MPI_Request* request);
   void finish_recv(float* data, const Layout& layout, bool reducing, int64_t m);
-  void post_send(float* data, const Layout& layout, bool reducing, int64_t m);
+  void post_send(float* data, const Layout& layout, bool reducing, int64_t m, MPI_Request* request);
   void round_owned_segment(float* data, const Layout& layout);
   void ensure_scratch(size_t chunk_elems);
 
