@@ -28,7 +28,7 @@ filter=${1:-}
 if [ -x "$BIN/tests/unit" ] && [[ -z "$filter" || "unit" == *"$filter"* ]]; then
   echo "== unit tests (Boost.Test)"
   log="$LOG_DIR/unit.log"
-  timeout 900 "$BIN/tests/unit" --report_level=detailed --log_level=test_suite >"$log" 2>&1
+  timeout -k 10 900 "$BIN/tests/unit" --report_level=detailed --log_level=test_suite >"$log" 2>&1
   status=$?
   # One PASS/FAIL line per test case, from Boost's own log.
   while read -r name; do
@@ -54,7 +54,7 @@ for src in tests/mpi/*.cpp; do
   nps=$(sed -n 's|^// np: *||p' "$src" | head -1)
   for np in ${nps:-2}; do
     log="$LOG_DIR/mpi_${name}_np$np.log"
-    timeout 600 $MPIRUN -np "$np" "$BIN/tests/mpi_$name" --report_level=short >"$log" 2>&1
+    timeout -k 10 600 $MPIRUN -np "$np" "$BIN/tests/mpi_$name" --report_level=short >"$log" 2>&1
     record "mpi_$name np=$np" $? "$log"
   done
 done
@@ -65,7 +65,7 @@ for script in tests/e2e/*.sh; do
   name=$(basename "$script" .sh)
   [[ -z "$filter" || "e2e_$name" == *"$filter"* ]] || continue
   log="$LOG_DIR/e2e_$name.log"
-  BIN=$BIN MPIRUN="$MPIRUN" timeout 900 bash "$script" >"$log" 2>&1
+  BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 bash "$script" >"$log" 2>&1
   record "e2e/$name" $? "$log"
 done
 

@@ -17,9 +17,7 @@ rt_mpirun() {
   else
     flags+=(--oversubscribe --bind-to none)
   fi
-  # vader's CMA single-copy needs ptrace rights that containers often lack.
-  OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none} \
-    mpirun "${flags[@]}" "$@" &
+  mpirun "${flags[@]}" "$@" &
   local pid=$!
   # OpenMPI's mpirun tears the job down on SIGTERM/SIGINT without passing the signal on,
   # but forwards SIGUSR1: turn a TERM or INT for this job into a USR1 for the ranks, so

@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(batch_settings_and_world_size) {
 
 BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {
   std::string help = help_text();
-  BOOST_TEST(help.find("--comm.fusion_mib arg (=64)") != std::string::npos);
+  BOOST_TEST(help.find("--comm.fusion_mib arg (=16)") != std::string::npos);
   BOOST_TEST(help.find("--comm.stall_timeout_s arg (=60)") != std::string::npos);
   BOOST_TEST(help.find("--print-deck") != std::string::npos);
   BOOST_TEST(parse({"--help"}).help);
