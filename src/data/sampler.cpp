@@ -4,36 +4,18 @@
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::data {
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 namespace {
 
-uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
+// Four words of splitmix64 from seed.
+Xoshiro256 seed_words(uint64_t seed) {
+  uint64_t words[4];
+  for (uint64_t& word : words) word = splitmix64(seed);
+  return Xoshiro256(words);
 }
 
 }  // namespace
 
-Rng::Rng(uint64_t seed) {
-  for (uint64_t& s : s_) s = splitmix64(seed);
-}
-
-uint64_t Rng::next() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
+Rng::Rng(uint64_t seed) : bits_(seed_words(seed)) {}
 
 uint64_t Rng::below(uint64_t bound) {
   RT_CHECK(bound > 0, "Rng::below(0)");

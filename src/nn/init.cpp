@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ringtrain/core/random.hpp"
 #include "ringtrain/nn/model.hpp"
 
 namespace ringtrain::nn {
@@ -13,15 +14,10 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// splitmix64: a small generator whose output is the same on every platform.
+// splitmix64 (core/random.hpp): a small generator whose output is the same on every platform.
 struct SplitMix64 {
   uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64(state); }
   // Uniform in [-bound, bound).
   float uniform(double bound) { return float((double(next() >> 11) * 0x1.0p-53 * 2 - 1) * bound); }
 };

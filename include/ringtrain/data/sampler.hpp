@@ -23,22 +23,24 @@
 #include <string>
 #include <vector>
 
+#include "ringtrain/core/random.hpp"
+
 namespace ringtrain::data {
 
 // One step of SplitMix64 (Steele, Lea, Flood 2014): advances state, returns the next value.
-uint64_t splitmix64(uint64_t& state);
+using ringtrain::splitmix64;  // core/random.hpp
 
 // xoshiro256** seeded through splitmix64, with its own bounded draw, so that shuffles and
 // augmentation are bit-identical on every platform and standard library.
 class Rng {
  public:
   explicit Rng(uint64_t seed);
-  uint64_t next();
+  uint64_t next() { return bits_.next(); }
   // Uniform in [0, bound), bound > 0 (Lemire's multiply-and-reject: no modulo bias).
   uint64_t below(uint64_t bound);
 
  private:
-  uint64_t s_[4];
+  Xoshiro256 bits_;
 };
 
 // One well-mixed 64-bit value from several (seed, epoch, sample id, purpose ...).

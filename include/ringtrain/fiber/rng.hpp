@@ -4,23 +4,18 @@
 
 #include <cstdint>
 
+#include "ringtrain/core/random.hpp"
+
 namespace ringtrain::fiber {
 
-// One step of splitmix64: a bijective 64-bit mixer, used to seed and to hash keys.
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// splitmix64 as a pure function of x: a bijective 64-bit mixer, used to seed and to hash keys.
+inline uint64_t splitmix64(uint64_t x) { return ringtrain::splitmix64(x); }
 
 // xoshiro256** seeded from a key, with uniform and approximately normal draws built from raw
 // 64-bit outputs only.
 class Rng {
  public:
-  explicit Rng(uint64_t key) {
-    for (uint64_t& word : s_) word = key = splitmix64(key);
-  }
+  explicit Rng(uint64_t key) : bits_(seed_words(key)) {}
   // The stream of image `index` of split `split` (0 train, 1 val, 2 test) for `seed`: a pure
   // function of the three, so any shard or thread can render any image.
   static Rng for_image(uint64_t seed, int split, uint64_t index) {
@@ -29,17 +24,7 @@ class Rng {
     return Rng(splitmix64(key ^ index));
   }
 
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
+  uint64_t next() { return bits_.next(); }
   // Uniform in [0, 1) with 53 random bits.
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
@@ -58,8 +43,13 @@ class Rng {
   }
 
  private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
+  // Each word is splitmix64 of the one before, starting from key.
+  static Xoshiro256 seed_words(uint64_t key) {
+    uint64_t words[4];
+    for (uint64_t& word : words) word = key = splitmix64(key);
+    return Xoshiro256(words);
+  }
+  Xoshiro256 bits_;
 };
 
 }  // namespace ringtrain::fiber
