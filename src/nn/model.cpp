@@ -13,9 +13,8 @@ Model::Model(std::string name, Backend& be, const ModelInput& in, int classes,
   net_->collect(params_, buffers_);
   std::vector<Parameter*> order;
   net_->collect_backward_order(order);
-  std::unordered_map<const Parameter*, size_t> index;
-  for (size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
-  for (Parameter* p : order) backward_order_.push_back(index.at(p));
+  for (size_t i = 0; i < params_.size(); ++i) index_[params_[i]] = i;
+  for (Parameter* p : order) backward_order_.push_back(index_.at(p));
   RT_CHECK(backward_order_.size() == params_.size(), "model ", name_,
            ": backward order misses parameters");
   // The input needs no gradient: the first layer skips its backward-data pass.
@@ -47,12 +46,8 @@ LossResult Model::loss(const int32_t* labels) {
 
 void Model::backward(const std::function<void(size_t)>& on_grad_ready) {
   RT_CHECK(!dlogits_.empty(), "model ", name_, ": backward() before loss()");
-  std::unordered_map<const Parameter*, size_t> index;
   net_->backward(dlogits_, [&](Parameter& p) {
-    if (!on_grad_ready) return;
-    if (index.empty())
-      for (size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
-    on_grad_ready(index.at(&p));
+    if (on_grad_ready) on_grad_ready(index_.at(&p));
   });
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ringtrain/backend/backend.hpp"
@@ -73,6 +74,7 @@ class Model {
   std::vector<Parameter*> params_;
   std::vector<NamedBuffer> buffers_;
   std::vector<size_t> backward_order_;
+  std::unordered_map<const Parameter*, size_t> index_;  // position in params_
   double forward_flops_ = 0, train_flops_ = 0;
   const Tensor* logits_ = nullptr;
   Tensor dlogits_;
