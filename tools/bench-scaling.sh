@@ -99,7 +99,7 @@ load_since() {
       -v w="$m_wall" -v w0="$w0" -v hz="$HZ" 'BEGIN {
     other = (b / hz - (c - c0)) / (w - w0); if (other < 0) other = 0
     printf "{\"busy_fraction\": %.3f, \"other_cores\": %.3f, \"busy\": %s, \"seconds\": %.1f}",
-           t ? b / t : 0, other, other > 0.15 ? "true" : "false", w - w0 }'
+           (t ? b / t : 0), other, (other > 0.15 ? "true" : "false"), w - w0 }'
 }
 
 run_ringtrain() {  # model np overlap round

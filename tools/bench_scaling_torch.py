@@ -136,6 +136,7 @@ def worker(rank, a, port, results):
         k += 1
         comm_s.append(sum(e - s for s, e in zip(clock.launches, clock.ends)))
         exposed_s.append(max(0.0, t_end - max(clock.launches)))
+    buckets = len(clock.launches)
     # Backward with and without synchronization (no_sync: compute only; the gradients then
     # differ across ranks, which no longer matters: these are the last steps).
     bwd_nosync = []
@@ -152,7 +153,7 @@ def worker(rank, a, port, results):
     dist.all_reduce(sums)
     if rank == 0:
         results.put(([float(v) for v in per_rank], [float(v) / a.ranks for v in sums],
-                     len(clock.launches)))
+                     buckets))
     dist.barrier()
     # Leave without running destructors: tearing down DDP with a Python comm hook registered
     # can hang (seen here with torch 1.13: one rank stuck after its worker returned).
