@@ -91,15 +91,16 @@ mark() {
             "$OUT_DIR/.times")
   m_wall=$(date +%s.%N)
 }
-# Prints the JSON fields of the load since the last mark.
+# Sets load_json to the JSON fields of the load since the last mark (call it outside $(...):
+# a subshell would not see this shell's children's times).
 load_since() {
   local b0=$m_busy t0=$m_total c0=$m_child w0=$m_wall
   mark
-  awk -v b="$((m_busy - b0))" -v t="$((m_total - t0))" -v c="$m_child" -v c0="$c0" \
+  load_json=$(awk -v b="$((m_busy - b0))" -v t="$((m_total - t0))" -v c="$m_child" -v c0="$c0" \
       -v w="$m_wall" -v w0="$w0" -v hz="$HZ" 'BEGIN {
     other = (b / hz - (c - c0)) / (w - w0); if (other < 0) other = 0
     printf "{\"busy_fraction\": %.3f, \"other_cores\": %.3f, \"busy\": %s, \"seconds\": %.1f}",
-           (t ? b / t : 0), other, (other > 0.15 ? "true" : "false"), w - w0 }'
+           (t ? b / t : 0), other, (other > 0.15 ? "true" : "false"), w - w0 }')
 }
 
 run_ringtrain() {  # model np overlap round
@@ -111,22 +112,21 @@ run_ringtrain() {  # model np overlap round
     --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
     --train.log_interval="$steps" --comm.overlap="$3" --output.dir="$dir" --output.name="$name" \
     $EXTRA >"$dir/$name.log" 2>&1 || { tail -n 5 "$dir/$name.log" >&2; die "ringtrain failed: $dir/$name.log"; }
-  local load
-  load=$(load_since)
+  load_since
   "$PYTHON" tools/bench_scaling_report.py row "$dir/$name.h5" --window "$window" \
-    --extra "${load%\}}, \"round\": $4}" >>"$RAW"
+    --extra "${load_json%\}}, \"round\": $4}" >>"$RAW"
 }
 
 run_ddp() {  # model np round
-  local out load
+  local out
   mark
   out=$("$PYTHON" tools/bench_scaling_torch.py --ranks "$2" --model "$1" --input "$input" \
           --classes "$classes" --batch "$batch" --threads 1 --bucket-mib "$bucket" \
           --warmup 3 --window "$window" --windows "$windows" 2>"$OUT_DIR/ddp.err") \
     || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP failed: $OUT_DIR/ddp.err"; }
-  load=$(load_since)
+  load_since
   "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); r.update(json.loads(sys.argv[2]));
-r["round"] = int(sys.argv[3]); print(json.dumps(r))' "$out" "$load" "$3" >>"$RAW"
+r["round"] = int(sys.argv[3]); print(json.dumps(r))' "$out" "$load_json" "$3" >>"$RAW"
 }
 
 mkdir -p "$OUT_DIR"
