@@ -18,8 +18,12 @@
 # to $OUT_DIR/scaling.jsonl. Data: a fiber set from rt-fibergen and, since CIFAR-10 cannot be
 # downloaded here, a synthetic set in CIFAR-10's binary format through rt-shard cifar10 (only
 # throughput matters), both made once under data/bench/.
+# Ends with one more ringtrain run, fibernet on 2 ranks with output.timeline=true: its
+# Chrome trace (chrome://tracing, Perfetto) shows each rank's backward, buckets and wait.
 # Settings (environment): ROUNDS (2), NPS ("1 2 4"), MODELS ("fibernet resnet18_cifar"),
-# OUT_DIR (output/bench), PEER (ddp, or none to skip PyTorch), EXTRA (more ringtrain flags).
+# OUT_DIR (output/bench), PEER (ddp, or none to skip PyTorch), FUSION_MIB and FIRST_BUCKET_MIB
+# (override the decks' comm.fusion_mib and comm.first_bucket_mib; DDP's bucket_cap_mb follows
+# FUSION_MIB), TIMELINE (1; 0 skips the timeline run), EXTRA (more ringtrain flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -30,6 +34,9 @@ MODELS=${MODELS:-fibernet resnet18_cifar}
 OUT_DIR=${OUT_DIR:-output/bench}
 PEER=${PEER:-ddp}
 EXTRA=${EXTRA:-}
+FUSION_MIB=${FUSION_MIB:-}
+FIRST_BUCKET_MIB=${FIRST_BUCKET_MIB:-}
+TIMELINE=${TIMELINE:-1}
 # shellcheck source=jobs/local/common.sh
 source jobs/local/common.sh
 
@@ -45,14 +52,17 @@ fi
 model_settings() {
   case "$1" in
     fibernet) deck=inputs/weak/fibernet_fiber.deck data=data/bench/fiber input=1x64x64 classes=5
-              window=5 windows=6 ;;
+              window=5 windows=6 probes=3 ;;
     resnet18_cifar) deck=inputs/weak/resnet18_cifar.deck data=data/bench/cifar10-synthetic
-                    input=3x32x32 classes=10 window=3 windows=4 ;;
+                    input=3x32x32 classes=10 window=3 windows=4 probes=2 ;;
     *) die "unknown model '$1' (use fibernet, resnet18_cifar)" ;;
   esac
   steps=$(( 3 + window * windows ))
   batch=$(sed -n 's/^batch_per_rank *= *//p' "$deck" | head -1)
-  bucket=$(sed -n 's/^fusion_mib *= *//p' "$deck" | head -1)
+  bucket=${FUSION_MIB:-$(sed -n 's/^fusion_mib *= *//p' "$deck" | head -1)}
+  comm_flags=(--comm.fusion_mib="$bucket")
+  [ -n "$FIRST_BUCKET_MIB" ] && comm_flags+=(--comm.first_bucket_mib="$FIRST_BUCKET_MIB")
+  return 0
 }
 
 make_data() {
@@ -110,8 +120,8 @@ run_ringtrain() {  # model np overlap round
   # shellcheck disable=SC2086  # EXTRA is a list of flags
   rt_mpirun "$2" "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
     --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
-    --train.log_interval="$steps" --comm.overlap="$3" --output.dir="$dir" --output.name="$name" \
-    $EXTRA >"$dir/$name.log" 2>&1 || { tail -n 5 "$dir/$name.log" >&2; die "ringtrain failed: $dir/$name.log"; }
+    --train.log_interval="$steps" --comm.overlap="$3" "${comm_flags[@]}" --output.dir="$dir" \
+    --output.name="$name" $EXTRA >"$dir/$name.log" 2>&1 || { tail -n 5 "$dir/$name.log" >&2; die "ringtrain failed: $dir/$name.log"; }
   load_since
   "$PYTHON" tools/bench_scaling_report.py row "$dir/$name.h5" --window "$window" \
     --extra "${load_json%\}}, \"round\": $4}" >>"$RAW"
@@ -122,7 +132,8 @@ run_ddp() {  # model np round
   mark
   out=$("$PYTHON" tools/bench_scaling_torch.py --ranks "$2" --model "$1" --input "$input" \
           --classes "$classes" --batch "$batch" --threads 1 --bucket-mib "$bucket" \
-          --warmup 3 --window "$window" --windows "$windows" 2>"$OUT_DIR/ddp.err") \
+          --warmup 3 --window "$window" --windows "$windows" --probe-steps "$probes" \
+          2>"$OUT_DIR/ddp.err") \
     || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP failed: $OUT_DIR/ddp.err"; }
   load_since
   "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); r.update(json.loads(sys.argv[2]));
@@ -149,3 +160,12 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 "$PYTHON" tools/bench_scaling_report.py table "$RAW" "$OUT_DIR/scaling.jsonl"
+if [ "$TIMELINE" = 1 ] && [[ " $MODELS " == *" fibernet "* ]]; then
+  model_settings fibernet
+  dir="$OUT_DIR/scaling"
+  rt_mpirun 2 "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
+    --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
+    --train.log_interval="$steps" "${comm_flags[@]}" --output.dir="$dir" \
+    --output.name=fibernet-np2-timeline --output.timeline=true >"$dir/fibernet-np2-timeline.log" 2>&1 \
+    && echo "timeline: $dir/fibernet-np2-timeline.trace.json (fibernet, 2 ranks, overlap on)"
+fi
