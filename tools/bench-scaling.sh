@@ -167,5 +167,5 @@ if [ "$TIMELINE" = 1 ] && [[ " $MODELS " == *" fibernet "* ]]; then
     --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
     --train.log_interval="$steps" "${comm_flags[@]}" --output.dir="$dir" \
     --output.name=fibernet-np2-timeline --output.timeline=true >"$dir/fibernet-np2-timeline.log" 2>&1 \
-    && echo "timeline: $dir/fibernet-np2-timeline.trace.json (fibernet, 2 ranks, overlap on)"
+    && "$PYTHON" tools/bench_scaling_report.py timeline "$dir/fibernet-np2-timeline.trace.json"
 fi

@@ -5,6 +5,9 @@
   row FILE.h5 --window W [--extra JSON]   one JSON line for a ringtrain run: img/s as the
       median over windows of W steps after the trainer's warm-up (a window lasts as long
       as its slowest rank), exposed communication from /summary, mean phase times.
+  timeline TRACE.json                     a ringtrain Chrome trace summarised per bucket: bytes,
+      launch relative to the end of its rank's backward, duration; and per step the skew
+      between ranks' ends of backward and the wait in synchronize (medians after warm-up).
   table RAW.jsonl OUT.jsonl               the rows of all rounds as one table (medians over
       rounds), scaling efficiency per system against its own 1-rank run, the ratio of
       ringtrain's efficiency to PyTorch DDP's; the summarised rows to OUT.jsonl.
@@ -53,6 +56,48 @@ def ringtrain_row(path, window):
             "forward_ms": round(phases["forward"], 3), "backward_ms": round(phases["backward"], 3),
             "optimizer_ms": round(phases["optimizer"], 3), "file": path,
         }
+
+
+def timeline_summary(path):
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = {}  # (rank, step) -> what happened
+    for rank in sorted({e["pid"] for e in events}):
+        k = -1
+        for e in sorted((e for e in events if e["pid"] == rank), key=lambda e: e["ts"]):
+            if e["name"] == "data":
+                k += 1
+                steps[rank, k] = {"buckets": []}
+            if k < 0:
+                continue
+            d, end = steps[rank, k], (e["ts"] + e["dur"]) / 1e3
+            if e["cat"] == "backward":
+                d["backward_end"] = end
+            elif e["cat"] == "comm":
+                d["buckets"].append((e["ts"] / 1e3, e["dur"] / 1e3, e.get("args", {}).get("bytes", 0)))
+            elif e["name"] == "synchronize wait":
+                d["wait"] = e["dur"] / 1e3
+    ranks = sorted({r for r, _ in steps})
+    count = 1 + max(k for _, k in steps)
+    timed = [k for k in range(warmup_steps(count), count)
+             if all((r, k) in steps and "backward_end" in steps[r, k] for r in ranks)]
+    print(f"{path}: {len(ranks)} ranks, {len(timed)} steps after warm-up (medians, ms)")
+    per_bucket = {}
+    for r in ranks:
+        for k in timed:
+            d = steps[r, k]
+            for b, (start, dur, size) in enumerate(d["buckets"]):
+                per_bucket.setdefault(b, []).append((start - d["backward_end"], dur, size))
+    for b, v in sorted(per_bucket.items()):
+        print(f"  bucket {b}: {v[0][2] / 1e6:7.3f} MB, launched "
+              f"{statistics.median(x[0] for x in v):+8.1f} ms from the end of backward, "
+              f"takes {statistics.median(x[1] for x in v):7.1f}")
+    skew = [max(steps[r, k]["backward_end"] for r in ranks) -
+            min(steps[r, k]["backward_end"] for r in ranks) for k in timed]
+    wait = [steps[r, k].get("wait", 0.0) for r in ranks for k in timed]
+    print(f"  skew between ranks' ends of backward: median {statistics.median(skew):.1f}, "
+          f"max {max(skew):.1f}; wait in synchronize: median {statistics.median(wait):.1f}, "
+          f"max {max(wait):.1f}")
 
 
 def key(r):
@@ -143,6 +188,8 @@ def main():
     r.add_argument("file")
     r.add_argument("--window", type=int, default=5)
     r.add_argument("--extra", default="{}", help="JSON object merged into the row")
+    tl = sub.add_parser("timeline")
+    tl.add_argument("trace")
     t = sub.add_parser("table")
     t.add_argument("raw")
     t.add_argument("out")
@@ -151,6 +198,8 @@ def main():
         row = ringtrain_row(a.file, a.window)
         row.update(json.loads(a.extra))
         print(json.dumps(row))
+    elif a.command == "timeline":
+        timeline_summary(a.trace)
     else:
         table(a.raw, a.out)
 
