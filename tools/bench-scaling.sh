@@ -1,109 +1,171 @@
 #!/usr/bin/env bash
-# bench-scaling.sh — `make bench-scaling`: ringtrain weak scaling (overlap on and off) beside PyTorch DDP, then rt-report.
+# bench-scaling.sh — `make bench-scaling`: weak scaling of ringtrain (overlap on and off) beside PyTorch DDP (gloo), fibernet and resnet18_cifar, 1/2/4 ranks x 1 thread.
 #
-#   make bench-scaling                  (PYTHON=... BIN=bin tools/bench-scaling.sh)
-#   ROUNDS=1 NPS="1 2" tools/bench-scaling.sh
-# For each round and rank count, interleaved (this machine is shared: alternating spreads
-# other people's load over all three): ringtrain with comm.overlap=true, with false, and
-# PyTorch DDP (gloo) with the same model, per-rank batch, threads and bucket size. Prints the
-# medians over rounds with ratios (overlap on / off; ringtrain / DDP), writes the rows to
-# $OUT_DIR/scaling.jsonl, and ends with rt-report's table of the last round (overlap on).
-# Settings (environment): ROUNDS (3), NPS ("1 2 4"), DECK (inputs/weak/cnn_small_fashion.deck),
-# OUT_DIR (output/bench), PEER (ddp, or none to skip PyTorch).
+#   make bench-scaling                     (PYTHON=... BIN=bin tools/bench-scaling.sh)
+#   ROUNDS=1 NPS="1 2" MODELS=fibernet tools/bench-scaling.sh
+#
+# The per-rank batch is fixed (the weak decks' 32) and every rank runs one thread, as a rank
+# would own one device: 1 and 2 ranks fit this machine's 2 cores (bound one per core), 4 ranks
+# share them (reported, not judged). For each round, model and rank count, interleaved so
+# other people's load falls on all three: ringtrain with comm.overlap=true, PyTorch DDP with
+# the same model, batch, loss, optimizer and bucket size (tools/bench_scaling_torch.py), and
+# ringtrain with comm.overlap=false. img/s is the median over timed windows after the warm-up;
+# efficiency is img/s at N / (N x img/s at 1 rank) of the same system; exposed communication
+# is ringtrain's /summary exposed_comm_fraction (wait in synchronize / allreduce time) and
+# DDP's as bench_scaling_torch.py measures it. Each run also records the machine's busy
+# fraction from /proc/stat and the cores other processes used meanwhile (busy rows: > 0.15).
+# Writes every run to $OUT_DIR/scaling-raw.jsonl and the table's rows (medians over rounds)
+# to $OUT_DIR/scaling.jsonl. Data: a fiber set from rt-fibergen and, since CIFAR-10 cannot be
+# downloaded here, a synthetic set in CIFAR-10's binary format through rt-shard cifar10 (only
+# throughput matters), both made once under data/bench/.
+# Ends with one more ringtrain run, fibernet on 2 ranks with output.timeline=true: its
+# Chrome trace (chrome://tracing, Perfetto) shows each rank's backward, buckets and wait.
+# Settings (environment): ROUNDS (2), NPS ("1 2 4"), MODELS ("fibernet resnet18_cifar"),
+# OUT_DIR (output/bench), PEER (ddp, or none to skip PyTorch), FUSION_MIB and FIRST_BUCKET_MIB
+# (override the decks' comm.fusion_mib and comm.first_bucket_mib; DDP's bucket_cap_mb follows
+# FUSION_MIB), TIMELINE (1; 0 skips the timeline run), EXTRA (more ringtrain flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
 PYTHON=${PYTHON:-/usr/bin/python3}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-2}
 NPS=${NPS:-1 2 4}
-DECK=${DECK:-inputs/weak/cnn_small_fashion.deck}
+MODELS=${MODELS:-fibernet resnet18_cifar}
 OUT_DIR=${OUT_DIR:-output/bench}
 PEER=${PEER:-ddp}
+EXTRA=${EXTRA:-}
+FUSION_MIB=${FUSION_MIB:-}
+FIRST_BUCKET_MIB=${FIRST_BUCKET_MIB:-}
+TIMELINE=${TIMELINE:-1}
 # shellcheck source=jobs/local/common.sh
 source jobs/local/common.sh
 
-[ -x "$BIN/ringtrain" ] || { echo "bench-scaling: $BIN/ringtrain missing: make all" >&2; exit 2; }
+die() { echo "bench-scaling: $*" >&2; exit 2; }
+[ -x "$BIN/ringtrain" ] || die "$BIN/ringtrain missing: make all"
+"$PYTHON" -c 'import h5py, numpy' 2>/dev/null || die "$PYTHON cannot import h5py and numpy"
 if [ "$PEER" = ddp ] && ! "$PYTHON" -c 'import torch.distributed' 2>/dev/null; then
-  echo "bench-scaling: $PYTHON cannot import torch; install python3-torch (tools/deps.sh --install --bench)," \
-       "set PYTHON=, or PEER=none" >&2
-  exit 2
+  die "$PYTHON cannot import torch; install python3-torch (tools/deps.sh --install --bench), set PYTHON=, or PEER=none"
 fi
-data_dir=$(sed -n 's/^dir *= *//p' "$DECK" | head -1)
-if [ ! -d "$data_dir" ]; then
-  case "$data_dir" in
-    *fashion*) "$BIN/rt-shard" fashion-mnist --output "$data_dir" ;;
-    *fiber*) "$BIN/rt-fibergen" --output "$data_dir" --count 7000 --seed 1 --size 64 --shards 2 ;;
-    *) echo "bench-scaling: no data in $data_dir (see $DECK)" >&2; exit 2 ;;
-  esac
-fi
-name=$(basename "$DECK" .deck)
-model=$(sed -n 's/^name *= *//p' "$DECK" | head -1)
-batch=$(sed -n 's/^batch_per_rank *= *//p' "$DECK" | head -1)
-bucket=$(sed -n 's/^fusion_mib *= *//p' "$DECK" | head -1)
-raw="$OUT_DIR/scaling-raw.jsonl"
-mkdir -p "$OUT_DIR"
-: >"$raw"
-first=$(tr ' ' '\n' <<<"$NPS" | grep . | sort -n | head -1)
-echo "bench-scaling: $DECK, ranks ${NPS// /, }, $ROUNDS round(s), peer $PEER ($(nproc) cores," \
-     "load $(cut -d' ' -f1 /proc/loadavg))"
 
-for round in $(seq 1 "$ROUNDS"); do
-  for np in $(tr ' ' '\n' <<<"$NPS" | grep . | sort -n); do
-    for overlap in true false; do
-      dir="$OUT_DIR/scaling/round$round/overlap-$overlap"
-      mkdir -p "$dir"
-      baseline=()
-      [ "$np" != "$first" ] && baseline=(--output.baseline="$dir/$name-np$first.h5")
-      rt_mpirun "$np" "$BIN/ringtrain" --deck "$DECK" --comm.overlap="$overlap" --output.dir="$dir" \
-        --output.name="$name-np$np" "${baseline[@]}" >"$dir/$name-np$np.log" 2>&1 \
-        || { tail -n 5 "$dir/$name-np$np.log" >&2; echo "bench-scaling: ringtrain failed" >&2; exit 1; }
-      "$PYTHON" - "$dir/$name-np$np.h5" "$round" "$overlap" >>"$raw" <<'PY'
-import json, sys, h5py
-path, rnd, overlap = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "true"
-with h5py.File(path, "r") as f:
-    s = f["summary"].attrs
-    print(json.dumps({"tool": "ringtrain", "round": rnd, "ranks": int(f.attrs["world_size"]),
-                      "overlap": overlap, "img_s": float(s["images_per_s"]),
-                      "exposed_comm_fraction": float(s["exposed_comm_fraction"]),
-                      "load": float(open("/proc/loadavg").read().split()[0]), "file": path}))
+# ---- per model: deck, data, input shape, classes, timed windows ------------------------
+# steps = 3 warm-up steps (the trainer's, building primitives) + windows x window.
+model_settings() {
+  case "$1" in
+    fibernet) deck=inputs/weak/fibernet_fiber.deck data=data/bench/fiber input=1x64x64 classes=5
+              window=5 windows=6 probes=3 ;;
+    resnet18_cifar) deck=inputs/weak/resnet18_cifar.deck data=data/bench/cifar10-synthetic
+                    input=3x32x32 classes=10 window=3 windows=4 probes=2 ;;
+    *) die "unknown model '$1' (use fibernet, resnet18_cifar)" ;;
+  esac
+  steps=$(( 3 + window * windows ))
+  batch=$(sed -n 's/^batch_per_rank *= *//p' "$deck" | head -1)
+  bucket=${FUSION_MIB:-$(sed -n 's/^fusion_mib *= *//p' "$deck" | head -1)}
+  comm_flags=(--comm.fusion_mib="$bucket")
+  [ -n "$FIRST_BUCKET_MIB" ] && comm_flags+=(--comm.first_bucket_mib="$FIRST_BUCKET_MIB")
+  return 0
+}
+
+make_data() {
+  local max_np
+  max_np=$(tr ' ' '\n' <<<"$NPS" | grep . | sort -n | tail -1)
+  if [ ! -f data/bench/fiber/train-00000-of-00002.h5 ]; then
+    # 80% of the images are train: enough for the largest rank count's steps x batch.
+    "$BIN/rt-fibergen" --output data/bench/fiber --count $(( max_np * 33 * 32 * 5 / 4 + 200 )) \
+      --seed 1 --size 64 --shards 2 >/dev/null
+  fi
+  if [ ! -f data/bench/cifar10-synthetic/train-00000-of-00001.h5 ]; then
+    local raw=data/bench/cifar10-bin
+    mkdir -p "$raw"
+    # CIFAR-10's binary format: records of 1 label byte + 3,072 pixel bytes (R, G, B planes).
+    "$PYTHON" - "$raw" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(1)
+for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+    rec = np.empty((1000, 3073), np.uint8)
+    rec[:, 0] = rng.integers(0, 10, len(rec))
+    rec[:, 1:] = rng.integers(0, 256, (len(rec), 3072))
+    rec.tofile(f"{sys.argv[1]}/{name}")
 PY
+    "$BIN/rt-shard" cifar10 --input "$raw" --output data/bench/cifar10-synthetic --val-count 500 >/dev/null
+  fi
+}
+
+# ---- the machine's load during a run ----------------------------------------------------
+# busy and total jiffies from /proc/stat, this shell's children's CPU seconds (the `times`
+# builtin, not in a subshell: a fork would reset them), wall clock.
+HZ=$(getconf CLK_TCK)
+mark() {
+  read -r m_busy m_total < <(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9; exit}' /proc/stat)
+  times >"$OUT_DIR/.times"
+  m_child=$(awk 'NR == 2 { for (i = 1; i <= 2; ++i) { split($i, a, "m"); s += a[1] * 60 + a[2] } print s }' \
+            "$OUT_DIR/.times")
+  m_wall=$(date +%s.%N)
+}
+# Sets load_json to the JSON fields of the load since the last mark (call it outside $(...):
+# a subshell would not see this shell's children's times).
+load_since() {
+  local b0=$m_busy t0=$m_total c0=$m_child w0=$m_wall
+  mark
+  load_json=$(awk -v b="$((m_busy - b0))" -v t="$((m_total - t0))" -v c="$m_child" -v c0="$c0" \
+      -v w="$m_wall" -v w0="$w0" -v hz="$HZ" 'BEGIN {
+    other = (b / hz - (c - c0)) / (w - w0); if (other < 0) other = 0
+    printf "{\"busy_fraction\": %.3f, \"other_cores\": %.3f, \"busy\": %s, \"seconds\": %.1f}",
+           (t ? b / t : 0), other, (other > 0.15 ? "true" : "false"), w - w0 }')
+}
+
+run_ringtrain() {  # model np overlap round
+  local dir="$OUT_DIR/scaling/round$4" name="$1-np$2-overlap-$3"
+  mkdir -p "$dir"
+  mark
+  # shellcheck disable=SC2086  # EXTRA is a list of flags
+  rt_mpirun "$2" "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
+    --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
+    --train.log_interval="$steps" --comm.overlap="$3" "${comm_flags[@]}" --output.dir="$dir" \
+    --output.name="$name" $EXTRA >"$dir/$name.log" 2>&1 || { tail -n 5 "$dir/$name.log" >&2; die "ringtrain failed: $dir/$name.log"; }
+  load_since
+  "$PYTHON" tools/bench_scaling_report.py row "$dir/$name.h5" --window "$window" \
+    --extra "${load_json%\}}, \"round\": $4}" >>"$RAW"
+}
+
+run_ddp() {  # model np round
+  local out
+  mark
+  out=$("$PYTHON" tools/bench_scaling_torch.py --ranks "$2" --model "$1" --input "$input" \
+          --classes "$classes" --batch "$batch" --threads 1 --bucket-mib "$bucket" \
+          --warmup 3 --window "$window" --windows "$windows" --probe-steps "$probes" \
+          2>"$OUT_DIR/ddp.err") \
+    || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP failed: $OUT_DIR/ddp.err"; }
+  load_since
+  "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); r.update(json.loads(sys.argv[2]));
+r["round"] = int(sys.argv[3]); print(json.dumps(r))' "$out" "$load_json" "$3" >>"$RAW"
+}
+
+mkdir -p "$OUT_DIR"
+RAW="$OUT_DIR/scaling-raw.jsonl"
+: >"$RAW"
+make_data
+echo "bench-scaling: $MODELS; ranks ${NPS// /, } x 1 thread; $ROUNDS round(s); peer $PEER;" \
+     "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+start=$(date +%s)
+for round in $(seq 1 "$ROUNDS"); do
+  for model in $MODELS; do
+    model_settings "$model"
+    for np in $(tr ' ' '\n' <<<"$NPS" | grep . | sort -n); do
+      run_ringtrain "$model" "$np" true "$round"
+      [ "$PEER" = ddp ] && run_ddp "$model" "$np" "$round"
+      run_ringtrain "$model" "$np" false "$round"
+      echo "  round $round, $model, $np rank(s): done at $(( $(date +%s) - start )) s," \
+           "load $(cut -d' ' -f1 /proc/loadavg)"
     done
-    if [ "$PEER" = ddp ]; then
-      "$PYTHON" tools/bench_scaling_ddp.py --ranks "$np" --model "$model" --batch "$batch" \
-        --threads 1 --bucket-mib "$bucket" --steps 20 \
-        | "$PYTHON" -c 'import json,sys; r=json.loads(sys.stdin.read()); r["round"]='"$round"'; r["load"]=float(open("/proc/loadavg").read().split()[0]); print(json.dumps(r))' >>"$raw"
-    fi
-    echo "  round $round, $np rank(s) done"
   done
 done
-
-"$PYTHON" - "$raw" "$OUT_DIR/scaling.jsonl" "$DECK" <<'PY'
-import json, statistics, sys
-raw, out, deck = sys.argv[1:]
-rows = [json.loads(l) for l in open(raw)]
-def median(tool, ranks, overlap=None):
-    v = [r["img_s"] for r in rows if r["tool"] == tool and r["ranks"] == ranks
-         and (overlap is None or r.get("overlap") == overlap)]
-    return statistics.median(v) if v else None
-ranks = sorted({r["ranks"] for r in rows})
-base = median("ringtrain", ranks[0], True)
-print(f"\nweak scaling of {deck}: medians over rounds, images/s (global)")
-print(f"{'ranks':>5} | {'ringtrain':>9} {'no ovl':>8} {'on/off':>6} | {'DDP':>8} {'rt/DDP':>6} | {'weak eff':>8} | {'load':>5}")
-with open(out + ".tmp", "w") as o:
-    for n in ranks:
-        on, off, ddp = median("ringtrain", n, True), median("ringtrain", n, False), median("pytorch-ddp", n)
-        eff = on / (base * n / ranks[0]) if base else None
-        load = statistics.median(r["load"] for r in rows if r["ranks"] == n)
-        fmt = lambda v, spec: format(v, spec) if v is not None else "-"
-        print(f"{n:5d} | {on:9.1f} {off:8.1f} {on / off:6.2f} | {fmt(ddp, '8.1f'):>8} "
-              f"{fmt(on / ddp if ddp else None, '6.2f'):>6} | {eff * 100:7.1f}% | {load:5.1f}")
-        o.write(json.dumps({"bench": "scaling", "deck": deck, "ranks": n, "ringtrain_img_s": on,
-                            "ringtrain_no_overlap_img_s": off, "overlap_ratio": on / off,
-                            "ddp_img_s": ddp, "ratio_vs_ddp": on / ddp if ddp else None,
-                            "weak_efficiency": eff, "load_average": load}) + "\n")
-import os; os.replace(out + ".tmp", out)
-print(f"rows: {out} (raw: {raw})")
-PY
-echo
-echo "== rt-report $OUT_DIR/scaling/round$ROUNDS/overlap-true"
-"$PYTHON" tools/rt-report "$OUT_DIR/scaling/round$ROUNDS/overlap-true"
+"$PYTHON" tools/bench_scaling_report.py table "$RAW" "$OUT_DIR/scaling.jsonl"
+if [ "$TIMELINE" = 1 ] && [[ " $MODELS " == *" fibernet "* ]]; then
+  model_settings fibernet
+  dir="$OUT_DIR/scaling"
+  rt_mpirun 2 "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
+    --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
+    --train.log_interval="$steps" "${comm_flags[@]}" --output.dir="$dir" \
+    --output.name=fibernet-np2-timeline --output.timeline=true >"$dir/fibernet-np2-timeline.log" 2>&1 \
+    && "$PYTHON" tools/bench_scaling_report.py timeline "$dir/fibernet-np2-timeline.trace.json"
+fi

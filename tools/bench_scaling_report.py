@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+# bench_scaling_report.py — tools/bench-scaling.sh's reader and table: a ringtrain results file as a row; rows as the weak-scaling table and output/bench/scaling.jsonl.
+"""Two commands, both used by tools/bench-scaling.sh:
+
+  row FILE.h5 --window W [--extra JSON]   one JSON line for a ringtrain run: img/s as the
+      median over windows of W steps after the trainer's warm-up (a window lasts as long
+      as its slowest rank), exposed communication from /summary, mean phase times.
+  timeline TRACE.json                     a ringtrain Chrome trace summarised per bucket: bytes,
+      launch relative to the end of its rank's backward, duration; and per step the skew
+      between ranks' ends of backward and the wait in synchronize (medians after warm-up).
+  table RAW.jsonl OUT.jsonl               the rows of all rounds as one table (medians over
+      rounds), scaling efficiency per system against its own 1-rank run, the ratio of
+      ringtrain's efficiency to PyTorch DDP's; the summarised rows to OUT.jsonl.
+
+Needs h5py and numpy (Debian's python3-h5py, python3-numpy).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from rt_results import open_results, text, warmup_steps  # noqa: E402
+
+
+def ringtrain_row(path, window):
+    import numpy as np
+
+    with open_results(path) as f:
+        step = np.asarray(f["timings/step"])  # [world, steps]
+        world, steps = step.shape
+        warm = warmup_steps(steps)
+        global_batch = int(f.attrs["global_batch"])
+        rates = []
+        for first in range(warm, steps - window + 1, window):
+            slowest = step[:, first:first + window].sum(axis=1).max()
+            rates.append(global_batch * window / slowest)
+        s = f["summary"].attrs
+        phases = {p: float(np.asarray(f[f"timings/{p}"])[:, warm:].mean()) * 1e3
+                  for p in ("forward", "backward", "allreduce_wait", "optimizer")}
+        comm_step = np.asarray(f["comm/step"])
+        comm_s = np.asarray(f["comm/seconds"])[comm_step >= warm].sum()
+        timed_steps = (steps - warm) * world
+        return {
+            "system": "ringtrain", "model": text(f.attrs["model"]), "ranks": int(world),
+            "overlap": bool(int(f.attrs["overlap"])), "batch_per_rank": int(f.attrs["batch_per_rank"]),
+            "threads": int(f.attrs["threads_per_rank"]),
+            "bucket_mib": float(f.attrs["fusion_threshold_mib"]),
+            "img_s": round(statistics.median(rates), 3), "windows": [round(r, 3) for r in rates],
+            "trainer_img_s": round(float(s["images_per_s"]), 3),
+            "exposed_comm": round(float(s["exposed_comm_fraction"]), 4),
+            "load_imbalance": round(float(s["load_imbalance"]), 4),
+            "allreduce_ms_per_step": round(1e3 * comm_s / timed_steps, 3),
+            "exposed_ms_per_step": round(phases["allreduce_wait"], 3),
+            "forward_ms": round(phases["forward"], 3), "backward_ms": round(phases["backward"], 3),
+            "optimizer_ms": round(phases["optimizer"], 3), "file": path,
+        }
+
+
+def timeline_summary(path):
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = {}  # (rank, step) -> what happened
+    for rank in sorted({e["pid"] for e in events}):
+        k = -1
+        for e in sorted((e for e in events if e["pid"] == rank), key=lambda e: e["ts"]):
+            if e["name"] == "data":
+                k += 1
+                steps[rank, k] = {"buckets": []}
+            if k < 0:
+                continue
+            d, end = steps[rank, k], (e["ts"] + e["dur"]) / 1e3
+            if e["cat"] == "backward":
+                d["backward_end"] = end
+            elif e["cat"] == "comm":
+                d["buckets"].append((e["ts"] / 1e3, e["dur"] / 1e3, e.get("args", {}).get("bytes", 0)))
+            elif e["name"] == "synchronize wait":
+                d["wait"] = e["dur"] / 1e3
+    ranks = sorted({r for r, _ in steps})
+    count = 1 + max(k for _, k in steps)
+    timed = [k for k in range(warmup_steps(count), count)
+             if all((r, k) in steps and "backward_end" in steps[r, k] for r in ranks)]
+    print(f"{path}: {len(ranks)} ranks, {len(timed)} steps after warm-up (medians, ms)")
+    per_bucket = {}
+    for r in ranks:
+        for k in timed:
+            d = steps[r, k]
+            for b, (start, dur, size) in enumerate(d["buckets"]):
+                per_bucket.setdefault(b, []).append((start - d["backward_end"], dur, size))
+    for b, v in sorted(per_bucket.items()):
+        print(f"  bucket {b}: {v[0][2] / 1e6:7.3f} MB, launched "
+              f"{statistics.median(x[0] for x in v):+8.1f} ms from the end of backward, "
+              f"takes {statistics.median(x[1] for x in v):7.1f}")
+    skew = [max(steps[r, k]["backward_end"] for r in ranks) -
+            min(steps[r, k]["backward_end"] for r in ranks) for k in timed]
+    wait = [steps[r, k].get("wait", 0.0) for r in ranks for k in timed]
+    print(f"  skew between ranks' ends of backward: median {statistics.median(skew):.1f}, "
+          f"max {max(skew):.1f}; wait in synchronize: median {statistics.median(wait):.1f}, "
+          f"max {max(wait):.1f}")
+
+
+def key(r):
+    return (r["model"], r["system"], r["overlap"], r["ranks"])
+
+
+def summarise(rows):
+    """Medians over rounds per (model, system, overlap, ranks), with efficiency."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    out = {}
+    for k, rs in groups.items():
+        img = statistics.median(r["img_s"] for r in rs)
+        out[k] = {
+            "system": k[1], "model": k[0], "ranks": k[3], "overlap": k[2], "img_s": round(img, 3),
+            "rounds": len(rs),
+            "exposed_comm": round(statistics.median(r["exposed_comm"] for r in rs), 4),
+            "allreduce_ms_per_step": round(statistics.median(r["allreduce_ms_per_step"] for r in rs), 3),
+            "exposed_ms_per_step": round(statistics.median(r["exposed_ms_per_step"] for r in rs), 3),
+            "busy_fraction": round(max(r["busy_fraction"] for r in rs), 3),
+            "other_cores": round(max(r["other_cores"] for r in rs), 3),
+            "busy": any(r["busy"] for r in rs),
+        }
+    for k, row in out.items():
+        base = out.get((k[0], k[1], k[2], 1))
+        row["efficiency"] = round(row["img_s"] / (k[3] * base["img_s"]), 4) if base else None
+    return out
+
+
+def fmt(v, spec, none="-"):
+    return none if v is None else format(v, spec)
+
+
+def table(raw, out_path):
+    rows = [json.loads(line) for line in open(raw) if line.strip()]
+    if not rows:
+        raise SystemExit(f"bench_scaling_report.py: no rows in {raw}")
+    summary = summarise(rows)
+    print("\nWeak scaling, per-rank batch fixed, 1 thread per rank (medians over rounds; "
+          "efficiency = img/s at N / (N x img/s at 1 rank) of the same system;")
+    print("exposed comm = time waiting for communication after backward / total allreduce time; "
+          "* = run on a busy machine, other processes using > 0.15 core)")
+    head = (f"{'model':<15} {'ranks':>5} | {'ringtrain':>9} {'eff':>6} {'exp':>5} | "
+            f"{'no ovl':>8} {'eff':>6} {'exp':>5} | {'DDP':>8} {'eff':>6} {'exp':>5} | "
+            f"{'rt/DDP eff':>10} {'rt/DDP img/s':>12} | {'busy':>4}")
+    print(head)
+    print("-" * len(head))
+    lines = []
+    for model in sorted({k[0] for k in summary}):
+        for n in sorted({k[3] for k in summary if k[0] == model}):
+            on = summary.get((model, "ringtrain", True, n))
+            off = summary.get((model, "ringtrain", False, n))
+            ddp = summary.get((model, "pytorch-ddp", True, n))
+            cells = []
+            for r in (on, off, ddp):
+                cells.append(f"{fmt(r and r['img_s'], '8.1f'):>8}"
+                             f"{'*' if r and r['busy'] else ' '} "
+                             f"{fmt(r and r['efficiency'] and 100 * r['efficiency'], '5.1f'):>5}% "
+                             f"{fmt(r and n > 1 and 100 * r['exposed_comm'] or None, '4.0f'):>4}%")
+            ratio_eff = (on["efficiency"] / ddp["efficiency"]
+                         if on and ddp and on["efficiency"] and ddp["efficiency"] else None)
+            ratio_img = on["img_s"] / ddp["img_s"] if on and ddp else None
+            busy = max((r["busy_fraction"] for r in (on, off, ddp) if r), default=0)
+            note = " (oversubscribed)" if n > os.cpu_count() else ""
+            print(f"{model:<15} {n:5d} | {cells[0]} | {cells[1]} | {cells[2]} | "
+                  f"{fmt(ratio_eff, '10.3f'):>10} {fmt(ratio_img, '12.3f'):>12} | "
+                  f"{100 * busy:3.0f}%{note}")
+            for r in (on, off, ddp):
+                if r:
+                    r = dict(r)
+                    if r["system"] == "ringtrain" and r["overlap"]:
+                        r["efficiency_ratio_vs_ddp"] = ratio_eff and round(ratio_eff, 4)
+                        r["img_s_ratio_vs_ddp"] = ratio_img and round(ratio_img, 4)
+                    lines.append(json.dumps(r))
+    with open(out_path + ".tmp", "w") as o:
+        o.write("\n".join(lines) + "\n")
+    os.replace(out_path + ".tmp", out_path)
+    print(f"\nbusy = the machine's busy fraction (/proc/stat) during the run, this benchmark "
+          f"included; rows: {out_path} (every run: {raw})")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("row")
+    r.add_argument("file")
+    r.add_argument("--window", type=int, default=5)
+    r.add_argument("--extra", default="{}", help="JSON object merged into the row")
+    tl = sub.add_parser("timeline")
+    tl.add_argument("trace")
+    t = sub.add_parser("table")
+    t.add_argument("raw")
+    t.add_argument("out")
+    a = p.parse_args()
+    if a.command == "row":
+        row = ringtrain_row(a.file, a.window)
+        row.update(json.loads(a.extra))
+        print(json.dumps(row))
+    elif a.command == "timeline":
+        timeline_summary(a.trace)
+    else:
+        table(a.raw, a.out)
+
+
+if __name__ == "__main__":
+    main()
