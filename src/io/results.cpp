@@ -104,6 +104,16 @@ void write_summary(h5::Group& root, const Summary& s) {
   g.set_attr("baseline", s.baseline);
 }
 
+void write_test(h5::Group& root, const Results& r) {
+  const size_t classes = r.class_names.size();
+  if (r.test_confusion.empty() || r.test_confusion.size() != classes * classes) return;
+  h5::Group g = root.create_group("test");
+  h5::Dataset ds = g.write<int64_t>("confusion", {hsize_t(classes), hsize_t(classes)},
+                                    r.test_confusion.data());
+  ds.set_attr("description", "test split, all ranks: row = true class, column = prediction");
+  ds.set_attr("class_names", r.class_names);
+}
+
 }  // namespace
 
 const std::vector<std::string>& timing_phases() {
@@ -121,6 +131,7 @@ void write_results(const std::string& path, const Results& r) {
   write_timings(root, r.timings);
   write_comm(root, r.comm);
   write_summary(root, r.summary);
+  write_test(root, r);
   out.commit();
 }
 

@@ -5,7 +5,6 @@
 // message once with the ranks that raised it, and every rank exits non-zero. An error inside a step, where the other ranks may be waiting in a
 // collective, is printed by its rank, which then aborts the job so that nothing hangs.
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 
 #include "ringtrain/comm/communicator.hpp"
@@ -42,10 +41,6 @@ int configure(int argc, char** argv, const comm::Communicator& comm, Config& con
 }  // namespace
 
 int run_app(int argc, char** argv) {
-  // The fusion engine's thread waits inside MPI while backward runs on the same cores;
-  // OpenMPI busy-polls there unless told to yield, which starves backward when a rank has
-  // one core. Read at MPI_Init; an explicit setting in the environment wins.
-  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
   std::unique_ptr<comm::Communicator> comm;
   try {
     comm = std::make_unique<comm::Communicator>();

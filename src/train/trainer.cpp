@@ -3,6 +3,7 @@
 #include "ringtrain/train/trainer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <ctime>
 #include <limits>
@@ -37,6 +38,7 @@ struct Sums {
   double loss = 0;  // sum over samples
   double correct = 0;
   double count = 0;
+  std::vector<double> confusion;  // [true class][predicted class], when asked for
   void add(const backend::LossResult& r) {
     loss += r.loss * double(r.count);
     correct += double(r.correct);
@@ -66,11 +68,12 @@ class Trainer {
   void train_epoch(int epoch);
   StepTimes train_step(const data::Batch& batch, Sums& sums);
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
-  Sums evaluate(data::Loader& loader);
+  Sums evaluate(data::Loader& loader, bool confusion = false);
+  void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
   void average_bn_buffers();
   const backend::Tensor& upload(const data::Batch& batch);
-  void write_results(double test_loss, double test_acc);
+  void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
 
   const Config& cfg_;
   comm::Communicator& comm_;
@@ -387,21 +390,37 @@ void Trainer::log_interval(int epoch, int64_t step, int64_t steps, Sums& interva
   log::info(progress_line(p));
 }
 
-Sums Trainer::evaluate(data::Loader& loader) {
+Sums Trainer::evaluate(data::Loader& loader, bool confusion) {
   loader.start_epoch(0);
   Sums sums;
+  const size_t classes = size_t(model_->classes());
+  if (confusion) sums.confusion.assign(classes * classes, 0.0);
   data::Batch batch;
   while (loader.next(batch)) {
-    model_->forward(upload(batch), false);
+    const backend::Tensor& logits = model_->forward(upload(batch), false);
     sums.add(model_->loss(batch.labels.data()));
+    if (confusion) count_predictions(logits, batch, sums);
   }
   return sums;
+}
+
+void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch& batch,
+                                Sums& sums) {
+  const size_t classes = size_t(model_->classes());
+  std::vector<float> host(size_t(logits.numel()));
+  backend_->download(logits, host.data());
+  for (int i = 0; i < batch.n; ++i) {
+    const float* row = host.data() + size_t(i) * classes;
+    size_t predicted = size_t(std::max_element(row, row + classes) - row);
+    sums.confusion[size_t(batch.labels[size_t(i)]) * classes + predicted] += 1;
+  }
 }
 
 Sums Trainer::reduce(Sums s) const {
   double v[3] = {s.loss, s.correct, s.count};
   comm_.allreduce_sum(v, 3);
-  return Sums{v[0], v[1], v[2]};
+  if (!s.confusion.empty()) comm_.allreduce_sum(s.confusion.data(), s.confusion.size());
+  return Sums{v[0], v[1], v[2], std::move(s.confusion)};
 }
 
 // Per-rank batch norm leaves each rank its own running statistics; evaluation and the
@@ -432,6 +451,22 @@ std::vector<double> column_of(const std::vector<comm::BucketRecord>& records,
 template <typename T>
 std::vector<T> cast(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
+}
+
+// "recall per class: clean 0.99, scratch 0.97, ..." from a confusion matrix.
+std::string per_class_line(const std::vector<double>& confusion,
+                           const std::vector<std::string>& names) {
+  const size_t classes = names.size();
+  if (classes == 0 || confusion.size() != classes * classes) return "";
+  std::string line = "recall per class:";
+  for (size_t c = 0; c < classes; ++c) {
+    double row = 0;
+    for (size_t p = 0; p < classes; ++p) row += confusion[c * classes + p];
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %.3f", row > 0 ? confusion[c * classes + c] / row : 0.0);
+    line += (c ? "," : "") + std::string(" ") + names[c] + buf;
+  }
+  return line;
 }
 
 // Steps that count for throughput: all but the first few, which build primitives.
@@ -471,7 +506,8 @@ io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t war
   return s;
 }
 
-void Trainer::write_results(double test_loss, double test_acc) {
+void Trainer::write_results(double test_loss, double test_acc,
+                            const std::vector<double>& confusion) {
   io::Results r;
   const int world = comm_.size();
   // Every rank takes part in the gathers; rank 0 writes.
@@ -522,6 +558,8 @@ void Trainer::write_results(double test_loss, double test_acc) {
   double epoch_seconds = 0;
   for (const auto& e : epochs_) epoch_seconds += e.seconds;
   r.summary.time_per_epoch_s = epochs_.empty() ? 0 : epoch_seconds / double(epochs_.size());
+  r.test_confusion = cast<int64_t>(confusion);
+  r.class_names = train_loader_->info().class_names;
   r.summary.test_loss = test_loss;
   r.summary.test_acc = test_acc;
   r.summary.scaling_efficiency = kNaN;
@@ -552,16 +590,19 @@ void Trainer::run() {
   checkpoint_->save(*model_, *sgd_, global_step_);
   if (stop_) log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
   double test_loss = kNaN, test_acc = kNaN;
+  std::vector<double> confusion;
   if (test_loader_ && !stop_) {
-    Sums test = reduce(evaluate(*test_loader_));
+    Sums test = reduce(evaluate(*test_loader_, true));
+    confusion = test.confusion;
     if (test.count > 0) {
       test_loss = test.loss / test.count;
       test_acc = test.correct / test.count;
       log::info(str(cfg_.data.test_split, ": loss ", test_loss, " acc ", test_acc, " (",
                     int64_t(test.count), " samples)"));
+      log::info(per_class_line(test.confusion, train_loader_->info().class_names));
     }
   }
-  agree(comm_, [&] { write_results(test_loss, test_acc); });
+  agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });
   if (timeline_->enabled()) {
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
     comm::write_timeline(comm_, *timeline_, path);

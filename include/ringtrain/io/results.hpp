@@ -63,6 +63,8 @@ struct Results {
   Timings timings;
   CommRecords comm;
   Summary summary;
+  std::vector<int64_t> test_confusion;  // [classes x classes], row = true class; empty: none
+  std::vector<std::string> class_names;
 };
 
 // Writes path atomically (temp file, then rename). Throws ringtrain::Error naming the file.
