@@ -395,7 +395,8 @@ BOOST_AUTO_TEST_CASE(divide_is_a_true_division_and_ready_marks_cross_threads) {
       want[i] = xv[i] / 3.0f;
       unlike_scale += want[i] != xv[i] * (1.0f / 3.0f);
     }
-    BOOST_TEST(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0, name);
+    BOOST_TEST(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
+               name << ": divide is not x / 3 bitwise");
     BOOST_TEST(unlike_scale > 0u);  // the check above could tell the two apart
   }
 }

@@ -9,10 +9,11 @@
 //                    next bucket in order, wake the comm thread (no MPI on this thread).
 //   comm thread      bucket 0, 1, 2, ... in that order on every rank: reduce(data, count),
 //                    divide by world size; sleeps on a condition variable in between.
-//
-// Bucket memory is touched only through BufferOps (allocate, zero, divide) and the reduce
-// function, so the arena may live on a GPU: the engine itself only passes pointers along.
 //   synchronize()    waits until every bucket of the step is reduced, then opens the next.
+//
+// Bucket memory is touched only through FusionOptions::buffer_ops (allocate, zero, divide,
+// ready marks) and the reduce function, so the arena may live on a GPU: the engine itself
+// only passes pointers along.
 //
 // Stall inspector: a watchdog thread sleeps on a condition variable with a deadline. While a
 // step is open (first enqueue until synchronize returns), any progress (an enqueue, a bucket
