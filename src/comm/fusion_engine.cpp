@@ -172,6 +172,26 @@ std::vector<bool> wait_bounded(std::vector<MPI_Request>& requests, double deadli
 
 }  // namespace
 
+BufferOps host_buffer_ops() {
+  BufferOps ops;
+  ops.alloc = [](size_t bytes) {
+    // aligned_alloc wants a multiple of the alignment.
+    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    float* memory = static_cast<float*>(std::aligned_alloc(64, rounded));
+    RT_CHECK(memory, "cannot allocate ", bytes, " bytes of fusion buffers");
+    return std::shared_ptr<float>(memory, std::free);
+  };
+  ops.zero = [](float* data, size_t count) { std::memset(data, 0, count * sizeof(float)); };
+  // A division, not a multiplication by 1/divisor: the mean of exact sums stays correctly
+  // rounded (1/3 is not a float), and the loop is memory-bound either way.
+  ops.divide = [](float* data, size_t count, float divisor) {
+    for (size_t i = 0; i < count; ++i) data[i] /= divisor;
+  };
+  ops.mark_ready = [](size_t) {};
+  ops.wait_ready = [](size_t) {};
+  return ops;
+}
+
 // ---- what a rank tells the others when the stall inspector fires --------------------------
 
 struct FusionEngine::StallReport {
@@ -211,6 +231,9 @@ FusionEngine::FusionEngine(MPI_Comm comm, ReduceFn reduce, FusionOptions options
       timeline_(timeline),
       start_s_(Timeline::now()) {
   RT_CHECK(reduce_, "FusionEngine needs a reduce function");
+  const BufferOps& ops = options_.buffer_ops;
+  if (!(ops.alloc && ops.zero && ops.divide && ops.mark_ready && ops.wait_ready))
+    throw Error("FusionEngine: every BufferOps member must be set (start from host_buffer_ops())");
   check_options();
   int provided = 0;
   FUSION_MPI(MPI_Query_thread(&provided));
@@ -390,10 +413,11 @@ void FusionEngine::lay_out_buckets() {
   }
 
   size_t total_bytes = std::max<size_t>(64, offset * sizeof(float));
-  float* memory = static_cast<float*>(std::aligned_alloc(64, total_bytes));
-  RT_CHECK(memory, "cannot allocate ", total_bytes, " bytes of fusion buffers");
-  std::memset(memory, 0, total_bytes);  // the padding between gradients must reduce to zero
-  arena_ = std::unique_ptr<float, void (*)(void*)>(memory, std::free);
+  arena_ = options_.buffer_ops.alloc(total_bytes);
+  RT_CHECK(arena_, "cannot allocate ", total_bytes, " bytes of fusion buffers");
+  // The padding between gradients must reduce to zero.
+  options_.buffer_ops.zero(arena_.get(), total_bytes / sizeof(float));
+  float* memory = arena_.get();
   for (auto& bucket : buckets_) bucket.data = memory + offsets_[bucket.first_tensor];
 }
 
@@ -445,9 +469,11 @@ void FusionEngine::enqueue(size_t index) {
       throw Error(str("gradient ", spec_text(specs_[index]), " (index ", index,
                       ") enqueued twice in step ", step_,
                       " (enqueue each gradient once per step, after backward has written it)"));
+    size_t b = bucket_of_[index];
+    // Before the bucket counts as complete: the comm thread waits on this mark.
+    if (missing_in_bucket_[b] == 1) options_.buffer_ops.mark_ready(b);
     ready_[index] = 1;
     note_progress_locked(true, start);
-    size_t b = bucket_of_[index];
     if (--missing_in_bucket_[b] == 0 && b == next_bucket_ && options_.overlap)
       work_cv_.notify_one();
   }
@@ -518,8 +544,10 @@ void FusionEngine::comm_loop() {
     if (!launchable()) return;
     size_t b = next_bucket_;
     lock.unlock();
-    double t0 = Timeline::now();
+    double t0 = 0;
     try {
+      options_.buffer_ops.wait_ready(b);  // not timed: the gradients' compute, not comm
+      t0 = Timeline::now();
       reduce_bucket(b);
     } catch (...) {
       lock.lock();
@@ -545,12 +573,7 @@ void FusionEngine::reduce_bucket(size_t b) {
   const BucketLayout& bucket = buckets_[b];
   size_t count = bucket.bytes / sizeof(float);
   reduce_(bucket.data, count);
-  if (world_ == 1) return;
-  // A division, not a multiplication by 1/world: the mean of exact sums stays correctly
-  // rounded (1/3 is not a float), and the loop is memory-bound either way.
-  const float world = float(world_);
-  float* data = bucket.data;
-  for (size_t i = 0; i < count; ++i) data[i] /= world;
+  if (world_ > 1) options_.buffer_ops.divide(bucket.data, count, float(world_));
 }
 
 // ---- the stall inspector -------------------------------------------------------------------

@@ -53,6 +53,28 @@ std::string utc_now() {
   return buf;
 }
 
+// The fusion engine's buckets (where backward writes the gradients) in the backend's device
+// memory, zeroed and divided by its kernels; each bucket waits for a ready mark recorded when
+// its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels.
+comm::BufferOps device_buffer_ops(backend::Backend& be) {
+  comm::BufferOps ops;
+  ops.alloc = [&be](size_t bytes) {
+    auto owner = std::make_shared<backend::Tensor>(be.alloc({int64_t(bytes / sizeof(float))}));
+    return std::shared_ptr<float>(owner, owner->f32());
+  };
+  ops.zero = [&be](float* data, size_t count) {
+    backend::Tensor t = backend::Tensor::view(data, {int64_t(count)});
+    be.fill(t, 0.0f);
+  };
+  ops.divide = [&be](float* data, size_t count, float divisor) {
+    backend::Tensor t = backend::Tensor::view(data, {int64_t(count)});
+    be.divide(t, divisor);
+  };
+  ops.mark_ready = [&be](size_t bucket) { be.record_ready(bucket); };
+  ops.wait_ready = [&be](size_t bucket) { be.wait_ready(bucket); };
+  return ops;
+}
+
 class Trainer {
  public:
   Trainer(const Config& config, comm::Communicator& comm) : cfg_(config), comm_(comm) {}
@@ -174,12 +196,6 @@ void Trainer::build_model() {
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_);  // says why not cuda
   }
-  // The fusion engine's buckets (where gradients live) are host memory; cuDNN cannot
-  // write there. Refuse cleanly until the engine takes device buffers.
-  RT_REQUIRE_INPUT(backend_->name() != "cuda",
-                   "train.backend = cuda: the fusion engine keeps gradients in host memory, "
-                   "which GPU kernels cannot write; train with backend cpu until device fusion "
-                   "buffers land");
   const auto& info = train_loader_->info();
   model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width},
                           info.classes, *backend_, cfg_.train.seed);
@@ -213,6 +229,8 @@ void Trainer::build_comm() {
   fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
   fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
   fusion.overlap = cfg_.comm.overlap;
+  // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
+  if (backend_->name() == "cuda") fusion.buffer_ops = device_buffer_ops(*backend_);
   comm::Allreducer* reducer = grad_reducer_.get();
   engine_ = comm::make_fusion_engine(
       comm_, [reducer](float* data, size_t count) { reducer->sum(data, count); }, fusion,

@@ -1,16 +1,21 @@
 // test_fusion_engine.cpp — the fusion engine across ranks: exact means, random ready orders,
-// bucket layout, plan mismatches, misuse errors, the timeline file; and, run one at a time by
+// bucket layout, plan mismatches, misuse errors, bucket memory through BufferOps (every touch,
+// as a GPU arena needs), the timeline file; and, run one at a time by
 // tests/e2e/fusion_stall.sh because they abort the job, the stall inspector's cases.
 // np: 2 3 4
 #define BOOST_TEST_MODULE fusion_engine
 #define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
+#include <sys/mman.h>
+
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
@@ -451,6 +456,203 @@ BOOST_AUTO_TEST_CASE(bad_options_are_input_errors) {
     got = e.what();
   }
   BOOST_TEST(got == "comm.fusion_mib = 0: must be a size in MiB > 0");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- bucket memory through BufferOps (how a GPU backend keeps the arena on the device) -----
+
+namespace {
+
+// Stands in for device memory: pages the host cannot touch (PROT_NONE) except inside
+// access(), so an engine that touched bucket memory anywhere but through the ops and the
+// reduce function would crash the test. Counts every op and checks where it runs.
+class GuardedMemory {
+ public:
+  struct Call {
+    const float* data;
+    size_t count;
+    float divisor;
+  };
+
+  // RW for the duration of f; one access at a time (the comm thread's and the test's).
+  template <typename F>
+  void access(F&& f) {
+    std::lock_guard<std::mutex> lock(access_mutex_);
+    protect(PROT_READ | PROT_WRITE);
+    f();
+    protect(PROT_NONE);
+  }
+
+  BufferOps ops() {
+    BufferOps ops;
+    ops.alloc = [this](size_t bytes) {
+      mapped_bytes_ = (bytes + 4095) / 4096 * 4096;
+      void* memory =
+          mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (memory == MAP_FAILED) throw Error("mmap of the guarded arena failed");
+      std::memset(memory, 0xFF, mapped_bytes_);  // NaNs: only zero() makes the padding 0
+      base_ = static_cast<float*>(memory);
+      protect(PROT_NONE);
+      ++allocs_;
+      alloc_bytes_ = bytes;
+      return std::shared_ptr<float>(base_, [this](float* p) {
+        munmap(p, mapped_bytes_);
+        ++frees_;
+      });
+    };
+    ops.zero = [this](float* data, size_t count) {
+      zeros_.push_back({data, count, 0.0f});
+      access([&] { std::memset(data, 0, count * sizeof(float)); });
+    };
+    ops.divide = [this](float* data, size_t count, float divisor) {
+      {
+        std::lock_guard<std::mutex> lock(count_mutex_);
+        divides_.push_back({data, count, divisor});
+        comm_work_on_test_thread_ += std::this_thread::get_id() == test_thread_;
+      }
+      access([&] {
+        for (size_t i = 0; i < count; ++i) data[i] /= divisor;
+      });
+    };
+    ops.mark_ready = [this](size_t bucket) {
+      std::lock_guard<std::mutex> lock(count_mutex_);
+      if (marks_.size() <= bucket) {
+        marks_.resize(bucket + 1);
+        waits_.resize(bucket + 1);
+      }
+      ++marks_[bucket];
+      marks_off_test_thread_ += std::this_thread::get_id() != test_thread_;
+    };
+    ops.wait_ready = [this](size_t bucket) {
+      std::lock_guard<std::mutex> lock(count_mutex_);
+      // Every wait follows the mark of the same step: one more mark than waits so far.
+      bool marked = bucket < marks_.size() && marks_[bucket] == waits_[bucket] + 1;
+      unmarked_waits_ += !marked;
+      if (bucket < waits_.size()) ++waits_[bucket];
+      wait_order_.push_back(bucket);
+      comm_work_on_test_thread_ += std::this_thread::get_id() == test_thread_;
+    };
+    return ops;
+  }
+
+  // Like a staging allreducer: copy out, sum on the host, copy back.
+  ReduceFn staged(ReduceFn host_sum) {
+    return [this, host_sum](float* data, size_t count) {
+      std::vector<float> host(count);
+      access([&] { std::memcpy(host.data(), data, count * sizeof(float)); });
+      host_sum(host.data(), count);
+      access([&] { std::memcpy(data, host.data(), count * sizeof(float)); });
+    };
+  }
+
+  std::thread::id test_thread_ = std::this_thread::get_id();
+  int allocs_ = 0, frees_ = 0;
+  size_t alloc_bytes_ = 0;
+  float* base_ = nullptr;
+  std::vector<Call> zeros_, divides_;
+  std::vector<int> marks_, waits_;
+  std::vector<size_t> wait_order_;
+  int unmarked_waits_ = 0;
+  int marks_off_test_thread_ = 0;     // mark_ready not on the thread that enqueues
+  int comm_work_on_test_thread_ = 0;  // wait_ready or divide not on the comm thread
+
+ private:
+  // Also on the comm thread, where Boost.Test's assertions are not safe.
+  void protect(int protection) {
+    if (mprotect(base_, mapped_bytes_, protection) != 0) {
+      std::perror("mprotect");
+      std::abort();
+    }
+  }
+
+  std::mutex access_mutex_, count_mutex_;
+  size_t mapped_bytes_ = 0;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(fusion_buffer_ops)
+
+BOOST_AUTO_TEST_CASE(every_touch_of_bucket_memory_goes_through_the_ops_and_means_stay_exact) {
+  const auto specs = model_specs();
+  const int world = rt_test::world_size(), rank = rt_test::world_rank();
+  const int64_t steps = 3;
+  for (bool overlap : {true, false}) {
+    BOOST_TEST_CONTEXT("overlap " << overlap) {
+      GuardedMemory memory;
+      MpiSum guarded_sum, plain_sum;
+      {
+        FusionOptions options = small_buckets(overlap);
+        options.buffer_ops = memory.ops();
+        FusionEngine guarded(MPI_COMM_WORLD, memory.staged(guarded_sum.fn()), options);
+        FusionEngine plain(MPI_COMM_WORLD, plain_sum.fn(), small_buckets(overlap));
+        auto where = guarded.plan(specs);
+        auto plain_where = plain.plan(specs);
+        const size_t buckets = guarded.bucket_count();
+        const BucketLayout& last = guarded.buckets().back();
+        const size_t arena_floats = size_t(last.data + last.bytes / sizeof(float) - where[0]);
+
+        BOOST_TEST(memory.allocs_ == 1);
+        BOOST_TEST(memory.alloc_bytes_ == arena_floats * sizeof(float));
+        BOOST_TEST(where[0] == memory.base_);
+        BOOST_TEST_REQUIRE(memory.zeros_.size() == 1u);
+        BOOST_TEST(memory.zeros_[0].data == memory.base_);
+        BOOST_TEST(memory.zeros_[0].count == arena_floats);
+
+        for (int64_t step = 0; step < steps; ++step) {
+          for (size_t i : random_order(specs.size(), rank, step)) {
+            memory.access([&] { fill_gradient(where[i], specs[i], rank, step, i); });
+            guarded.enqueue(i);
+          }
+          guarded.synchronize();
+          run_step(plain, plain_where, specs, step);
+          size_t wrong = 0;
+          bool same_bits = false;
+          memory.access([&] {
+            wrong = count_wrong(guarded, where, specs, step);
+            same_bits = std::memcmp(where[0], plain_where[0], arena_floats * sizeof(float)) == 0;
+          });
+          BOOST_TEST(all_ok(wrong == 0),
+                     "step " << step << ": " << wrong << " elements wrong on rank " << rank);
+          BOOST_TEST(all_ok(same_bits), "step " << step << ": differs from host buffers");
+        }
+
+        // One mark and one wait per bucket and step, every wait after its mark, in order;
+        // marks on the enqueuing thread, waits and divisions on the comm thread.
+        BOOST_TEST(memory.marks_ == std::vector<int>(buckets, int(steps)),
+                   boost::test_tools::per_element());
+        BOOST_TEST(memory.waits_ == std::vector<int>(buckets, int(steps)),
+                   boost::test_tools::per_element());
+        BOOST_TEST(memory.unmarked_waits_ == 0);
+        std::vector<size_t> order;
+        for (int64_t step = 0; step < steps; ++step)
+          for (size_t b = 0; b < buckets; ++b) order.push_back(b);
+        BOOST_TEST(memory.wait_order_ == order, boost::test_tools::per_element());
+        BOOST_TEST(memory.marks_off_test_thread_ == 0);
+        BOOST_TEST(memory.comm_work_on_test_thread_ == 0);
+        // One division by the world size per bucket and step, over the whole bucket.
+        BOOST_TEST_REQUIRE(memory.divides_.size() == size_t(steps) * buckets);
+        for (size_t k = 0; k < memory.divides_.size(); ++k) {
+          const BucketLayout& b = guarded.buckets()[k % buckets];
+          BOOST_TEST(memory.divides_[k].data == b.data);
+          BOOST_TEST(memory.divides_[k].count == b.bytes / sizeof(float));
+          BOOST_TEST(memory.divides_[k].divisor == float(world));
+        }
+        BOOST_TEST(memory.frees_ == 0);
+      }
+      BOOST_TEST(memory.frees_ == 1);  // the arena's owner, when the engine went
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_unset_op_is_an_error) {
+  MpiSum sum;
+  FusionOptions options;
+  options.buffer_ops.divide = nullptr;
+  expect_on_every_rank(error_of([&] { FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options); }),
+                       "FusionEngine: every BufferOps member must be set (start from "
+                       "host_buffer_ops())");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

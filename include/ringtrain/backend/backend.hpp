@@ -167,6 +167,17 @@ class Backend {
   virtual void scale(Tensor& t, float factor) = 0;
   // y = a*x + b*y (plain, equal numel).
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
+  // t /= divisor, elementwise (plain): a mean of sums stays correctly rounded, which
+  // scale(t, 1 / divisor) would not (1/3 is not a float).
+  virtual void divide(Tensor& t, float divisor) = 0;
+
+  // Ready marks, for another thread that reads memory this backend's ops write (the fusion
+  // engine's comm thread reducing gradients): record_ready(slot) marks all work issued so
+  // far; wait_ready(slot), on any thread, blocks until that work has finished. Slots are
+  // small integers (bucket indices); record a slot again only after its wait returned.
+  // The CPU backends finish every op before it returns: both do nothing there.
+  virtual void record_ready(size_t slot) = 0;
+  virtual void wait_ready(size_t slot) = 0;
 };
 
 // "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). The CPU backends

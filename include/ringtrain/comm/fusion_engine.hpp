@@ -11,6 +11,10 @@
 //                    divide by world size; sleeps on a condition variable in between.
 //   synchronize()    waits until every bucket of the step is reduced, then opens the next.
 //
+// Bucket memory is touched only through FusionOptions::buffer_ops (allocate, zero, divide,
+// ready marks) and the reduce function, so the arena may live on a GPU: the engine itself
+// only passes pointers along.
+//
 // Stall inspector: a watchdog thread sleeps on a condition variable with a deadline. While a
 // step is open (first enqueue until synchronize returns), any progress (an enqueue, a bucket
 // reduced) moves the deadline; if none comes for stall_timeout_s, the ranks exchange their
@@ -43,12 +47,32 @@ class Timeline;
 // engine's comm thread, so it must not share a communicator with collectives on other threads.
 using ReduceFn = std::function<void(float* data, size_t count)>;
 
+// Everything the engine does to bucket memory. host_buffer_ops() is plain host memory (64-byte
+// aligned, divided on the CPU); a GPU backend supplies device memory and kernels instead.
+struct BufferOps {
+  // At least `bytes` of memory, 64-byte aligned, freed by the owner's deleter; once, in plan().
+  std::function<std::shared_ptr<float>(size_t bytes)> alloc;
+  // data[0, count) = 0; once, in plan(), over the whole arena: the padding must reduce to zero.
+  std::function<void(float* data, size_t count)> zero;
+  // data[i] /= divisor; on the comm thread after each reduction when there are several ranks.
+  std::function<void(float* data, size_t count, float divisor)> divide;
+  // On enqueue()'s thread, under the engine's lock, when a bucket's last gradient is enqueued:
+  // mark the writes issued so far (a GPU backend records an event on its compute stream).
+  std::function<void(size_t bucket)> mark_ready;
+  // On the comm thread, before the bucket is reduced: block until what mark_ready(bucket)
+  // marked has finished. Host memory is written synchronously: nothing to wait for.
+  std::function<void(size_t bucket)> wait_ready;
+};
+
+BufferOps host_buffer_ops();
+
 struct FusionOptions {
   double fusion_mib = 64;       // bucket size cap (deck: comm.fusion_mib)
   double first_bucket_mib = 1;  // small first bucket so communication starts early; 0: no cap
                                 // of its own (like the others); capped by fusion_mib
   double stall_timeout_s = 60;  // deck: comm.stall_timeout_s; 0 turns the inspector off
   bool overlap = true;          // false: buckets are reduced only in synchronize(), after backward
+  BufferOps buffer_ops = host_buffer_ops();  // every op must be set
 };
 
 struct GradSpec {  // an fp32 gradient
@@ -89,7 +113,8 @@ class FusionEngine {
   // ringtrain::Error naming the first rank that differs and the tensor where it differs from
   // rank 0. Returns, per spec, where backward must write that gradient (inside its bucket).
   // Backward overwrites it each step; from synchronize() until the next backward it holds the
-  // mean over ranks. The buffers are zeroed once, here, and never move.
+  // mean over ranks. The buffers are zeroed once, here, and never move. They are where
+  // options.buffer_ops put them (host memory by default).
   std::vector<float*> plan(const std::vector<GradSpec>& specs);
 
   // One line for the log: "5 buckets (first <= 1 MiB, then <= 64 MiB): 0.9, 63.8, ... MiB".
@@ -145,7 +170,7 @@ class FusionEngine {
   std::vector<size_t> offsets_;    // float offset of each gradient in the arena
   std::vector<size_t> bucket_of_;  // bucket index of each gradient
   std::vector<BucketLayout> buckets_;
-  std::unique_ptr<float, void (*)(void*)> arena_{nullptr, nullptr};
+  std::shared_ptr<float> arena_;            // from options_.buffer_ops.alloc
   std::vector<const char*> enqueue_names_;  // timeline names
   std::vector<const char*> bucket_names_;
 

@@ -1,6 +1,7 @@
 // cuda_backend.cpp — the CUDA backend: allocation from the pool, transfers on the compute
 // stream, the loss, SGD and elementwise ops on our kernels; layer ops in conv_linear.cpp
 // and norm_pool.cpp.
+#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -11,6 +12,13 @@
 
 namespace ringtrain::backend::cuda {
 namespace {
+
+inline cudaError_t create_ready_event(cudaEvent_t* e) {
+  // No timing (cheaper to record); a waiting thread sleeps instead of spinning on a core
+  // the ranks' CPU work needs.
+  return cudaEventCreateWithFlags(e, cudaEventDisableTiming | cudaEventBlockingSync);
+}
+using ReadyEvent = Owned<cudaEvent_t, create_ready_event, cudaEventDestroy>;
 
 void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
   RT_CHECK(a.numel() == b.numel(), op, ": tensors ", shape_str(a.shape()), " and ",
@@ -138,8 +146,36 @@ class CudaBackend : public Backend {
     kernels::axpby(a, x.f32(), b, y.f32(), y.numel(), ctx_.stream());
   }
 
+  void divide(Tensor& t, float divisor) override {
+    ctx_.activate();
+    expect_f32(t, "divide target");
+    kernels::divide(t.f32(), t.numel(), divisor, ctx_.stream());
+  }
+
+  void record_ready(size_t slot) override {
+    ctx_.activate();
+    CUDA_CHECK(cudaEventRecord(ready_event(slot, true), ctx_.stream()));
+  }
+
+  void wait_ready(size_t slot) override {
+    ctx_.activate();
+    CUDA_CHECK(cudaEventSynchronize(ready_event(slot, false)));
+  }
+
  private:
+  // The event of a slot, created on first record; recorded on one thread, waited on another.
+  cudaEvent_t ready_event(size_t slot, bool create) {
+    std::lock_guard<std::mutex> lock(ready_mutex_);
+    if (create)
+      while (ready_events_.size() <= slot) ready_events_.push_back(std::make_unique<ReadyEvent>());
+    RT_CHECK(slot < ready_events_.size(), "cuda backend: wait_ready(", slot,
+             ") before record_ready(", slot, ")");
+    return ready_events_[slot]->get();
+  }
+
   Context ctx_;
+  std::mutex ready_mutex_;
+  std::vector<std::unique_ptr<ReadyEvent>> ready_events_;
 };
 
 }  // namespace

@@ -30,6 +30,10 @@ __global__ void axpby_kernel(float a, const float* x, float b, float* y, int64_t
   GRID_LOOP(i, n) y[i] = (x ? a * x[i] : 0.0f) + b * y[i];
 }
 
+__global__ void divide_kernel(float* t, int64_t n, float divisor) {
+  GRID_LOOP(i, n) t[i] /= divisor;
+}
+
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n, bool relu) {
   GRID_LOOP(i, n) {
     float v = a[i] + b[i];
@@ -173,6 +177,12 @@ void fill(float* t, int64_t n, float value, cudaStream_t s) {
 void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   axpby_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, x, b, y, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void divide(float* t, int64_t n, float divisor, cudaStream_t s) {
+  if (n == 0) return;
+  divide_kernel<<<blocks_for(n), kThreads, 0, s>>>(t, n, divisor);
   CUDA_CHECK(cudaGetLastError());
 }
 

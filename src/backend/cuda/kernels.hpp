@@ -14,6 +14,8 @@ namespace ringtrain::backend::cuda::kernels {
 void fill(float* t, int64_t n, float value, cudaStream_t s);
 // y = a*x + b*y; x may be null when a == 0.
 void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s);
+// t[i] /= divisor (IEEE division: nvcc's default -prec-div=true).
+void divide(float* t, int64_t n, float divisor, cudaStream_t s);
 // out = a + b, then max(0, .) when relu.
 void add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s);
 // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.

@@ -66,6 +66,9 @@ class RefBackend : public Backend {
     host::check_same_numel("axpby", x, y);
     host::axpby(a, x.f32(), b, y.f32(), y.numel());
   }
+  void divide(Tensor& t, float divisor) override { host::divide(t.f32(), t.numel(), divisor); }
+  void record_ready(size_t) override {}
+  void wait_ready(size_t) override {}
 
  private:
   int threads_;
