@@ -335,9 +335,10 @@ PlannedDefect finish(DefectKind kind, double size_um, std::vector<Feature> featu
 }
 
 // A chord, straight or slightly bowed, bright or dark.
-PlannedDefect plan_scratch(Rng& rng) {
-  double width = 0.5 + 5.5 * std::pow(rng.uniform(), 1.5);  // thin ones are commoner
-  double length = 30 + 220 * std::sqrt(rng.uniform());  // long ones commoner: they show at 64 px
+PlannedDefect plan_scratch(Rng& rng, double max_width = 6, double max_length = 250) {
+  double width = 0.5 + (max_width - 0.5) * std::pow(rng.uniform(), 1.5);  // thin ones commoner
+  // Long ones commoner: they show at 64 px.
+  double length = 30 + (max_length - 30) * std::sqrt(rng.uniform());
   double offset = rng.uniform(0, 50), heading = rng.uniform(0, 2 * kPi);
   Vec2 along = polar(1, heading), across{-along.y, along.x};
   double shift = rng.uniform(-0.25, 0.25) * length;
@@ -357,8 +358,8 @@ PlannedDefect plan_scratch(Rng& rng) {
 }
 
 // A compact dark spot in the glass, sometimes with a bright rim.
-PlannedDefect plan_pit(Rng& rng, double min_um) {
-  double size = rng.uniform(min_um, 12);
+PlannedDefect plan_pit(Rng& rng, double min_um, double max_um = 12) {
+  double size = rng.uniform(min_um, max_um);
   Vec2 c = random_point(rng, 0, 52);
   std::vector<Feature> fs{{Feature::kDisk,
                            {c},
@@ -374,8 +375,8 @@ PlannedDefect plan_pit(Rng& rng, double min_um) {
 }
 
 // A jagged bite out of the cladding edge.
-PlannedDefect plan_chip(Rng& rng, double min_um) {
-  double size = rng.uniform(min_um, 30);
+PlannedDefect plan_chip(Rng& rng, double min_um, double max_um = 30) {
+  double size = rng.uniform(min_um, max_um);
   double angle = rng.uniform(0, 2 * kPi);
   Vec2 c = polar(kCladdingRadiusUm - 0.3 * size, angle);
   double limit = kCladdingRadiusUm + 1.0;
@@ -483,8 +484,8 @@ PlannedDefect plan_lint(Rng& rng) {
 }
 
 // A faint blotch of oil (alpha 0.1-0.3) with a slightly darker rim.
-PlannedDefect plan_oil_film(Rng& rng, double min_um) {
-  double size = rng.uniform(min_um, 150);
+PlannedDefect plan_oil_film(Rng& rng, double min_um, double max_um = 150) {
+  double size = rng.uniform(min_um, max_um);
   Vec2 c = random_point(rng, 0, 70);
   float alpha = float(rng.uniform(0.1, 0.3));
   std::vector<Vec2> outline;
@@ -543,28 +544,26 @@ void plan_primary(Rng& rng, int cls, std::vector<PlannedDefect>& out) {
   }
 }
 
-// A lesser defect (of a less severe class than the primary), full size ranges.
+// Sometimes a lesser defect: of a less severe class than the primary, and smaller.
 void plan_secondary(Rng& rng, int primary, std::vector<PlannedDefect>& out) {
   std::vector<int> lesser;
   for (int c = 1; c < kClasses; ++c)
     if (class_severity(c) < class_severity(primary)) lesser.push_back(c);
-  if (lesser.empty() || !rng.chance(0.35)) return;
+  if (lesser.empty() || !rng.chance(0.25)) return;
+  // Lesser in size too (inside FIBER.md's ranges), so the primary class stays the one that shows.
   switch (lesser[rng.below(int(lesser.size()))]) {
     case kScratch:
-      out.push_back(plan_scratch(rng));
+      out.push_back(plan_scratch(rng, 2, 90));
       break;
     case kChipPit:
-      out.push_back(rng.chance(0.5) ? plan_chip(rng, 5) : plan_pit(rng, 1));
+      out.push_back(rng.chance(0.5) ? plan_chip(rng, 5, 12) : plan_pit(rng, 1, 5));
       break;
     case kContamination: {
-      double style = rng.uniform();
-      if (style < 0.2) {
-        out.push_back(plan_lint(rng));
-      } else if (style < 0.4) {
-        out.push_back(plan_oil_film(rng, 20));
+      if (rng.chance(0.2)) {
+        out.push_back(plan_oil_film(rng, 20, 60));
       } else {
         int n = rng.between(1, 3);
-        for (int i = 0; i < n; ++i) out.push_back(plan_dust(rng, 1, 6));
+        for (int i = 0; i < n; ++i) out.push_back(plan_dust(rng, 1, 5));
       }
       break;
     }
