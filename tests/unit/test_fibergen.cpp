@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "temp_dir.hpp"
 #include "ringtrain/data/shard_format.hpp"
 #include "ringtrain/fiber/generator.hpp"
 #include "ringtrain/io/h5.hpp"
@@ -18,12 +19,7 @@ using namespace ringtrain::fiber;
 
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("rt-test-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+using rt_test::temp_dir;
 
 // A defect lying between radii r0 and r1 (micrometres from the fiber centre).
 Defect at(DefectKind kind, double size_um, double r0, double r1) {

@@ -3,18 +3,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.hpp"
 #include "ringtrain/io/h5.hpp"
 
 namespace fs = std::filesystem;
 using namespace ringtrain;
 
 namespace {
-std::string temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("rt-test-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+using rt_test::temp_dir;
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(h5_wrapper)

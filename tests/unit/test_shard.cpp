@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert.hpp"
 #include "ringtrain/data/shard_format.hpp"
@@ -23,12 +24,7 @@ using namespace ringtrain;
 
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("rt-test-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
+using rt_test::temp_dir;
 
 bool empty_dir(const std::string& dir) {
   return !fs::exists(dir) || fs::is_empty(dir);
