@@ -85,6 +85,9 @@ CONFIG_H  := $(BUILD)/include/ringtrain/build_config.hpp
 INFO_H    := $(BUILD)/include/ringtrain/build_info.hpp
 GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 
+# Objects of tools and tests are intermediate to make; keep them, so a relink recompiles nothing.
+.SECONDARY:
+
 .PHONY: all deps test run bench bench-compute bench-allreduce bench-scaling clean found format
 .DEFAULT_GOAL := all
 
