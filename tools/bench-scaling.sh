@@ -66,12 +66,14 @@ model_settings() {
 }
 
 make_data() {
-  local max_np
-  max_np=$(tr ' ' '\n' <<<"$NPS" | grep . | sort -n | tail -1)
-  if [ ! -f data/bench/fiber/train-00000-of-00002.h5 ]; then
-    # 80% of the images are train: enough for the largest rank count's steps x batch.
-    "$BIN/rt-fibergen" --output data/bench/fiber --count $(( max_np * 33 * 32 * 5 / 4 + 200 )) \
-      --seed 1 --size 64 --shards 2 >/dev/null
+  local max_np count
+  max_np=$(tr ' ' '\n' <<<"$NPS 4" | grep . | sort -n | tail -1)
+  # 80% of the images are train: enough for the largest rank count's steps x batch.
+  count=$(( max_np * 33 * 32 * 5 / 4 + 200 ))
+  if [ "$(cat data/bench/fiber/.count 2>/dev/null || echo 0)" -lt "$count" ]; then
+    rm -rf data/bench/fiber
+    "$BIN/rt-fibergen" --output data/bench/fiber --count "$count" --seed 1 --size 64 --shards 2 >/dev/null
+    echo "$count" >data/bench/fiber/.count
   fi
   if [ ! -f data/bench/cifar10-synthetic/train-00000-of-00001.h5 ]; then
     local raw=data/bench/cifar10-bin
