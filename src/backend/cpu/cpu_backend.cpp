@@ -1,30 +1,20 @@
 // cpu_backend.cpp — the oneDNN CPU backend: allocation, transfers, loss, SGD and the
 // elementwise ops; the layer ops live in conv_linear.cpp and norm_pool.cpp.
-#include <omp.h>
-
 #include <cmath>
 #include <cstring>
 
-#include "../factories.hpp"
-#include "../host_math.hpp"
+#include "../host_backend.hpp"
 #include "ops.hpp"
 
 namespace ringtrain::backend {
 namespace cpu {
 namespace {
 
-class CpuBackend : public Backend {
+class CpuBackend : public HostBackend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads) { omp_set_num_threads(threads); }
+  explicit CpuBackend(int threads) : HostBackend(threads) {}
 
   std::string name() const override { return "cpu"; }
-  int threads() const override { return threads_; }
-
-  Tensor alloc(const Shape& shape, DType dtype) override {
-    RT_CHECK(dtype == DType::kF32, "cpu backend: ", dtype_name(dtype), " not yet supported");
-    size_t bytes = size_t(shape_numel(shape)) * sizeof(float);
-    return Tensor(shape, dtype, aligned_host_alloc(bytes), bytes);
-  }
 
   void upload(const float* host, Tensor& t) override {
     RT_CHECK(t.is_plain(), "upload into a tensor with a backend layout");
@@ -55,51 +45,7 @@ class CpuBackend : public Backend {
     return cpu::make_add(ctx_, fuse_relu);
   }
 
-  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
-                                   Tensor& dlogits) override {
-    RT_CHECK(logits.is_plain() && logits.rank() == 2, "loss: logits must be plain [N, classes]");
-    if (dlogits.shape() != logits.shape()) dlogits = alloc(logits.shape(), DType::kF32);
-    return host::softmax_cross_entropy(logits.f32(), labels, logits.dim(0), logits.dim(1),
-                                       dlogits.f32());
-  }
-
-  void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
-    host::check_same_numel("sgd", w, g);
-    host::check_same_numel("sgd", w, buf);
-    host::sgd_update(w.f32(), g.f32(), buf.f32(), w.numel(), spec);
-  }
-
-  void fill(Tensor& t, float value) override {
-    RT_CHECK(t.is_plain(), "fill of a tensor with a backend layout");
-    host::fill(t.f32(), t.numel(), value);
-  }
-
-  void copy(const Tensor& src, Tensor& dst) override {
-    if (dst.shape() != src.shape() || !dst.is_plain()) dst = alloc(src.shape(), DType::kF32);
-    download(src, dst.f32());
-  }
-
-  void scale(Tensor& t, float factor) override {
-    RT_CHECK(t.is_plain(), "scale of a tensor with a backend layout");
-    host::axpby(0.0f, nullptr, factor, t.f32(), t.numel());
-  }
-
-  void axpby(float a, const Tensor& x, float b, Tensor& y) override {
-    host::check_same_numel("axpby", x, y);
-    RT_CHECK(x.is_plain() && y.is_plain(), "axpby of tensors with a backend layout");
-    host::axpby(a, x.f32(), b, y.f32(), y.numel());
-  }
-
-  void divide(Tensor& t, float divisor) override {
-    RT_CHECK(t.is_plain(), "divide of a tensor with a backend layout");
-    host::divide(t.f32(), t.numel(), divisor);
-  }
-
-  void record_ready(size_t) override {}
-  void wait_ready(size_t) override {}
-
  private:
-  int threads_;
   Context ctx_;
   CachedReorder download_reorder_;
 };

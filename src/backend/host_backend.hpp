@@ -1,0 +1,75 @@
+// host_backend.hpp — what the two host-memory backends (cpu, ref) share: allocation, the
+// loss, SGD and elementwise ops on plain fp32 memory, and ready marks that need no waiting.
+#pragma once
+
+#include <omp.h>
+
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/core/error.hpp"
+#include "factories.hpp"
+#include "host_math.hpp"
+
+namespace ringtrain::backend {
+
+// Derived backends add the layer ops and the transfers (upload, download, synchronize).
+class HostBackend : public Backend {
+ public:
+  explicit HostBackend(int threads) : threads_(threads) { omp_set_num_threads(threads); }
+
+  int threads() const override { return threads_; }
+
+  Tensor alloc(const Shape& shape, DType dtype) override {
+    RT_CHECK(dtype == DType::kF32, name(), " backend: ", dtype_name(dtype), " not yet supported");
+    size_t bytes = size_t(shape_numel(shape)) * sizeof(float);
+    return Tensor(shape, dtype, aligned_host_alloc(bytes), bytes);
+  }
+
+  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
+                                   Tensor& dlogits) override {
+    RT_CHECK(logits.is_plain() && logits.rank() == 2, "loss: logits must be plain [N, classes]");
+    if (dlogits.shape() != logits.shape()) dlogits = alloc(logits.shape(), DType::kF32);
+    return host::softmax_cross_entropy(logits.f32(), labels, logits.dim(0), logits.dim(1),
+                                       dlogits.f32());
+  }
+
+  void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
+    host::check_same_numel("sgd", w, g);
+    host::check_same_numel("sgd", w, buf);
+    host::sgd_update(w.f32(), g.f32(), buf.f32(), w.numel(), spec);
+  }
+
+  void fill(Tensor& t, float value) override {
+    RT_CHECK(t.is_plain(), "fill of a tensor with a backend layout");
+    host::fill(t.f32(), t.numel(), value);
+  }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (dst.shape() != src.shape() || !dst.is_plain()) dst = alloc(src.shape(), DType::kF32);
+    download(src, dst.f32());
+  }
+
+  void scale(Tensor& t, float factor) override {
+    RT_CHECK(t.is_plain(), "scale of a tensor with a backend layout");
+    host::axpby(0.0f, nullptr, factor, t.f32(), t.numel());
+  }
+
+  void axpby(float a, const Tensor& x, float b, Tensor& y) override {
+    host::check_same_numel("axpby", x, y);
+    RT_CHECK(x.is_plain() && y.is_plain(), "axpby of tensors with a backend layout");
+    host::axpby(a, x.f32(), b, y.f32(), y.numel());
+  }
+
+  void divide(Tensor& t, float divisor) override {
+    RT_CHECK(t.is_plain(), "divide of a tensor with a backend layout");
+    host::divide(t.f32(), t.numel(), divisor);
+  }
+
+  // Host work is done when the call returns.
+  void record_ready(size_t) override {}
+  void wait_ready(size_t) override {}
+
+ private:
+  int threads_;
+};
+
+}  // namespace ringtrain::backend
