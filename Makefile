@@ -88,7 +88,7 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Objects of tools and tests are intermediate to make; keep them, so a relink recompiles nothing.
 .SECONDARY:
 
-.PHONY: all deps test run bench bench-compute bench-allreduce bench-scaling clean found format
+.PHONY: all deps test run bench bench-compute bench-allreduce bench-scaling clean found format FORCE
 .DEFAULT_GOAL := all
 
 all: $(BIN)/ringtrain $(TOOLS)

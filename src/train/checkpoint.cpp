@@ -1,12 +1,10 @@
-// checkpoint.cpp — writing and reading checkpoints; SIGTERM/SIGUSR1 ask for one and a stop.
+// checkpoint.cpp — writing and reading checkpoints; a stop signal asks for one and a stop.
 #include "ringtrain/train/checkpoint.hpp"
 
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
-
 #include "ringtrain/core/log.hpp"
+#include "ringtrain/core/stop_signals.hpp"
 #include "ringtrain/io/h5.hpp"
 
 namespace ringtrain::train {
@@ -15,34 +13,17 @@ namespace {
 constexpr const char* kFormat = "ringtrain-checkpoint";
 constexpr int32_t kVersion = 1;
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int signal) { g_stop_signal = signal; }
-
-struct sigaction g_old_term, g_old_usr1;
-
 }  // namespace
 
 CheckpointState::CheckpointState(const Config& config, const comm::Communicator& comm)
-    : config_(config), comm_(comm) {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, &g_old_term);
-  sigaction(SIGUSR1, &action, &g_old_usr1);
-}
-
-CheckpointState::~CheckpointState() {
-  sigaction(SIGTERM, &g_old_term, nullptr);
-  sigaction(SIGUSR1, &g_old_usr1, nullptr);
-}
+    : config_(config), comm_(comm) {}
 
 bool CheckpointState::due(int64_t global_step) const {
   return config_.train.checkpoint_every > 0 && global_step % config_.train.checkpoint_every == 0;
 }
 
 bool CheckpointState::stop_requested() const {
-  return !comm_.all_ok(g_stop_signal == 0);
+  return !comm_.all_ok(StopSignals::stop_signal() == 0);
 }
 
 void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const {

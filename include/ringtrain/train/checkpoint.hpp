@@ -21,13 +21,12 @@ struct ResumePoint {
 
 class CheckpointState {
  public:
-  // Installs SIGTERM and SIGUSR1 handlers that ask for a checkpoint and a clean stop.
   CheckpointState(const Config& config, const comm::Communicator& comm);
-  ~CheckpointState();
 
   // True when train.checkpoint_every says step is due.
   bool due(int64_t global_step) const;
-  // Collective: true on every rank when any rank has received SIGTERM or SIGUSR1.
+  // Collective: true on every rank when any rank has received a stop signal
+  // (core/stop_signals.hpp: SIGTERM, SIGUSR1 or SIGINT).
   bool stop_requested() const;
   // Collective: rank 0 writes the checkpoint atomically.
   void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const;
