@@ -72,6 +72,10 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.log_interval", &c.train.log_interval, "steps between progress lines", {}},
       {"train.checkpoint_every", &c.train.checkpoint_every,
        "steps between checkpoints (0 = only on SIGTERM/SIGUSR1)", {}},
+      {"train.straggler_rank", &c.train.straggler_rank,
+       "make this rank a straggler for load-imbalance studies (-1 = none)", {}},
+      {"train.straggler_ms", &c.train.straggler_ms,
+       "milliseconds the straggler sleeps in every step's data phase", {}},
       {"comm.algorithm", &c.comm.algorithm, "gradient allreduce",
        {"ring", "mpi", "hierarchical", "nccl"}},
       {"comm.fusion_mib", &c.comm.fusion_mib, "fusion buffer (bucket) size cap, MiB", {}},
@@ -246,6 +250,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.threads >= 0, "train.threads", std::to_string(t.threads), "0 (auto) or more");
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every), "0 or more");
+  require(t.straggler_rank >= -1, "train.straggler_rank", std::to_string(t.straggler_rank), "-1 or a rank");
+  require(t.straggler_ms >= 0, "train.straggler_ms", format_number(t.straggler_ms), "0 or more");
   const auto& m = c.comm;
   require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib), "a positive number of MiB");
   require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib), "0 or more MiB");
@@ -382,6 +388,9 @@ void validate_for_world(const Config& c, int world_size) {
   if (c.comm.ranks_per_node > 0 && world_size % c.comm.ranks_per_node != 0)
     throw InputError(str(where, ": comm.ranks_per_node = ", c.comm.ranks_per_node,
                          " does not divide the world size ", world_size));
+  if (c.train.straggler_rank >= world_size)
+    throw InputError(str(where, ": train.straggler_rank = ", c.train.straggler_rank,
+                         " but the world has ranks 0..", world_size - 1));
 }
 
 }  // namespace ringtrain

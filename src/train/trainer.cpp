@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cmath>
 #include <ctime>
+#include <chrono>
 #include <limits>
+#include <thread>
 #include <unordered_map>
 
 #include "ringtrain/backend/backend.hpp"
@@ -343,6 +345,8 @@ void Trainer::train_epoch(int epoch) {
   while (!stop_ && global_step_ < total_steps_) {
     double t0 = comm::Timeline::now();
     if (!loader.next(batch)) break;
+    if (comm_.rank() == cfg_.train.straggler_rank)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg_.train.straggler_ms));
     double t1 = comm::Timeline::now();
     timeline_->span("data", "step", t0, t1);
     Sums step_sums;

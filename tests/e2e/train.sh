@@ -29,8 +29,13 @@ dir = $work/out
 timeline = true
 DECK
 
+# On 2 ranks, rank 1 is made a straggler (25 ms more in each data phase), so its timings
+# can be told from rank 0's: they must land in row 1 of every /timings dataset.
 for np in 1 2; do
-  rt_mpirun "$np" "$BIN/ringtrain" --deck "$work/tiny.deck" --output.name="np$np" >"$work/np$np.log" 2>&1 \
+  straggler=()
+  [ "$np" = 2 ] && straggler=(--train.straggler_rank=1 --train.straggler_ms=25)
+  rt_mpirun "$np" "$BIN/ringtrain" --deck "$work/tiny.deck" --output.name="np$np" "${straggler[@]}" \
+    >"$work/np$np.log" 2>&1 \
     || { cat "$work/np$np.log"; fail "np $np run failed"; }
   grep -q "^epoch 2/2 step" "$work/np$np.log" || fail "np $np: no progress lines"
   grep -q $'\r' "$work/np$np.log" && fail "np $np: carriage return in a non-terminal log"
@@ -52,6 +57,10 @@ for phase in ["data", "forward", "backward", "allreduce_wait", "optimizer", "ste
     assert t.shape == (world, steps), (phase, t.shape)
     assert t.attrs["units"] == "s"
     assert (t[()] >= 0).all()
+if world == 2:
+    data = f["timings/data"][()]
+    assert data[1].min() >= 0.025, f"straggler rank 1's data row: min {data[1].min()}"
+    assert sorted(data[0])[len(data[0]) // 2] < 0.025, f"rank 0's data row has the straggler's times"
 step = f["timings/step"][()]
 parts = sum(f["timings"][p][()] for p in ["data", "forward", "backward", "allreduce_wait", "optimizer"])
 assert (parts <= step * 1.0001 + 1e-6).all(), "phases add up to more than the step"
@@ -92,4 +101,6 @@ expect_bad nodata "shard directory $work/none does not exist; create the shards 
   --data.dir="$work/none"
 expect_bad world "$work/tiny.deck: train.global_batch = 33 does not divide over 2 ranks; use a multiple of the world size or train.batch_per_rank" \
   --train.batch_per_rank=0 --train.global_batch=33
+expect_bad straggler "$work/tiny.deck: train.straggler_rank = 2 but the world has ranks 0..1" \
+  --train.straggler_rank=2 --train.straggler_ms=5
 echo "train e2e: ok"

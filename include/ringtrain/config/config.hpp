@@ -50,6 +50,8 @@ struct TrainConfig {
   uint64_t seed = 1;
   int log_interval = 50;            // steps between progress lines
   int64_t checkpoint_every = 0;     // steps; 0: only on SIGTERM / SIGUSR1
+  int straggler_rank = -1;          // this rank sleeps straggler_ms in every data phase
+  double straggler_ms = 0;          // (load-imbalance studies; -1: no straggler)
 };
 
 struct CommConfig {
