@@ -10,6 +10,7 @@
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/halving_doubling.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -102,21 +103,66 @@ class HierarchicalAllreduce final : public Allreducer {
   std::mutex mutex_;
 };
 
+// Per call, rhd or ring by size and world size (choose_automatic); counts are checked once.
+class AutoAllreduce final : public Allreducer {
+ public:
+  AutoAllreduce(const Communicator& comm, const AllreduceOptions& options)
+      : comm_(duplicate(comm.raw())), options_(options), n_(comm.size()) {
+    AllreduceOptions inner = options;
+    inner.validate_counts = false;
+    ring_ = std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), inner);
+    rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner);
+  }
+  void sum(float* data, size_t count) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (options_.validate_counts) check_same_count(comm_.get(), count, "auto allreduce");
+    // Every rank passes the same count, so every rank picks the same algorithm.
+    if (choose_automatic(count * sizeof(float), n_) == Algorithm::ring)
+      ring_->sum(data, count);
+    else
+      rhd_->sum(data, count);
+  }
+  std::string name() const override {
+    return options_.wire == Wire::fp32 ? "auto" : "auto/" + to_string(options_.wire);
+  }
+
+ private:
+  CommHandle comm_;
+  AllreduceOptions options_;
+  int n_;
+  std::unique_ptr<RingAllreduce> ring_;
+  std::unique_ptr<HalvingDoubling> rhd_;
+  std::mutex mutex_;
+};
+
 }  // namespace
+
+Algorithm choose_automatic(size_t bytes, int world_size) {
+  // TODO thresholds
+  (void)bytes;
+  (void)world_size;
+  return Algorithm::rhd;
+}
 
 Algorithm parse_algorithm(const std::string& text) {
   if (text == "ring") return Algorithm::ring;
+  if (text == "rhd") return Algorithm::rhd;
+  if (text == "auto") return Algorithm::automatic;
   if (text == "mpi") return Algorithm::mpi;
   if (text == "hierarchical") return Algorithm::hierarchical;
   if (text == "nccl") return Algorithm::nccl;
-  throw InputError(
-      str("unknown allreduce algorithm '", text, "': choose ring, mpi, hierarchical or nccl"));
+  throw InputError(str("unknown allreduce algorithm '", text,
+                       "': choose ring, rhd, auto, mpi, hierarchical or nccl"));
 }
 
 std::string to_string(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::ring:
       return "ring";
+    case Algorithm::rhd:
+      return "rhd";
+    case Algorithm::automatic:
+      return "auto";
     case Algorithm::mpi:
       return "mpi";
     case Algorithm::hierarchical:
@@ -170,10 +216,14 @@ static std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algor
   switch (algorithm) {
     case Algorithm::ring:
       return std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), options);
+    case Algorithm::rhd:
+      return std::make_unique<HalvingDoubling>(comm.raw(), options);
+    case Algorithm::automatic:
+      return std::make_unique<AutoAllreduce>(comm, options);
     case Algorithm::mpi:
-      RT_REQUIRE_INPUT(options.wire == Wire::fp32, "allreduce wire format ",
-                       to_string(options.wire),
-                       " needs algorithm ring or hierarchical (MPI_Allreduce sends fp32)");
+      RT_REQUIRE_INPUT(
+          options.wire == Wire::fp32, "allreduce wire format ", to_string(options.wire),
+          " needs algorithm ring, rhd, auto or hierarchical (MPI_Allreduce sends fp32)");
       return std::make_unique<MpiAllreduce>(comm, options);
     case Algorithm::hierarchical:
       return std::make_unique<HierarchicalAllreduce>(comm, options);
@@ -197,8 +247,8 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
 #if RINGTRAIN_HAS_CUDA
   // Where GPUs are, data may be device memory (the cuda backend's tensors).
   if (algorithm != Algorithm::nccl && backend::cuda_device_count() > 0)
-    reducer = stage_device_memory(std::move(reducer),
-                                  algorithm == Algorithm::mpi && mpi_is_cuda_aware());
+    reducer =
+        stage_device_memory(std::move(reducer), algorithm == Algorithm::mpi && mpi_is_cuda_aware());
 #endif
   return reducer;
 }
