@@ -137,11 +137,27 @@ class AutoAllreduce final : public Allreducer {
 
 }  // namespace
 
+// Measured with rt-allreduce-bench on this 2-core VM (OpenMPI 4.1.4, vader + CMA, medians of
+// 50 iterations, time in us, ring / rhd / MPI_Allreduce in the same run; the machine is
+// shared, so a row is only compared within itself):
+//  - up to 32 KiB, rhd's whole-vector doubling (doubling_max_bytes) takes the fewest steps:
+//    4 ranks 16 KiB 47 / 29 / 39, 32 KiB 54 / 39 / 46; 2 ranks 16 KiB 9.5 / 7.5 / 9.5.
+//    At 64 KiB it ties (4 ranks 70 / 63 / 62) and past it sends too many bytes (128 KiB
+//    143 / 156 / 137), so halving-doubling takes over inside rhd there.
+//  - 2 ranks: past the doubling range rhd is the ring's exchange pattern exactly (one halving
+//    step, one doubling step); the ring is kept, it is the path the tests have run longest.
+//  - 4 ranks (power of two): halving-doubling vs ring, 128 KiB..16 MiB, chunk 1 MiB, quiet
+//    machine: 172/176, 309/306, 584/587, 1178/1255, 2384/2395, 5064/4596, 9625/8439,
+//    18694/16266 us at 128K, 256K, ..., 16M — equal within the noise up to 2 MiB, then the
+//    ring was ahead in that run (another run had rhd ahead at 4-8 MiB). rhd is taken up to
+//    1 MiB where its 2 log2(n) steps (vs 2(n-1)) matter more as n grows; ring above.
+//  - other sizes of world (3, 5, ...): rhd's fold sends the whole vector once more each way,
+//    so it only pays while steps, not bytes, cost: rhd up to 64 KiB, ring above.
 Algorithm choose_automatic(size_t bytes, int world_size) {
-  // TODO thresholds
-  (void)bytes;
-  (void)world_size;
-  return Algorithm::rhd;
+  const bool power_of_two = (world_size & (world_size - 1)) == 0;
+  if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;
+  if (power_of_two) return bytes <= (1u << 20) ? Algorithm::rhd : Algorithm::ring;
+  return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::ring;
 }
 
 Algorithm parse_algorithm(const std::string& text) {

@@ -17,6 +17,8 @@ constexpr int kTagHalving = 412;
 constexpr int kTagDoubling = 413;
 constexpr int kTagWholeVector = 414;
 constexpr int kTagUnfold = 415;
+// fp32 messages posted ahead per direction, at most (see kMaxPostedAhead in the ring).
+constexpr int64_t kMaxPostedAhead = 64;
 
 // Block i of p over count elements (the header's remainders): [offset(i), offset(i+1)).
 size_t block_offset(size_t count, int p, int i) {
@@ -149,8 +151,10 @@ void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, 
   const bool fp32 = wire == Wire::fp32;
   const int64_t K = options_.chunks_in_flight;
   const int64_t SC = chunks_of(send_len, chunk_elems_), RC = chunks_of(recv_len, chunk_elems_);
-  const int64_t send_window = fp32 ? std::max<int64_t>(SC, 1) : K;
-  const int64_t recv_window = fp32 && into == Into::copy ? std::max<int64_t>(RC, 1) : K;
+  const int64_t ahead = std::max<int64_t>(K, kMaxPostedAhead);
+  const int64_t send_window = fp32 ? std::max<int64_t>(std::min(SC, ahead), 1) : K;
+  const int64_t recv_window =
+      fp32 && into == Into::copy ? std::max<int64_t>(std::min(RC, ahead), 1) : K;
   if (static_cast<int64_t>(send_requests_.size()) < send_window)
     send_requests_.resize(send_window, MPI_REQUEST_NULL);
   if (static_cast<int64_t>(recv_requests_.size()) < recv_window)

@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi
       hier->sum(b.data(), count);
       rhd->sum(c.data(), count);
       automatic->sum(d.data(), count);
-      automatic->sum(d.data() + count / 2, 3);  // small: the other algorithm of auto
+      automatic->sum(d.data() + count / 2, 3);  // 12 bytes: whole-vector doubling
       d = rt_test::small_int_data(world.rank(), count);
       automatic->sum(d.data(), count);
     } catch (const std::exception& e) {
