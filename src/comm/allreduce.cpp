@@ -151,6 +151,9 @@ class AutoAllreduce final : public Allreducer {
 //    18694/16266 us at 128K, 256K, ..., 16M — equal within the noise up to 2 MiB, then the
 //    ring was ahead in that run (another run had rhd ahead at 4-8 MiB). rhd is taken up to
 //    1 MiB where its 2 log2(n) steps (vs 2(n-1)) matter more as n grows; ring above.
+//    Open question: the final make bench-allreduce run had rhd ahead from 64 KiB to 32 MiB
+//    (8 MiB 8395 vs 11808, 16 MiB 17453 vs 23742 us) and level above; with two earlier runs
+//    level or ring ahead, the threshold stays until more quiet runs decide it.
 //  - other sizes of world (3, 5, ...): rhd's fold sends the whole vector once more each way,
 //    so it only pays while steps, not bytes, cost: rhd up to 64 KiB, ring above.
 Algorithm choose_automatic(size_t bytes, int world_size) {
