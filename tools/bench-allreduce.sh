@@ -18,8 +18,12 @@ NPS=${NPS:-"2 4"}
 #    on 2 cores a rank pinned beside a spinning neighbour waits for whole scheduler slices,
 #    while unpinned ranks let the kernel spread the load. OpenMPI turns on
 #    mpi_yield_when_idle itself when it sees oversubscription (4 ranks).
-#  - ring chunks: 1 MiB x 4 in flight, every ready fp32 send posted at once
-#    (AllreduceOptions::post_all_ready); 256 KiB to 8 MiB chunks were within the noise.
+#  - ring and rhd chunks: 1 MiB x 4 in flight, ready fp32 sends posted ahead up to 64 messages
+#    (AllreduceOptions::post_all_ready; unbounded, 256 MiB on 2 ranks fell to 0.73x MPI).
+#    On 2 ranks the chunk count per ring segment matters more than the chunk size: 16 MiB in
+#    1 MiB chunks (8 a segment) ran at 0.82x MPI, in 256 KiB chunks at 1.2x, in three runs;
+#    4 MiB in 256 KiB chunks (8 again) was slow too. Not understood; see the branch notes.
+#  - algorithms: ring, rhd, auto (ours), mpi, hierarchical; "ours/mpi" is auto's column.
 SINGLE_COPY=${SINGLE_COPY:-cma}
 BIND=${BIND:---bind-to none}
 

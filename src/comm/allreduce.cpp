@@ -10,6 +10,7 @@
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/halving_doubling.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -102,21 +103,85 @@ class HierarchicalAllreduce final : public Allreducer {
   std::mutex mutex_;
 };
 
+// Per call, rhd or ring by size and world size (choose_automatic); counts are checked once.
+class AutoAllreduce final : public Allreducer {
+ public:
+  AutoAllreduce(const Communicator& comm, const AllreduceOptions& options)
+      : comm_(duplicate(comm.raw())), options_(options), n_(comm.size()) {
+    AllreduceOptions inner = options;
+    inner.validate_counts = false;
+    ring_ = std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), inner);
+    rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner);
+  }
+  void sum(float* data, size_t count) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (options_.validate_counts) check_same_count(comm_.get(), count, "auto allreduce");
+    // Every rank passes the same count, so every rank picks the same algorithm.
+    if (choose_automatic(count * sizeof(float), n_) == Algorithm::ring)
+      ring_->sum(data, count);
+    else
+      rhd_->sum(data, count);
+  }
+  std::string name() const override {
+    return options_.wire == Wire::fp32 ? "auto" : "auto/" + to_string(options_.wire);
+  }
+
+ private:
+  CommHandle comm_;
+  AllreduceOptions options_;
+  int n_;
+  std::unique_ptr<RingAllreduce> ring_;
+  std::unique_ptr<HalvingDoubling> rhd_;
+  std::mutex mutex_;
+};
+
 }  // namespace
+
+// Measured with rt-allreduce-bench on this 2-core VM (OpenMPI 4.1.4, vader + CMA, medians of
+// 50 iterations, time in us, ring / rhd / MPI_Allreduce in the same run; the machine is
+// shared, so a row is only compared within itself):
+//  - up to 32 KiB, rhd's whole-vector doubling (doubling_max_bytes) takes the fewest steps:
+//    4 ranks 16 KiB 47 / 29 / 39, 32 KiB 54 / 39 / 46; 2 ranks 16 KiB 9.5 / 7.5 / 9.5.
+//    At 64 KiB it ties (4 ranks 70 / 63 / 62) and past it sends too many bytes (128 KiB
+//    143 / 156 / 137), so halving-doubling takes over inside rhd there.
+//  - 2 ranks: past the doubling range rhd is the ring's exchange pattern exactly (one halving
+//    step, one doubling step); the ring is kept, it is the path the tests have run longest.
+//  - 4 ranks (power of two): halving-doubling vs ring, 128 KiB..16 MiB, chunk 1 MiB, quiet
+//    machine: 172/176, 309/306, 584/587, 1178/1255, 2384/2395, 5064/4596, 9625/8439,
+//    18694/16266 us at 128K, 256K, ..., 16M — equal within the noise up to 2 MiB, then the
+//    ring was ahead in that run (another run had rhd ahead at 4-8 MiB). rhd is taken up to
+//    1 MiB where its 2 log2(n) steps (vs 2(n-1)) matter more as n grows; ring above.
+//    Open question: the final make bench-allreduce run had rhd ahead from 64 KiB to 32 MiB
+//    (8 MiB 8395 vs 11808, 16 MiB 17453 vs 23742 us) and level above; with two earlier runs
+//    level or ring ahead, the threshold stays until more quiet runs decide it.
+//  - other sizes of world (3, 5, ...): rhd's fold sends the whole vector once more each way,
+//    so it only pays while steps, not bytes, cost: rhd up to 64 KiB, ring above.
+Algorithm choose_automatic(size_t bytes, int world_size) {
+  const bool power_of_two = (world_size & (world_size - 1)) == 0;
+  if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;
+  if (power_of_two) return bytes <= (1u << 20) ? Algorithm::rhd : Algorithm::ring;
+  return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::ring;
+}
 
 Algorithm parse_algorithm(const std::string& text) {
   if (text == "ring") return Algorithm::ring;
+  if (text == "rhd") return Algorithm::rhd;
+  if (text == "auto") return Algorithm::automatic;
   if (text == "mpi") return Algorithm::mpi;
   if (text == "hierarchical") return Algorithm::hierarchical;
   if (text == "nccl") return Algorithm::nccl;
-  throw InputError(
-      str("unknown allreduce algorithm '", text, "': choose ring, mpi, hierarchical or nccl"));
+  throw InputError(str("unknown allreduce algorithm '", text,
+                       "': choose ring, rhd, auto, mpi, hierarchical or nccl"));
 }
 
 std::string to_string(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::ring:
       return "ring";
+    case Algorithm::rhd:
+      return "rhd";
+    case Algorithm::automatic:
+      return "auto";
     case Algorithm::mpi:
       return "mpi";
     case Algorithm::hierarchical:
@@ -170,10 +235,14 @@ static std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algor
   switch (algorithm) {
     case Algorithm::ring:
       return std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), options);
+    case Algorithm::rhd:
+      return std::make_unique<HalvingDoubling>(comm.raw(), options);
+    case Algorithm::automatic:
+      return std::make_unique<AutoAllreduce>(comm, options);
     case Algorithm::mpi:
-      RT_REQUIRE_INPUT(options.wire == Wire::fp32, "allreduce wire format ",
-                       to_string(options.wire),
-                       " needs algorithm ring or hierarchical (MPI_Allreduce sends fp32)");
+      RT_REQUIRE_INPUT(
+          options.wire == Wire::fp32, "allreduce wire format ", to_string(options.wire),
+          " needs algorithm ring, rhd, auto or hierarchical (MPI_Allreduce sends fp32)");
       return std::make_unique<MpiAllreduce>(comm, options);
     case Algorithm::hierarchical:
       return std::make_unique<HierarchicalAllreduce>(comm, options);
@@ -197,8 +266,8 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
 #if RINGTRAIN_HAS_CUDA
   // Where GPUs are, data may be device memory (the cuda backend's tensors).
   if (algorithm != Algorithm::nccl && backend::cuda_device_count() > 0)
-    reducer = stage_device_memory(std::move(reducer),
-                                  algorithm == Algorithm::mpi && mpi_is_cuda_aware());
+    reducer =
+        stage_device_memory(std::move(reducer), algorithm == Algorithm::mpi && mpi_is_cuda_aware());
 #endif
   return reducer;
 }

@@ -12,6 +12,11 @@ namespace {
 
 constexpr int kTagReduceScatter = 401;
 constexpr int kTagAllgather = 402;
+// post_all_ready posts at most this many fp32 messages ahead per direction. Unbounded, a
+// 256 MiB allreduce on 2 ranks in 1 MiB chunks posts 128 sends at once and ran at 0.73x
+// MPI_Allreduce (90 vs 171 ms with a window of 4 in the same run, OpenMPI 4.1.4 vader + CMA):
+// past some depth the shared-memory transport stalls on its own queues.
+constexpr int64_t kMaxPostedAhead = 64;
 
 int ring_mod(int64_t a, int n) {
   return static_cast<int>(((a % n) + n) % n);
@@ -96,8 +101,9 @@ void RingAllreduce::sum(float* data, size_t count) {
 void RingAllreduce::run_phase(float* data, const Layout& layout, bool reducing) {
   const int64_t C = layout.chunks, M = (n_ - 1) * C, K = options_.chunks_in_flight;
   const bool fp32 = options_.wire == Wire::fp32, unbounded = options_.post_all_ready && fp32;
-  const int64_t recv_window = unbounded && !reducing ? M : K;
-  const int64_t send_window = unbounded ? M : K;
+  const int64_t ahead = std::min(M, std::max<int64_t>(K, kMaxPostedAhead));
+  const int64_t recv_window = unbounded && !reducing ? ahead : K;
+  const int64_t send_window = unbounded ? ahead : K;
   if (static_cast<int64_t>(recv_requests_.size()) < recv_window)
     recv_requests_.resize(recv_window, MPI_REQUEST_NULL);
   if (static_cast<int64_t>(send_requests_.size()) < send_window)

@@ -4,8 +4,7 @@
 namespace ringtrain::comm {
 
 std::unique_ptr<FusionEngine> make_fusion_engine(const Communicator& comm, ReduceFn reduce,
-                                                 const FusionOptions& options,
-                                                 Timeline* timeline) {
+                                                 const FusionOptions& options, Timeline* timeline) {
   return std::make_unique<FusionEngine>(comm.raw(), std::move(reduce), options, timeline);
 }
 

@@ -77,7 +77,7 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.straggler_ms", &c.train.straggler_ms,
        "milliseconds the straggler sleeps in every step's data phase", {}},
       {"comm.algorithm", &c.comm.algorithm, "gradient allreduce",
-       {"ring", "mpi", "hierarchical", "nccl"}},
+       {"ring", "rhd", "auto", "mpi", "hierarchical", "nccl"}},
       {"comm.fusion_mib", &c.comm.fusion_mib, "fusion buffer (bucket) size cap, MiB", {}},
       {"comm.first_bucket_mib", &c.comm.first_bucket_mib,
        "size cap of the first bucket, MiB, so reduction starts early", {}},

@@ -1,5 +1,5 @@
-// test_ring_allreduce.cpp — ring, mpi and hierarchical allreduce: exact sums at awkward counts,
-// bitwise equality across ranks, bf16/fp16 wire bounds, non-main threads, count mismatches.
+// test_ring_allreduce.cpp — ring, rhd, auto, mpi and hierarchical allreduce: exact sums at awkward
+// counts, bitwise equality across ranks, bf16/fp16 wire bounds, non-main threads, count mismatches.
 // np: 1 2 3 4 5
 #define BOOST_TEST_MODULE ring_allreduce
 #define OMPI_SKIP_MPICXX 1
@@ -28,9 +28,12 @@ struct Setup {
   comm::AllreduceOptions options;
 };
 
-comm::AllreduceOptions opts(comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 1 << 20,
-                            int in_flight = 4, int ranks_per_node = 0) {
+comm::AllreduceOptions opts(
+    comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 1 << 20, int in_flight = 4,
+    int ranks_per_node = 0,
+    size_t doubling_max_bytes = comm::AllreduceOptions{}.doubling_max_bytes) {
   comm::AllreduceOptions o;
+  o.doubling_max_bytes = doubling_max_bytes;
   o.wire = wire;
   o.chunk_bytes = chunk_bytes;
   o.chunks_in_flight = in_flight;
@@ -50,7 +53,19 @@ std::vector<Setup> fp32_setups() {
       {"hierarchical 2 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 256, 3, 2)},
       {"hierarchical 1 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 1 << 20, 4, 1)},
       {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 128, 3)},
-      {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16)}};
+      {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16)},
+      // rhd: halving-doubling only, then with tiny chunks, then whole-vector doubling for
+      // everything up to 64 KiB (counts past it still go by halving in the same instance).
+      {"rhd", Algorithm::rhd, opts(comm::Wire::fp32, 1 << 20, 4, 0, 0)},
+      {"rhd chunk 64 B x2", Algorithm::rhd, opts(comm::Wire::fp32, 64, 2, 0, 0)},
+      {"rhd chunk 4 B x1", Algorithm::rhd, opts(comm::Wire::fp32, 4, 1, 0, 0)},
+      {"rhd doubling <= 64 KiB", Algorithm::rhd, opts(comm::Wire::fp32, 4096, 2, 0, 64 << 10)},
+      {"rhd bf16", Algorithm::rhd, opts(comm::Wire::bf16, 128, 3, 0, 0)},
+      {"rhd fp16 doubling <= 64 KiB", Algorithm::rhd,
+       opts(comm::Wire::fp16, 1 << 20, 4, 0, 64 << 10)},
+      {"auto", Algorithm::automatic, opts()},
+      {"auto chunk 64 B x2", Algorithm::automatic, opts(comm::Wire::fp32, 64, 2)},
+      {"auto bf16", Algorithm::automatic, opts(comm::Wire::bf16, 256, 2)}};
 }
 
 // Counts 0, 1, p-1, p, p+1, a prime, 2^20+3, then small again (scratch reused, not regrown).
@@ -87,11 +102,17 @@ BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the
   comm::Communicator world;
   const int p = world.size();
   const size_t count = 100003;
-  std::vector<Setup> setups = {{"ring fp32", Algorithm::ring, opts(comm::Wire::fp32, 4096)},
-                               {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 4096)},
-                               {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16, 4096)},
-                               {"hierarchical 2 per node bf16", Algorithm::hierarchical,
-                                opts(comm::Wire::bf16, 4096, 2, 2)}};
+  std::vector<Setup> setups = {
+      {"ring fp32", Algorithm::ring, opts(comm::Wire::fp32, 4096)},
+      {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 4096)},
+      {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16, 4096)},
+      {"rhd fp32", Algorithm::rhd, opts(comm::Wire::fp32, 4096)},
+      {"rhd bf16", Algorithm::rhd, opts(comm::Wire::bf16, 4096, 4, 0, 0)},
+      {"rhd fp16", Algorithm::rhd, opts(comm::Wire::fp16, 4096, 4, 0, 0)},
+      {"rhd bf16 doubling", Algorithm::rhd, opts(comm::Wire::bf16, 4096, 4, 0, 1 << 20)},
+      {"auto bf16", Algorithm::automatic, opts(comm::Wire::bf16, 4096)},
+      {"hierarchical 2 per node bf16", Algorithm::hierarchical,
+       opts(comm::Wire::bf16, 4096, 2, 2)}};
   for (const Setup& setup : setups) {
     auto reducer = comm::make_allreducer(world, setup.algorithm, setup.options);
     std::vector<float> data(count);
@@ -114,7 +135,7 @@ BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the
     BOOST_TEST(rt_test::all_ok(worst_ratio <= 1.0), setup.label << " within the stated bound");
     // A narrow wire in use must really round: with noise data some element differs.
     const int rpn = setup.options.ranks_per_node;
-    const int ring_members = setup.algorithm == Algorithm::ring ? p : (p + rpn - 1) / rpn;
+    const int ring_members = setup.algorithm == Algorithm::hierarchical ? (p + rpn - 1) / rpn : p;
     if (setup.options.wire != comm::Wire::fp32 && ring_members > 1)
       BOOST_TEST(rt_test::all_ok(max_error > 1e-4), setup.label << " rounds on the wire");
     BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)),
@@ -127,8 +148,10 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi
   auto ring = comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::fp32, 8192));
   auto hier =
       comm::make_allreducer(world, Algorithm::hierarchical, opts(comm::Wire::fp32, 8192, 4, 2));
+  auto rhd = comm::make_allreducer(world, Algorithm::rhd, opts(comm::Wire::fp32, 8192, 4, 0, 0));
+  auto automatic = comm::make_allreducer(world, Algorithm::automatic, opts(comm::Wire::fp32, 8192));
   const size_t count = 50021;
-  std::vector<float> a = rt_test::small_int_data(world.rank(), count), b = a;
+  std::vector<float> a = rt_test::small_int_data(world.rank(), count), b = a, c = a, d = a;
   std::string failure;
   std::thread worker([&] {
     try {
@@ -137,6 +160,11 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi
         ring->sum(a.data(), count);
       }
       hier->sum(b.data(), count);
+      rhd->sum(c.data(), count);
+      automatic->sum(d.data(), count);
+      automatic->sum(d.data() + count / 2, 3);  // 12 bytes: whole-vector doubling
+      d = rt_test::small_int_data(world.rank(), count);
+      automatic->sum(d.data(), count);
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -146,6 +174,9 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi
   BOOST_TEST(failure == "");
   BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(a, world.size()) < 0));
   BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(b, world.size()) < 0));
+  BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(c, world.size()) < 0));
+  BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(d, world.size()) < 0));
+  BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(c) && rt_test::same_bytes_as_rank0(d)));
 }
 
 BOOST_AUTO_TEST_CASE(different_counts_fail_on_every_rank_naming_each_count) {
@@ -155,7 +186,9 @@ BOOST_AUTO_TEST_CASE(different_counts_fail_on_every_rank_naming_each_count) {
   for (int r = 0; r < p; ++r)
     listing += (r ? ", " : "") + str("rank ", r, ": ", 10 + (r == p - 1 ? 3 : 0));
   for (auto [algorithm, what] :
-       {std::pair{Algorithm::ring, "ring allreduce"}, std::pair{Algorithm::mpi, "mpi allreduce"},
+       {std::pair{Algorithm::ring, "ring allreduce"}, std::pair{Algorithm::rhd, "rhd allreduce"},
+        std::pair{Algorithm::automatic, "auto allreduce"},
+        std::pair{Algorithm::mpi, "mpi allreduce"},
         std::pair{Algorithm::hierarchical, "hierarchical allreduce"}}) {
     auto reducer = comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 1 << 20, 4, 2));
     const size_t count = 10 + (world.rank() == p - 1 ? 3 : 0);
@@ -197,6 +230,10 @@ BOOST_AUTO_TEST_CASE(bad_choices_are_errors) {
   }
   BOOST_CHECK_THROW(comm::make_allreducer(world, Algorithm::mpi, opts(comm::Wire::bf16)),
                     InputError);
-  BOOST_CHECK_THROW(comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::fp32, 0)),
-                    InputError);
+  for (Algorithm algorithm : {Algorithm::ring, Algorithm::rhd, Algorithm::automatic}) {
+    BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 0)),
+                      InputError);
+    BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 4096, 0)),
+                      InputError);
+  }
 }

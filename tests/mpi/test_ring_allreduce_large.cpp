@@ -1,5 +1,6 @@
-// test_ring_allreduce_large.cpp — 64 Mi floats (256 MiB a rank) through ring, hierarchical and
-// mpi: exact sums and bitwise-identical results, where chunk and segment counts are large.
+// test_ring_allreduce_large.cpp — 64 Mi floats (256 MiB a rank) through ring, rhd, auto,
+// hierarchical and mpi: exact sums and bitwise-identical results, where chunk and segment counts
+// are large.
 // np: 2 4
 #define BOOST_TEST_MODULE ring_allreduce_large
 #define OMPI_SKIP_MPICXX 1
@@ -18,13 +19,13 @@ BOOST_AUTO_TEST_CASE(sixty_four_mebi_floats_sum_exactly) {
   comm::AllreduceOptions options;
   options.validate_counts = true;
   options.ranks_per_node = 2;
-  // The inputs and the exact sums, computed once for the three algorithms.
+  // The inputs and the exact sums, computed once for every algorithm.
   const std::vector<float> input = rt_test::small_int_data(world.rank(), count);
   std::vector<float> expected(count, 0.0f);
   for (int r = 0; r < world.size(); ++r)
     for (size_t i = 0; i < count; ++i) expected[i] += rt_test::small_int(r, i);
-  for (auto algorithm :
-       {comm::Algorithm::ring, comm::Algorithm::hierarchical, comm::Algorithm::mpi}) {
+  for (auto algorithm : {comm::Algorithm::ring, comm::Algorithm::rhd, comm::Algorithm::automatic,
+                         comm::Algorithm::hierarchical, comm::Algorithm::mpi}) {
     auto reducer = comm::make_allreducer(world, algorithm, options);
     std::vector<float> data = input;
     reducer->sum(data.data(), count);

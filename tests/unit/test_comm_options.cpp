@@ -30,8 +30,14 @@ BOOST_AUTO_TEST_CASE(algorithms_and_wires_parse_or_name_the_choices) {
   BOOST_TEST((comm::parse_algorithm("mpi") == comm::Algorithm::mpi));
   BOOST_TEST((comm::parse_algorithm("hierarchical") == comm::Algorithm::hierarchical));
   BOOST_TEST((comm::parse_algorithm("nccl") == comm::Algorithm::nccl));
+  BOOST_TEST((comm::parse_algorithm("rhd") == comm::Algorithm::rhd));
+  BOOST_TEST((comm::parse_algorithm("auto") == comm::Algorithm::automatic));
+  for (auto a : {comm::Algorithm::ring, comm::Algorithm::rhd, comm::Algorithm::automatic,
+                 comm::Algorithm::mpi, comm::Algorithm::hierarchical, comm::Algorithm::nccl})
+    BOOST_TEST((comm::parse_algorithm(comm::to_string(a)) == a));
   BOOST_TEST(input_error([] { comm::parse_algorithm("Ring"); }) ==
-             "unknown allreduce algorithm 'Ring': choose ring, mpi, hierarchical or nccl");
+             "unknown allreduce algorithm 'Ring': choose ring, rhd, auto, mpi, hierarchical or "
+             "nccl");
   BOOST_TEST((comm::parse_wire("bf16") == comm::Wire::bf16));
   BOOST_TEST(comm::to_string(comm::parse_wire("fp16")) == "fp16");
   BOOST_TEST(input_error([] { comm::parse_wire("fp8"); }) ==

@@ -1,5 +1,6 @@
-// allreduce.hpp — the selectable allreduce: ring (ours), mpi (MPI_Allreduce, the reference),
-// hierarchical (node-local reduce, ring across node leaders, node-local broadcast), nccl.
+// allreduce.hpp — the selectable allreduce: ring and rhd (ours), auto (ours, by size), mpi
+// (MPI_Allreduce, the reference), hierarchical (node-local reduce, ring across node leaders,
+// node-local broadcast), nccl.
 #pragma once
 
 #include <cstddef>
@@ -12,18 +13,25 @@ namespace ringtrain::comm {
 
 class Communicator;
 
-enum class Algorithm { ring, mpi, hierarchical, nccl };
+// ring: RingAllreduce. rhd: HalvingDoubling (recursive halving-doubling). automatic ("auto"):
+// rhd or ring per call by message size and world size (see choose_automatic).
+enum class Algorithm { ring, rhd, automatic, mpi, hierarchical, nccl };
 
-// "ring", "mpi", "hierarchical" or "nccl"; anything else throws InputError naming the
-// value and the choices.
+// "ring", "rhd", "auto", "mpi", "hierarchical" or "nccl"; anything else throws InputError
+// naming the value and the choices.
 Algorithm parse_algorithm(const std::string& text);
 std::string to_string(Algorithm algorithm);
+// What auto runs for one call of `bytes` (fp32) over world_size ranks: ring or rhd.
+Algorithm choose_automatic(size_t bytes, int world_size);
 
 struct AllreduceOptions {
-  Wire wire = Wire::fp32;        // ring and hierarchical only; mpi sends fp32
-  size_t chunk_bytes = 1 << 20;  // fp32 bytes per pipelined ring message
+  Wire wire = Wire::fp32;        // ring, rhd, auto and hierarchical; mpi sends fp32
+  size_t chunk_bytes = 1 << 20;  // fp32 bytes per pipelined ring (or rhd) message
   int chunks_in_flight = 4;      // ring messages posted ahead in each direction
   bool post_all_ready = true;    // fp32: post every ready send at once (see run_phase)
+  // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of
+  // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured, see choose_automatic.
+  size_t doubling_max_bytes = 32 << 10;
   bool validate_counts = false;  // check every rank passes the same count (one tiny allreduce)
   int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks
 };

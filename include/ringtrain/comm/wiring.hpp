@@ -13,8 +13,7 @@ namespace ringtrain::comm {
 
 // Collective: a fusion engine over comm's ranks.
 std::unique_ptr<FusionEngine> make_fusion_engine(const Communicator& comm, ReduceFn reduce,
-                                                 const FusionOptions& options,
-                                                 Timeline* timeline);
+                                                 const FusionOptions& options, Timeline* timeline);
 
 // Collective: every rank's spans into one Chrome-trace file at path, written by rank 0.
 void write_timeline(const Communicator& comm, const Timeline& timeline, const std::string& path);
