@@ -146,20 +146,19 @@ class AutoAllreduce final : public Allreducer {
 //    143 / 156 / 137), so halving-doubling takes over inside rhd there.
 //  - 2 ranks: past the doubling range rhd is the ring's exchange pattern exactly (one halving
 //    step, one doubling step); the ring is kept, it is the path the tests have run longest.
-//  - 4 ranks (power of two): halving-doubling vs ring, 128 KiB..16 MiB, chunk 1 MiB, quiet
-//    machine: 172/176, 309/306, 584/587, 1178/1255, 2384/2395, 5064/4596, 9625/8439,
-//    18694/16266 us at 128K, 256K, ..., 16M — equal within the noise up to 2 MiB, then the
-//    ring was ahead in that run (another run had rhd ahead at 4-8 MiB). rhd is taken up to
-//    1 MiB where its 2 log2(n) steps (vs 2(n-1)) matter more as n grows; ring above.
-//    Open question: the final make bench-allreduce run had rhd ahead from 64 KiB to 32 MiB
-//    (8 MiB 8395 vs 11808, 16 MiB 17453 vs 23742 us) and level above; with two earlier runs
-//    level or ring ahead, the threshold stays until more quiet runs decide it.
+//  - 4 ranks (power of two): halving-doubling against the ring, three back-to-back runs of
+//    rt-allreduce-bench --algorithms ring,rhd,mpi on the quiet machine, MPI time / ours,
+//    median of the three (ring | rhd): 256K 0.93 | 0.97, 512K 0.91 | 0.92, 1M 0.89 | 0.94,
+//    2M 0.84 | 0.92, 4M 0.87 | 0.95, 8M 0.86 | 0.97, 16M 0.93 | 1.15, 32M 1.44 | 1.40,
+//    64M 1.63 | 1.61. rhd is ahead or level at every size up to 16 MiB, level above; the
+//    ring is kept past 16 MiB, where on a real network its neighbour-only traffic maps onto
+//    the topology better than halving-doubling's partners at distance 2^k.
 //  - other sizes of world (3, 5, ...): rhd's fold sends the whole vector once more each way,
 //    so it only pays while steps, not bytes, cost: rhd up to 64 KiB, ring above.
 Algorithm choose_automatic(size_t bytes, int world_size) {
   const bool power_of_two = (world_size & (world_size - 1)) == 0;
   if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;
-  if (power_of_two) return bytes <= (1u << 20) ? Algorithm::rhd : Algorithm::ring;
+  if (power_of_two) return bytes <= (16u << 20) ? Algorithm::rhd : Algorithm::ring;
   return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::ring;
 }
 

@@ -141,4 +141,17 @@ BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
   BOOST_TEST(share.warning == "OMP_NUM_THREADS=many is not a positive thread count; ignored");
 }
 
+// The thresholds measured in allreduce.cpp (choose_automatic's comment), at their edges.
+BOOST_AUTO_TEST_CASE(auto_picks_by_size_and_world_at_the_measured_thresholds) {
+  using comm::Algorithm;
+  using comm::choose_automatic;
+  BOOST_TEST((choose_automatic(32u << 10, 2) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic((32u << 10) + 4, 2) == Algorithm::ring));
+  BOOST_TEST((choose_automatic(16u << 20, 4) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic((16u << 20) + 4, 4) == Algorithm::ring));
+  BOOST_TEST((choose_automatic(16u << 20, 8) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic(64u << 10, 3) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic((64u << 10) + 4, 5) == Algorithm::ring));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
