@@ -18,11 +18,10 @@ NPS=${NPS:-"2 4"}
 #    on 2 cores a rank pinned beside a spinning neighbour waits for whole scheduler slices,
 #    while unpinned ranks let the kernel spread the load. OpenMPI turns on
 #    mpi_yield_when_idle itself when it sees oversubscription (4 ranks).
-#  - ring and rhd chunks: 1 MiB x 4 in flight, ready fp32 sends posted ahead up to 64 messages
-#    (AllreduceOptions::post_all_ready; unbounded, 256 MiB on 2 ranks fell to 0.73x MPI).
-#    On 2 ranks the chunk count per ring segment matters more than the chunk size: 16 MiB in
-#    1 MiB chunks (8 a segment) ran at 0.82x MPI, in 256 KiB chunks at 1.2x, in three runs;
-#    4 MiB in 256 KiB chunks (8 again) was slow too. Not understood; see the branch notes.
+#  - ring and rhd chunks: by message size (comm::chunk_bytes_for: 256 KiB from 16 MiB up, else
+#    1 MiB; the table behind it is in src/comm/allreduce.cpp) x 4 in flight, ready fp32 sends
+#    posted ahead up to 64 messages (AllreduceOptions::post_all_ready; unbounded, 256 MiB on 2
+#    ranks fell to 0.73x MPI). One fixed 1 MiB chunk left 16 MiB on 2 ranks at 0.85x MPI.
 #  - algorithms: ring, rhd, auto (ours), mpi, hierarchical; "ours/mpi" is auto's column.
 SINGLE_COPY=${SINGLE_COPY:-cma}
 BIND=${BIND:---bind-to none}

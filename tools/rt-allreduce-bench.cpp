@@ -91,7 +91,7 @@ std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
 // Returns false when --help was asked for (printed on rank 0).
 bool parse_options(int argc, char** argv, BenchOptions& options) {
   std::string min_bytes = "4K", max_bytes = "256M", algorithms = "ring,rhd,auto,mpi,hierarchical";
-  std::string wire = "fp32", chunk = "1M", depth = "4", post_all = "1", doubling = "default";
+  std::string wire = "fp32", chunk = "auto", depth = "4", post_all = "1", doubling = "default";
   po::options_description desc("rt-allreduce-bench options");
   desc.add_options()("help", "print this help")("min-bytes",
                                                 po::value(&min_bytes)->default_value(min_bytes),
@@ -105,7 +105,8 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
                                   "comma list of ring, rhd, auto, mpi, hierarchical")(
       "wire", po::value(&wire)->default_value(wire), "ring wire format: fp32, bf16 or fp16")(
       "chunk-bytes", po::value(&chunk)->default_value(chunk),
-      "ring message size (fp32 bytes); a comma list compares several in one run")(
+      "ring/rhd message size (fp32 bytes; auto = 256K from 16 MiB up, else 1M); a comma list "
+      "compares several in one run")(
       "in-flight", po::value(&depth)->default_value(depth),
       "ring messages posted ahead per direction; a comma list compares several")(
       "ranks-per-node", po::value(&options.allreduce.ranks_per_node)->default_value(0),
@@ -146,7 +147,7 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
     options.allreduce.doubling_max_bytes =
         doubling == "0" ? 0 : parse_bytes(doubling, "doubling-max-bytes");
   for (const std::string& item : split(chunk))
-    options.chunk_sizes.push_back(parse_bytes(item, "chunk-bytes"));
+    options.chunk_sizes.push_back(item == "auto" ? 0 : parse_bytes(item, "chunk-bytes"));
   for (const std::string& item : split(depth)) {
     size_t used = 0;
     int value = 0;
@@ -342,6 +343,10 @@ std::string size_text(size_t bytes) {
   return str(bytes, " B");
 }
 
+std::string chunk_text(size_t chunk_bytes) {
+  return chunk_bytes ? size_text(chunk_bytes) : "auto (256 KiB from 16 MiB up, else 1 MiB)";
+}
+
 std::string format(const char* fmt, double value) {
   char text[64];
   std::snprintf(text, sizeof(text), fmt, value);
@@ -361,7 +366,7 @@ void print_header(const comm::Communicator& comm, const BenchOptions& options,
       "# rt-allreduce-bench: %d ranks on %d node(s) (%s), wire %s, chunk %s x %d in flight\n",
       comm.size(), comm.node_count(), hosts.empty() ? "?" : hosts[0].c_str(),
       comm::to_string(options.allreduce.wire).c_str(),
-      size_text(options.allreduce.chunk_bytes).c_str(), options.allreduce.chunks_in_flight);
+      chunk_text(options.allreduce.chunk_bytes).c_str(), options.allreduce.chunks_in_flight);
   std::printf("# hierarchical nodes: %s; rank 0 affinity %d CPU(s); MCA:%s\n",
               options.allreduce.ranks_per_node > 0
                   ? str(options.allreduce.ranks_per_node, " consecutive ranks").c_str()
@@ -518,7 +523,9 @@ int run(int argc, char** argv) {
           o.post_all_ready = all;
           auto reducer = comm::make_allreducer(comm, algorithm, o);
           std::string label = reducer->name();
-          if (compare) label = str(label, " ", chunk >> 10, "K/x", depth, all ? "+" : "");
+          if (compare)
+            label = str(label, " ", chunk ? str(chunk >> 10, "K") : "auto", "/x", depth,
+                        all ? "+" : "");
           names.push_back(label);
           reducers.push_back({label, std::move(reducer)});
         }

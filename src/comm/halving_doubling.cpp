@@ -42,8 +42,9 @@ void HalvingDoubling::FreeDeleter::operator()(void* p) const {
 
 HalvingDoubling::HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options)
     : comm_(duplicate(comm)), options_(options) {
-  RT_REQUIRE_INPUT(options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30),
-                   "allreduce chunk size must be between 4 bytes and 1 GiB, not ",
+  RT_REQUIRE_INPUT(options.chunk_bytes == 0 ||
+                       (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
+                   "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
                    options.chunk_bytes, " bytes");
   RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
                    "allreduce chunks in flight must be between 1 and 64, not ",
@@ -57,7 +58,6 @@ HalvingDoubling::HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options)
     vrank_ = rank_ % 2 == 1 ? rank_ / 2 : -1;
   else
     vrank_ = rank_ - extra_;
-  chunk_elems_ = std::max<size_t>(1, options.chunk_bytes / sizeof(float));
 }
 
 int HalvingDoubling::real_rank(int virtual_rank) const {
@@ -73,6 +73,8 @@ void HalvingDoubling::sum(float* data, size_t count) {
   if (options_.validate_counts) check_same_count(comm_.get(), count, "rhd allreduce");
   if (count == 0 || n_ == 1) return;
   const bool whole = count * sizeof(float) <= options_.doubling_max_bytes;
+  chunk_elems_ = std::max<size_t>(
+      1, chunk_bytes_for(options_.chunk_bytes, count * sizeof(float)) / sizeof(float));
   ensure_scratch(std::min(chunk_elems_, count), whole ? count : 0);
   if (rank_ < 2 * extra_) {
     if (vrank_ < 0)

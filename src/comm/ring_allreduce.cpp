@@ -53,8 +53,9 @@ void RingAllreduce::FreeDeleter::operator()(void* p) const {
 
 RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options)
     : comm_(duplicate(comm)), options_(options) {
-  RT_REQUIRE_INPUT(options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30),
-                   "allreduce chunk size must be between 4 bytes and 1 GiB, not ",
+  RT_REQUIRE_INPUT(options.chunk_bytes == 0 ||
+                       (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
+                   "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
                    options.chunk_bytes, " bytes");
   RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
                    "allreduce chunks in flight must be between 1 and 64, not ",
@@ -70,7 +71,6 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const Allredu
   pos_ = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
   left_ = ring[ring_mod(pos_ - 1, n_)];
   right_ = ring[ring_mod(pos_ + 1, n_)];
-  chunk_elems_ = std::max<size_t>(1, options.chunk_bytes / sizeof(float));
   recv_requests_.assign(options.chunks_in_flight, MPI_REQUEST_NULL);
   send_requests_.assign(options.chunks_in_flight, MPI_REQUEST_NULL);
 }
@@ -83,7 +83,8 @@ void RingAllreduce::sum(float* data, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (options_.validate_counts) check_same_count(comm_.get(), count, "ring allreduce");
   if (count == 0 || n_ == 1) return;
-  const Layout layout(count, n_, chunk_elems_);
+  const size_t chunk_bytes = chunk_bytes_for(options_.chunk_bytes, count * sizeof(float));
+  const Layout layout(count, n_, std::max<size_t>(1, chunk_bytes / sizeof(float)));
   ensure_scratch(layout.chunk_elems);
   run_phase(data, layout, true);
   if (options_.wire != Wire::fp32) round_owned_segment(data, layout);

@@ -87,7 +87,8 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"comm.overlap", &c.comm.overlap, "reduce buckets while backward runs (false: after it)", {}},
       {"comm.wire", &c.comm.wire, "ring allreduce wire format (accumulation stays fp32)",
        {"fp32", "bf16", "fp16"}},
-      {"comm.chunk_kib", &c.comm.chunk_kib, "ring pipeline chunk size, KiB", {}},
+      {"comm.chunk_kib", &c.comm.chunk_kib,
+       "ring/rhd pipeline chunk size, KiB (0 = by message: 256 KiB from 16 MiB up, else 1 MiB)", {}},
       {"comm.ranks_per_node", &c.comm.ranks_per_node,
        "hierarchical: declare nodes of this many consecutive ranks (0 = the real nodes)", {}},
       {"comm.sync_bn", &c.comm.sync_bn, "batch-norm statistics over all ranks (false: per rank)", {}},
@@ -257,7 +258,7 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib), "a positive number of MiB");
   require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib), "0 or more MiB");
   require(m.stall_timeout_s > 0, "comm.stall_timeout_s", format_number(m.stall_timeout_s), "positive seconds");
-  require(m.chunk_kib >= 1, "comm.chunk_kib", std::to_string(m.chunk_kib), "at least 1 KiB");
+  require(m.chunk_kib >= 0, "comm.chunk_kib", std::to_string(m.chunk_kib), "0 (by message size) or more KiB");
   require(m.ranks_per_node >= 0, "comm.ranks_per_node", std::to_string(m.ranks_per_node), "0 or more");
   const auto& d = c.data;
   require(d.prefetch_batches >= 1, "data.prefetch_batches", std::to_string(d.prefetch_batches), "at least 1");

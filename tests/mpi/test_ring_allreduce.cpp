@@ -29,7 +29,7 @@ struct Setup {
 };
 
 comm::AllreduceOptions opts(
-    comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 1 << 20, int in_flight = 4,
+    comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 0, int in_flight = 4,
     int ranks_per_node = 0,
     size_t doubling_max_bytes = comm::AllreduceOptions{}.doubling_max_bytes) {
   comm::AllreduceOptions o;
@@ -231,7 +231,7 @@ BOOST_AUTO_TEST_CASE(bad_choices_are_errors) {
   BOOST_CHECK_THROW(comm::make_allreducer(world, Algorithm::mpi, opts(comm::Wire::bf16)),
                     InputError);
   for (Algorithm algorithm : {Algorithm::ring, Algorithm::rhd, Algorithm::automatic}) {
-    BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 0)),
+    BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 2)),
                       InputError);
     BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 4096, 0)),
                       InputError);

@@ -141,6 +141,14 @@ BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
   BOOST_TEST(share.warning == "OMP_NUM_THREADS=many is not a positive thread count; ignored");
 }
 
+// 0 picks by message size (the table in allreduce.cpp); anything else is taken as given.
+BOOST_AUTO_TEST_CASE(chunk_size_by_message_size_unless_configured) {
+  BOOST_TEST(comm::chunk_bytes_for(0, (16u << 20) - 4) == (1u << 20));
+  BOOST_TEST(comm::chunk_bytes_for(0, 16u << 20) == (256u << 10));
+  BOOST_TEST(comm::chunk_bytes_for(0, 4) == (1u << 20));
+  BOOST_TEST(comm::chunk_bytes_for(64, 256u << 20) == 64u);
+}
+
 // The thresholds measured in allreduce.cpp (choose_automatic's comment), at their edges.
 BOOST_AUTO_TEST_CASE(auto_picks_by_size_and_world_at_the_measured_thresholds) {
   using comm::Algorithm;

@@ -23,10 +23,13 @@ Algorithm parse_algorithm(const std::string& text);
 std::string to_string(Algorithm algorithm);
 // What auto runs for one call of `bytes` (fp32) over world_size ranks: ring or rhd.
 Algorithm choose_automatic(size_t bytes, int world_size);
+// The message size ring and rhd cut a call of message_bytes into: `configured` when it is not
+// 0, else 256 KiB from 16 MiB up and 1 MiB below (measured: see allreduce.cpp).
+size_t chunk_bytes_for(size_t configured, size_t message_bytes);
 
 struct AllreduceOptions {
   Wire wire = Wire::fp32;        // ring, rhd, auto and hierarchical; mpi sends fp32
-  size_t chunk_bytes = 1 << 20;  // fp32 bytes per pipelined ring (or rhd) message
+  size_t chunk_bytes = 0;  // fp32 bytes per pipelined ring (or rhd) message; 0: chunk_bytes_for
   int chunks_in_flight = 4;      // ring messages posted ahead in each direction
   bool post_all_ready = true;    // fp32: post every ready send at once (see run_phase)
   // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of

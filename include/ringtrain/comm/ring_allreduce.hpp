@@ -84,7 +84,6 @@ class RingAllreduce final : public Allreducer {
   CommHandle comm_;
   AllreduceOptions options_;
   int n_ = 1, pos_ = 0, left_ = 0, right_ = 0;
-  size_t chunk_elems_ = 0;
   std::mutex mutex_;
   // K receive slots (fp32 or wire elements) and, for a narrow wire, K send slots.
   std::unique_ptr<unsigned char, FreeDeleter> recv_scratch_, send_scratch_;
