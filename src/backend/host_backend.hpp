@@ -4,10 +4,10 @@
 
 #include <omp.h>
 
-#include "ringtrain/backend/backend.hpp"
-#include "ringtrain/core/error.hpp"
 #include "factories.hpp"
 #include "host_math.hpp"
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend {
 

@@ -401,8 +401,8 @@ void FusionEngine::lay_out_buckets() {
   size_t first_cap = cap_bytes(first_bucket_cap_mib());
   size_t rest_cap = cap_bytes(options_.fusion_mib);
 
-  size_t offset = 0;      // floats
-  size_t largest = 0;     // the current bucket's largest gradient, bytes
+  size_t offset = 0;   // floats
+  size_t largest = 0;  // the current bucket's largest gradient, bytes
   for (size_t i = 0; i < specs_.size(); ++i) {
     size_t padded = (element_count(specs_[i]) + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
     size_t bytes = padded * sizeof(float);

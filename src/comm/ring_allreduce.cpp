@@ -53,10 +53,11 @@ void RingAllreduce::FreeDeleter::operator()(void* p) const {
 
 RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options)
     : comm_(duplicate(comm)), options_(options) {
-  RT_REQUIRE_INPUT(options.chunk_bytes == 0 ||
-                       (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
-                   "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
-                   options.chunk_bytes, " bytes");
+  RT_REQUIRE_INPUT(
+      options.chunk_bytes == 0 ||
+          (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
+      "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
+      options.chunk_bytes, " bytes");
   RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
                    "allreduce chunks in flight must be between 1 and 64, not ",
                    options.chunks_in_flight);

@@ -1,13 +1,13 @@
 // config.cpp — one option table drives the deck parser, the CLI, --help and --print-deck.
 #include "ringtrain/config/config.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <algorithm>
 #include <map>
 #include <sstream>
 #include <variant>
@@ -31,6 +31,8 @@ struct Option {
 
 // The whole vocabulary of a deck, in the order --help and --print-deck show it.
 std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& seed) {
+  // A table read row by row: one option per entry, not reflowed.
+  // clang-format off
   return {
       {"data.dir", &c.data.dir, "directory of HDF5 shards (rt-shard / rt-fibergen output)", {}, true},
       {"data.train_split", &c.data.train_split, "split trained on", {}},
@@ -100,6 +102,7 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"output.baseline", &c.output.baseline,
        "results file of the reference run, for scaling efficiency", {}},
   };
+  // clang-format on
 }
 
 const char* type_name(const Field& f) {
@@ -156,8 +159,8 @@ po::options_description cli_only() {
   po::options_description desc("Command line");
   desc.add_options()("help,h", "list every option with its default and unit, then exit")(
       "deck", po::value<std::string>(), "input deck (INI) to read; the command line overrides it")(
-      "print-deck", "print the effective deck and exit")(
-      "resume", "continue from the run's checkpoint");
+      "print-deck", "print the effective deck and exit")("resume",
+                                                         "continue from the run's checkpoint");
   return desc;
 }
 
@@ -214,7 +217,8 @@ void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
   } catch (const po::error_with_option_name& e) {
     std::string key = e.get_option_name();
     if (key.rfind("--", 0) == 0) key = key.substr(2);
-    auto opt = std::find_if(table.begin(), table.end(), [&](const Option& o) { return key == o.key; });
+    auto opt =
+        std::find_if(table.begin(), table.end(), [&](const Option& o) { return key == o.key; });
     std::string expected = opt == table.end() ? e.what() : str("expected ", type_name(opt->field));
     throw InputError(str(where(key), ": bad value '", value_of(parsed, key), "' for ", key, " (",
                          expected, ")"));
@@ -231,39 +235,53 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     if (!ok) {
       std::string list;
       for (const auto& ch : opt.choices) list += (list.empty() ? "" : ", ") + ch;
-      throw InputError(str(src.of(opt.key), ": bad value '", v, "' for ", opt.key, " (one of: ",
-                           list, ")"));
+      throw InputError(
+          str(src.of(opt.key), ": bad value '", v, "' for ", opt.key, " (one of: ", list, ")"));
     }
   }
   auto require = [&](bool ok, const char* key, const std::string& value, const char* rule) {
-    if (!ok) throw InputError(str(src.of(key), ": bad value '", value, "' for ", key, " (", rule, ")"));
+    if (!ok)
+      throw InputError(str(src.of(key), ": bad value '", value, "' for ", key, " (", rule, ")"));
   };
   const auto& t = c.train;
   require(t.epochs >= 1, "train.epochs", std::to_string(t.epochs), "at least 1");
-  require(t.batch_per_rank >= 0, "train.batch_per_rank", std::to_string(t.batch_per_rank), "positive");
+  require(t.batch_per_rank >= 0, "train.batch_per_rank", std::to_string(t.batch_per_rank),
+          "positive");
   require(t.global_batch >= 0, "train.global_batch", std::to_string(t.global_batch), "positive");
   require(t.max_steps >= 0, "train.max_steps", std::to_string(t.max_steps), "0 or more");
   require(t.lr > 0 && std::isfinite(t.lr), "train.lr", format_number(t.lr), "a positive number");
-  require(t.momentum >= 0 && t.momentum < 1, "train.momentum", format_number(t.momentum), "in [0, 1)");
+  require(t.momentum >= 0 && t.momentum < 1, "train.momentum", format_number(t.momentum),
+          "in [0, 1)");
   require(t.weight_decay >= 0, "train.weight_decay", format_number(t.weight_decay), "0 or more");
   require(t.warmup_epochs >= 0, "train.warmup_epochs", format_number(t.warmup_epochs), "0 or more");
-  require(t.step_gamma > 0 && t.step_gamma <= 1, "train.step_gamma", format_number(t.step_gamma), "in (0, 1]");
+  require(t.step_gamma > 0 && t.step_gamma <= 1, "train.step_gamma", format_number(t.step_gamma),
+          "in (0, 1]");
   require(t.base_batch >= 1, "train.base_batch", std::to_string(t.base_batch), "at least 1");
   require(t.threads >= 0, "train.threads", std::to_string(t.threads), "0 (auto) or more");
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
-  require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every), "0 or more");
-  require(t.straggler_rank >= -1, "train.straggler_rank", std::to_string(t.straggler_rank), "-1 or a rank");
+  require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every),
+          "0 or more");
+  require(t.straggler_rank >= -1, "train.straggler_rank", std::to_string(t.straggler_rank),
+          "-1 or a rank");
   require(t.straggler_ms >= 0, "train.straggler_ms", format_number(t.straggler_ms), "0 or more");
   const auto& m = c.comm;
-  require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib), "a positive number of MiB");
-  require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib), "0 or more MiB");
-  require(m.stall_timeout_s > 0, "comm.stall_timeout_s", format_number(m.stall_timeout_s), "positive seconds");
-  require(m.chunk_kib >= 0, "comm.chunk_kib", std::to_string(m.chunk_kib), "0 (by message size) or more KiB");
-  require(m.ranks_per_node >= 0, "comm.ranks_per_node", std::to_string(m.ranks_per_node), "0 or more");
+  require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib),
+          "a positive number of MiB");
+  require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib),
+          "0 or more MiB");
+  require(m.stall_timeout_s > 0, "comm.stall_timeout_s", format_number(m.stall_timeout_s),
+          "positive seconds");
+  require(m.chunk_kib >= 0, "comm.chunk_kib", std::to_string(m.chunk_kib),
+          "0 (by message size) or more KiB");
+  require(m.ranks_per_node >= 0, "comm.ranks_per_node", std::to_string(m.ranks_per_node),
+          "0 or more");
   const auto& d = c.data;
-  require(d.prefetch_batches >= 1, "data.prefetch_batches", std::to_string(d.prefetch_batches), "at least 1");
-  require(d.max_train_samples >= 0, "data.max_train_samples", std::to_string(d.max_train_samples), "0 or more");
-  require(d.samples_per_rank >= 0, "data.samples_per_rank", std::to_string(d.samples_per_rank), "0 or more");
+  require(d.prefetch_batches >= 1, "data.prefetch_batches", std::to_string(d.prefetch_batches),
+          "at least 1");
+  require(d.max_train_samples >= 0, "data.max_train_samples", std::to_string(d.max_train_samples),
+          "0 or more");
+  require(d.samples_per_rank >= 0, "data.samples_per_rank", std::to_string(d.samples_per_rank),
+          "0 or more");
   if ((t.batch_per_rank > 0) == (t.global_batch > 0))
     throw InputError(str(src.deck.empty() ? "command line" : src.deck,
                          ": set exactly one of train.batch_per_rank (weak scaling) and "
@@ -354,7 +372,8 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   if (vm.count("deck")) {
     src.deck = c.deck_path = vm["deck"].as<std::string>();
     std::ifstream deck(src.deck);
-    if (!deck) throw InputError(str(src.deck, ": cannot open the deck (no such file or unreadable)"));
+    if (!deck)
+      throw InputError(str(src.deck, ": cannot open the deck (no such file or unreadable)"));
     src.lines = deck_lines(src.deck);
     po::parsed_options parsed(&keys);
     try {
@@ -370,13 +389,14 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
       throw InputError(str(src.deck.empty() ? "command line" : src.deck, ": missing required key ",
                            opt.key, " (", opt.help, ")"));
   if (seed < 0)
-    throw InputError(str(src.of("train.seed"), ": bad value '", seed, "' for train.seed (0 or more)"));
+    throw InputError(
+        str(src.of("train.seed"), ": bad value '", seed, "' for train.seed (0 or more)"));
   c.train.seed = uint64_t(seed);
   c.train.step_epochs = parse_step_epochs(step_epochs, src);
   check_choices_and_ranges(table, c, src);
   if (c.output.name.empty())
-    c.output.name = c.deck_path.empty() ? "ringtrain"
-                                        : std::filesystem::path(c.deck_path).stem().string();
+    c.output.name =
+        c.deck_path.empty() ? "ringtrain" : std::filesystem::path(c.deck_path).stem().string();
   c.effective_deck = render_deck(table);
   return result;
 }

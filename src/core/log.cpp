@@ -26,9 +26,15 @@ void set_rank(int rank, int world_size) {
   g_rank = rank;
   g_world = world_size;
 }
-int rank() { return g_rank; }
-int world_size() { return g_world; }
-bool is_root() { return g_rank == 0; }
+int rank() {
+  return g_rank;
+}
+int world_size() {
+  return g_world;
+}
+bool is_root() {
+  return g_rank == 0;
+}
 
 void info(const std::string& line) {
   if (g_rank != 0) return;
@@ -37,10 +43,18 @@ void info(const std::string& line) {
   std::fflush(stdout);
 }
 
-void warn(const std::string& line) { to_stderr("warning", line); }
-void error(const std::string& line) { to_stderr("error", line); }
-void error_for_ranks(const std::string& line) { to_stderr("error", line, false); }
+void warn(const std::string& line) {
+  to_stderr("warning", line);
+}
+void error(const std::string& line) {
+  to_stderr("error", line);
+}
+void error_for_ranks(const std::string& line) {
+  to_stderr("error", line, false);
+}
 
-bool stdout_is_tty() { return isatty(fileno(stdout)) != 0; }
+bool stdout_is_tty() {
+  return isatty(fileno(stdout)) != 0;
+}
 
 }  // namespace ringtrain::log

@@ -70,6 +70,8 @@ StopSignals::~StopSignals() {
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
 
-int StopSignals::stop_signal() { return g_stop_signal.load(); }
+int StopSignals::stop_signal() {
+  return g_stop_signal.load();
+}
 
 }  // namespace ringtrain

@@ -62,21 +62,23 @@ void Handle::reset() noexcept {
 
 // ---- Object: attributes -----------------------------------------------------------------
 
-std::string Object::where() const { return str("file ", file_, ": ", kind_, " ", path_); }
+std::string Object::where() const {
+  return str("file ", file_, ": ", kind_, " ", path_);
+}
 
-void Object::fail(const std::string& what) const { throw Error(str(where(), ": ", what)); }
+void Object::fail(const std::string& what) const {
+  throw Error(str(where(), ": ", what));
+}
 
 bool Object::has_attr(const std::string& name) const {
   return H5Aexists(id(), name.c_str()) > 0;
 }
 
-void Object::write_attr(const std::string& name, hid_t type, const Dims& dims,
-                        const void* data) {
+void Object::write_attr(const std::string& name, hid_t type, const Dims& dims, const void* data) {
   const std::string at = str(where(), ": attribute ", name);
   if (has_attr(name)) check(H5Adelete(id(), name.c_str()), at, "cannot replace");
   Handle space = dataspace(dims);
-  Handle attr = checked(H5Acreate2(id(), name.c_str(), type, space.get(), H5P_DEFAULT,
-                                   H5P_DEFAULT),
+  Handle attr = checked(H5Acreate2(id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
                         H5Aclose, at, "cannot create");
   check(H5Awrite(attr.get(), type, data), at, "cannot write");
 }
@@ -151,7 +153,8 @@ std::vector<std::string> Object::attr_strings(const std::string& name) const {
 std::string Object::attr_string(const std::string& name) const {
   auto values = attr_strings(name);
   if (values.size() != 1)
-    throw Error(str(where(), ": attribute ", name, " holds ", values.size(), " strings, expected 1"));
+    throw Error(
+        str(where(), ": attribute ", name, " holds ", values.size(), " strings, expected 1"));
   return values[0];
 }
 
@@ -177,8 +180,7 @@ void Dataset::expect_type(hid_t type, size_t rank, const char* type_name) const 
   if (dims().size() != rank) fail(str("expected ", rank, " dimensions, found ", dims().size()));
 }
 
-void Dataset::read_rows_raw(hid_t type, hsize_t start, hsize_t count, void* out,
-                            bool whole) const {
+void Dataset::read_rows_raw(hid_t type, hsize_t start, hsize_t count, void* out, bool whole) const {
   Dims shape = dims();
   if (whole || shape.empty()) {
     check(H5Dread(id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), where(), "cannot read");
@@ -191,16 +193,15 @@ void Dataset::read_rows_raw(hid_t type, hsize_t start, hsize_t count, void* out,
   Dims offset(shape.size(), 0), extent = shape;
   offset[0] = start;
   extent[0] = count;
-  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset.data(), nullptr,
-                            extent.data(), nullptr),
+  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset.data(), nullptr, extent.data(),
+                            nullptr),
         where(), "cannot select rows");
   Handle mem_space = dataspace(extent);
   check(H5Dread(id(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, out), where(),
         "cannot read rows");
 }
 
-void Dataset::read_row_list_raw(hid_t type, const std::vector<hsize_t>& rows,
-                                void* out) const {
+void Dataset::read_row_list_raw(hid_t type, const std::vector<hsize_t>& rows, void* out) const {
   if (rows.empty()) return;
   Dims shape = dims();
   if (shape.empty()) fail("is a scalar; cannot read rows");
@@ -243,8 +244,8 @@ void Dataset::write_rows_raw(hid_t type, hsize_t start, hsize_t count, const voi
   Dims offset(shape.size(), 0), extent = shape;
   offset[0] = start;
   extent[0] = count;
-  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset.data(), nullptr,
-                            extent.data(), nullptr),
+  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, offset.data(), nullptr, extent.data(),
+                            nullptr),
         where(), "cannot select rows");
   Handle mem_space = dataspace(extent);
   check(H5Dwrite(id(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, data), where(),
@@ -315,9 +316,9 @@ Dataset Group::create_dataset_raw(const std::string& name, hid_t type, const Dim
     check(H5Pset_chunk(props.get(), int(chunk.size()), chunk.data()), at, "cannot set chunks");
     if (compress) check(H5Pset_deflate(props.get(), 4), at, "cannot set compression");
   }
-  Handle d = checked(H5Dcreate2(id(), name.c_str(), type, space.get(), H5P_DEFAULT,
-                                props.get(), H5P_DEFAULT),
-                     H5Dclose, at, "cannot create");
+  Handle d = checked(
+      H5Dcreate2(id(), name.c_str(), type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
+      H5Dclose, at, "cannot create");
   return Dataset(std::move(d), file_, child_path(name));
 }
 
@@ -368,9 +369,13 @@ void File::close() {
   check(H5Fclose(file_.release()), "file " + name_, "cannot close (disk full?)");
 }
 
-bool is_hdf5(const std::string& path) { return H5Fis_hdf5(path.c_str()) > 0; }
+bool is_hdf5(const std::string& path) {
+  return H5Fis_hdf5(path.c_str()) > 0;
+}
 
-void quiet_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet_this_thread() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 // ---- AtomicFile -------------------------------------------------------------------------
 
@@ -391,7 +396,8 @@ void AtomicFile::commit() {
   if (std::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
     std::string why = std::strerror(errno);
     std::remove(temp_path_.c_str());
-    throw Error(str("file ", final_path_, ": cannot rename ", temp_path_, " into place (", why, ")"));
+    throw Error(
+        str("file ", final_path_, ": cannot rename ", temp_path_, " into place (", why, ")"));
   }
   committed_ = true;
 }
@@ -401,7 +407,8 @@ void require_writable_dir(const std::string& dir, const std::string& what) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw InputError(str(what, " ", dir, ": cannot create directory (", ec.message(), ")"));
   if (access(dir.c_str(), W_OK | X_OK) != 0)
-    throw InputError(str(what, " ", dir, ": directory is not writable (", std::strerror(errno), ")"));
+    throw InputError(
+        str(what, " ", dir, ": directory is not writable (", std::strerror(errno), ")"));
 }
 
 }  // namespace ringtrain::h5

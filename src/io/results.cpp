@@ -1,8 +1,9 @@
-// results.cpp — writes the results file: root attributes, /deck, /epochs, /timings, /comm, /summary.
+// results.cpp — writes the results file: root attributes, /deck, /epochs, /timings, /comm,
+// /summary.
 #include "ringtrain/io/results.hpp"
 
-#include "ringtrain/build_info.hpp"
 #include "ringtrain/build_config.hpp"
+#include "ringtrain/build_info.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/io/h5.hpp"
 
@@ -52,12 +53,18 @@ void write_epochs(h5::Group& root, const std::vector<EpochRow>& rows) {
   g.set_attr("description", "one row per epoch");
   column(g, "epoch", pick(rows, &EpochRow::epoch), "1", "epoch number, from 1");
   column(g, "steps", pick(rows, &EpochRow::steps), "1", "optimizer steps in the epoch");
-  column(g, "train_loss", pick(rows, &EpochRow::train_loss), "nats", "mean cross-entropy over the epoch, all ranks");
-  column(g, "train_acc", pick(rows, &EpochRow::train_acc), "fraction", "training accuracy, all ranks");
-  column(g, "eval_loss", pick(rows, &EpochRow::eval_loss), "nats", "cross-entropy on the eval split (NaN: none)");
-  column(g, "eval_acc", pick(rows, &EpochRow::eval_acc), "fraction", "accuracy on the eval split (NaN: none)");
-  column(g, "seconds", pick(rows, &EpochRow::seconds), "s", "wall time of the epoch's training steps");
-  column(g, "images_per_s", pick(rows, &EpochRow::images_per_s), "images/s", "global training throughput");
+  column(g, "train_loss", pick(rows, &EpochRow::train_loss), "nats",
+         "mean cross-entropy over the epoch, all ranks");
+  column(g, "train_acc", pick(rows, &EpochRow::train_acc), "fraction",
+         "training accuracy, all ranks");
+  column(g, "eval_loss", pick(rows, &EpochRow::eval_loss), "nats",
+         "cross-entropy on the eval split (NaN: none)");
+  column(g, "eval_acc", pick(rows, &EpochRow::eval_acc), "fraction",
+         "accuracy on the eval split (NaN: none)");
+  column(g, "seconds", pick(rows, &EpochRow::seconds), "s",
+         "wall time of the epoch's training steps");
+  column(g, "images_per_s", pick(rows, &EpochRow::images_per_s), "images/s",
+         "global training throughput");
   column(g, "lr", pick(rows, &EpochRow::lr), "1", "learning rate at the epoch's last step");
 }
 
@@ -70,8 +77,8 @@ void write_timings(h5::Group& root, const Timings& t) {
     if (it == t.phases.end()) continue;
     RT_CHECK(it->second.size() == size_t(t.world_size * t.steps), "timings/", phase, " holds ",
              it->second.size(), " values, expected ", t.world_size, " x ", t.steps);
-    h5::Dataset ds = g.write<double>(phase, {hsize_t(t.world_size), hsize_t(t.steps)},
-                                     it->second.data());
+    h5::Dataset ds =
+        g.write<double>(phase, {hsize_t(t.world_size), hsize_t(t.steps)}, it->second.data());
     ds.set_attr("units", "s");
   }
 }
@@ -108,8 +115,8 @@ void write_test(h5::Group& root, const Results& r) {
   const size_t classes = r.class_names.size();
   if (r.test_confusion.empty() || r.test_confusion.size() != classes * classes) return;
   h5::Group g = root.create_group("test");
-  h5::Dataset ds = g.write<int64_t>("confusion", {hsize_t(classes), hsize_t(classes)},
-                                    r.test_confusion.data());
+  h5::Dataset ds =
+      g.write<int64_t>("confusion", {hsize_t(classes), hsize_t(classes)}, r.test_confusion.data());
   ds.set_attr("description", "test split, all ranks: row = true class, column = prediction");
   ds.set_attr("class_names", r.class_names);
 }
@@ -117,8 +124,8 @@ void write_test(h5::Group& root, const Results& r) {
 }  // namespace
 
 const std::vector<std::string>& timing_phases() {
-  static const std::vector<std::string> phases{"data", "forward", "backward", "allreduce_wait",
-                                               "optimizer", "step"};
+  static const std::vector<std::string> phases{"data",           "forward",   "backward",
+                                               "allreduce_wait", "optimizer", "step"};
   return phases;
 }
 

@@ -28,7 +28,8 @@ void print_grouped(const std::vector<std::string>& messages, int world) {
     if (world == 1)
       log::error_for_ranks(message);
     else
-      log::error_for_ranks(str(message, " (", int(ranks.size()) == world ? "every rank" : rank_list(ranks), ")"));
+      log::error_for_ranks(
+          str(message, " (", int(ranks.size()) == world ? "every rank" : rank_list(ranks), ")"));
   }
 }
 

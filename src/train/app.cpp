@@ -2,8 +2,9 @@
 //
 // Errors every rank meets alike (the deck, the world size) are printed once, by rank 0,
 // and every rank exits 2. Set-up errors go through agree(): rank 0 prints each distinct
-// message once with the ranks that raised it, and every rank exits non-zero. An error inside a step, where the other ranks may be waiting in a
-// collective, is printed by its rank, which then aborts the job so that nothing hangs.
+// message once with the ranks that raised it, and every rank exits non-zero. An error inside a
+// step, where the other ranks may be waiting in a collective, is printed by its rank, which then
+// aborts the job so that nothing hangs.
 #include <cstdio>
 #include <memory>
 

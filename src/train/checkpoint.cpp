@@ -49,8 +49,8 @@ void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) 
 ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd) const {
   const std::string path = config_.checkpoint_path();
   if (access(path.c_str(), R_OK) != 0)
-    throw InputError(str("--resume: no checkpoint at ", path,
-                         " (run without --resume to start afresh)"));
+    throw InputError(
+        str("--resume: no checkpoint at ", path, " (run without --resume to start afresh)"));
   h5::File file = h5::File::open_read(path);
   const h5::Group& root = file.root();
   if (!root.has_attr("format") || root.attr_string("format") != kFormat)

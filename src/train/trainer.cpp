@@ -3,10 +3,10 @@
 #include "ringtrain/train/trainer.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cmath>
-#include <ctime>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <limits>
 #include <thread>
 #include <unordered_map>
@@ -146,8 +146,8 @@ void Trainer::set_up() {
     });
     first_epoch_ = int(global_step_ / steps_per_epoch_) + 1;
     skip_steps_ = global_step_ % steps_per_epoch_;
-    log::info(str("resumed from ", cfg_.checkpoint_path(), " at step ", global_step_,
-                  " (epoch ", first_epoch_, ", step ", skip_steps_, ")"));
+    log::info(str("resumed from ", cfg_.checkpoint_path(), " at step ", global_step_, " (epoch ",
+                  first_epoch_, ", step ", skip_steps_, ")"));
   }
 }
 
@@ -161,9 +161,8 @@ void Trainer::open_data() {
   train.remainder = data::parse_remainder(cfg_.data.remainder);
   train.rank = comm_.rank();
   train.world_size = comm_.size();
-  train.max_samples = cfg_.data.samples_per_rank > 0
-                          ? cfg_.data.samples_per_rank * comm_.size()
-                          : cfg_.data.max_train_samples;
+  train.max_samples = cfg_.data.samples_per_rank > 0 ? cfg_.data.samples_per_rank * comm_.size()
+                                                     : cfg_.data.max_train_samples;
   data::ShardSet train_shards = data::ShardSet::open(cfg_.data.dir, cfg_.data.train_split);
   if (train.max_samples > train_shards.size())
     throw InputError(str(cfg_.deck_path, ": ", train.max_samples, " train samples wanted (",
@@ -199,8 +198,8 @@ void Trainer::build_model() {
     backend_ = backend::make_backend(cfg_.train.backend, threads_);  // says why not cuda
   }
   const auto& info = train_loader_->info();
-  model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width},
-                          info.classes, *backend_, cfg_.train.seed);
+  model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width}, info.classes,
+                          *backend_, cfg_.train.seed);
   timeline_ = std::make_unique<comm::Timeline>(cfg_.output.timeline, comm_.rank());
   if (timeline_->enabled()) {
     model_->set_layer_timer([this](const std::string& layer, bool backward, double seconds) {
@@ -278,19 +277,18 @@ void Trainer::build_optimizer() {
 void Trainer::print_start() const {
   const auto& info = train_loader_->info();
   const auto& t = *train_loader_;
-  std::string header =
-      str("ringtrain | ", comm_.size(), " rank(s) on ", comm_.node_count(), " node(s) | ",
-          backend_->name(), " x ", threads_, " thread(s) per rank | ", cfg_.comm.algorithm,
-          " allreduce");
+  std::string header = str("ringtrain | ", comm_.size(), " rank(s) on ", comm_.node_count(),
+                           " node(s) | ", backend_->name(), " x ", threads_,
+                           " thread(s) per rank | ", cfg_.comm.algorithm, " allreduce");
   log::info(deck_box(header, cfg_.effective_deck));
   log::info(str("threads: ", comm_.cpu_threads_description()));
-  log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width,
-                ", ", info.classes, " classes; train ", t.sampler().samples(), " samples, ",
-                steps_per_epoch_, " steps/epoch of ", batch_per_rank_, " per rank x ",
-                comm_.size(), " = ", batch_per_rank_ * comm_.size(), " global",
-                t.sampler().unseen_per_epoch() ? str(" (", t.sampler().unseen_per_epoch(),
-                                                     " dropped per epoch)")
-                                               : std::string()));
+  log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width, ", ",
+                info.classes, " classes; train ", t.sampler().samples(), " samples, ",
+                steps_per_epoch_, " steps/epoch of ", batch_per_rank_, " per rank x ", comm_.size(),
+                " = ", batch_per_rank_ * comm_.size(), " global",
+                t.sampler().unseen_per_epoch()
+                    ? str(" (", t.sampler().unseen_per_epoch(), " dropped per epoch)")
+                    : std::string()));
   log::info(str("model: ", model_->name(), ", ", model_->parameter_count(), " parameters, ",
                 model_->train_flops_per_image() / 1e9, " GFLOP per training image; ",
                 engine_->bucket_count(), " fusion bucket(s)"));
@@ -346,7 +344,8 @@ void Trainer::train_epoch(int epoch) {
     double t0 = comm::Timeline::now();
     if (!loader.next(batch)) break;
     if (comm_.rank() == cfg_.train.straggler_rank)
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg_.train.straggler_ms));
+      std::this_thread::sleep_for(
+          std::chrono::duration<double, std::milli>(cfg_.train.straggler_ms));
     double t1 = comm::Timeline::now();
     timeline_->span("data", "step", t0, t1);
     Sums step_sums;
@@ -492,7 +491,9 @@ std::string per_class_line(const std::vector<double>& confusion,
 }
 
 // Steps that count for throughput: all but the first few, which build primitives.
-size_t warmup_steps(size_t steps) { return std::min<size_t>(3, steps / 4); }
+size_t warmup_steps(size_t steps) {
+  return std::min<size_t>(3, steps / 4);
+}
 
 io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t warm,
                       int64_t global_batch) {
@@ -544,7 +545,8 @@ void Trainer::write_results(double test_loss, double test_acc,
   std::vector<double> step = gather([](const comm::BucketRecord& b) { return double(b.step); });
   std::vector<double> bucket = gather([](const comm::BucketRecord& b) { return double(b.bucket); });
   std::vector<double> bytes = gather([](const comm::BucketRecord& b) { return double(b.bytes); });
-  std::vector<double> tensors = gather([](const comm::BucketRecord& b) { return double(b.tensors); });
+  std::vector<double> tensors =
+      gather([](const comm::BucketRecord& b) { return double(b.tensors); });
   r.comm.start_s = gather([](const comm::BucketRecord& b) { return b.start_s; });
   r.comm.seconds = gather([](const comm::BucketRecord& b) { return b.seconds; });
   std::vector<std::string> hosts = comm_.gather_strings_to_root(comm_.hostname());
@@ -589,8 +591,8 @@ void Trainer::write_results(double test_loss, double test_acc,
     io::BaselineFigures base = io::read_baseline(cfg_.output.baseline);
     r.summary.baseline = cfg_.output.baseline;
     if (base.images_per_s > 0)
-      r.summary.scaling_efficiency = (r.summary.images_per_s / world) /
-                                     (base.images_per_s / base.world_size);
+      r.summary.scaling_efficiency =
+          (r.summary.images_per_s / world) / (base.images_per_s / base.world_size);
   }
   io::write_results(cfg_.results_path(), r);
   log::info(str("summary: ", int64_t(r.summary.images_per_s), " img/s over ", world,

@@ -130,8 +130,8 @@ void reference_step(Replica& ref, int step, int global_batch, double lr) {
 bool bitwise_equal_across_ranks(const std::vector<float>& mine) {
   const int world = rt_test::world_size();
   std::vector<float> all(mine.size() * size_t(world));
-  MPI_Allgather(mine.data(), int(mine.size()), MPI_FLOAT, all.data(), int(mine.size()),
-                MPI_FLOAT, MPI_COMM_WORLD);
+  MPI_Allgather(mine.data(), int(mine.size()), MPI_FLOAT, all.data(), int(mine.size()), MPI_FLOAT,
+                MPI_COMM_WORLD);
   bool same = true;
   for (int r = 1; r < world; ++r)
     same = same && std::memcmp(all.data(), all.data() + size_t(r) * mine.size(),
@@ -158,7 +158,8 @@ double train_and_compare(const std::string& model, bool sync_bn) {
     if (!same) BOOST_TEST_MESSAGE("rank weights differ after step " << step);
     identical = identical && same;
   }
-  BOOST_TEST(rt_test::all_ok(identical), "weights bitwise identical on every rank after every step");
+  BOOST_TEST(rt_test::all_ok(identical),
+             "weights bitwise identical on every rank after every step");
   std::vector<float> mine = replica.weights(), ref = reference.weights();
   double max_diff = 0, max_weight = 0;
   for (size_t i = 0; i < mine.size(); ++i) {

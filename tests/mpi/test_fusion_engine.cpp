@@ -309,10 +309,11 @@ BOOST_AUTO_TEST_CASE(buckets_respect_the_caps_and_never_split_a_tensor) {
       largest = std::max<size_t>(largest, padded_bytes(i));
     BOOST_TEST(buckets[b].bytes <= std::max(limit, largest) + limit / 8, "bucket " << b);
     if (b + 1 < buckets.size())  // greedy: the next tensor neither fit nor could ride along
-      BOOST_TEST((buckets[b].bytes + padded_bytes(next_tensor) > limit &&
-                  (padded_bytes(next_tensor) > limit / 64 ||
-                   buckets[b].bytes + padded_bytes(next_tensor) > std::max(limit, largest) + limit / 8)),
-                 "bucket " << b);
+      BOOST_TEST(
+          (buckets[b].bytes + padded_bytes(next_tensor) > limit &&
+           (padded_bytes(next_tensor) > limit / 64 ||
+            buckets[b].bytes + padded_bytes(next_tensor) > std::max(limit, largest) + limit / 8)),
+          "bucket " << b);
   }
   BOOST_TEST(next_tensor == specs.size());
   BOOST_TEST(padded_bytes(10) > cap);  // the oversized tensor, whole, with a small rider

@@ -32,8 +32,8 @@ namespace bdata = boost::unit_test::data;
 constexpr double kTol = 2e-5;
 
 void check_conv(const std::string& name, const ConvSpec& s, const Shape& x_shape, uint64_t seed) {
-  std::printf("%s: conv %d->%d k%d s%d p%d bias %d relu %d, x %s\n", name.c_str(),
-              s.in_channels, s.out_channels, s.kernel, s.stride, s.padding, s.bias, s.fuse_relu,
+  std::printf("%s: conv %d->%d k%d s%d p%d bias %d relu %d, x %s\n", name.c_str(), s.in_channels,
+              s.out_channels, s.kernel, s.stride, s.padding, s.bias, s.fuse_relu,
               shape_str(x_shape).c_str());
   Pair p(name);
   Shape w_shape{s.out_channels, s.in_channels, s.kernel, s.kernel};
@@ -122,8 +122,8 @@ BOOST_DATA_TEST_CASE(linear_matches_reference, bdata::make(testable_backends()),
   }
 }
 
-BOOST_DATA_TEST_CASE(conv_output_in_blocked_layout_feeds_linear,
-                     bdata::make(testable_backends()), name) {
+BOOST_DATA_TEST_CASE(conv_output_in_blocked_layout_feeds_linear, bdata::make(testable_backends()),
+                     name) {
   // A convolution's output stays in oneDNN's layout; Linear must read it in NCHW order.
   Pair p(name);
   Tensor x[2], w[2], y[2], fw[2], out[2], dout[2], dy[2];
@@ -401,8 +401,7 @@ BOOST_AUTO_TEST_CASE(divide_is_a_true_division_and_ready_marks_cross_threads) {
   }
 }
 
-BOOST_DATA_TEST_CASE(download_of_blocked_layout_is_plain, bdata::make(testable_backends()),
-                     name) {
+BOOST_DATA_TEST_CASE(download_of_blocked_layout_is_plain, bdata::make(testable_backends()), name) {
   Pair p(name);
   Tensor x[2], w[2], y[2];
   for (int i = 0; i < 2; ++i) {

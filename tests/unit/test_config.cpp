@@ -89,7 +89,8 @@ BOOST_AUTO_TEST_CASE(unknown_key_names_file_line_key_and_value) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
-  std::string deck = write_deck("badvalue.deck", std::string(kGoodDeck) + "[train]\nepochs = many\n");
+  std::string deck =
+      write_deck("badvalue.deck", std::string(kGoodDeck) + "[train]\nepochs = many\n");
   // The deck's second epochs line is line 13.
   std::string deck2 = write_deck("badvalue2.deck",
                                  "[data]\ndir = d\n[model]\nname = cnn_small\n[train]\n"
@@ -117,13 +118,17 @@ BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
 BOOST_AUTO_TEST_CASE(missing_key_and_missing_value) {
   std::string deck = write_deck("missing.deck", "[data]\ndir = d\n[train]\nbatch_per_rank = 8\n");
   BOOST_TEST(error_of({"--deck", deck}) ==
-             deck + ": missing required key model.name (model from the zoo: cnn_small, "
-                    "resnet18_cifar, fibernet)");
-  std::string empty = write_deck("empty.deck", "[data]\ndir =\n[model]\nname = x\n[train]\nbatch_per_rank = 8\n");
+             deck +
+                 ": missing required key model.name (model from the zoo: cnn_small, "
+                 "resnet18_cifar, fibernet)");
+  std::string empty =
+      write_deck("empty.deck", "[data]\ndir =\n[model]\nname = x\n[train]\nbatch_per_rank = 8\n");
   BOOST_TEST(error_of({"--deck", empty}) ==
-             empty + ": missing required key data.dir (directory of HDF5 shards (rt-shard / "
-                     "rt-fibergen output))");
-  std::string novalue = write_deck("novalue.deck", "[data]\ndir = d\n[model]\nname = x\n[train]\nepochs =\n");
+             empty +
+                 ": missing required key data.dir (directory of HDF5 shards (rt-shard / "
+                 "rt-fibergen output))");
+  std::string novalue =
+      write_deck("novalue.deck", "[data]\ndir = d\n[model]\nname = x\n[train]\nepochs =\n");
   BOOST_TEST(error_of({"--deck", novalue}) ==
              novalue + ":6: bad value '' for train.epochs (expected an integer)");
   BOOST_TEST(error_of({"--deck", "/nonexistent/x.deck"}) ==
@@ -131,10 +136,13 @@ BOOST_AUTO_TEST_CASE(missing_key_and_missing_value) {
 }
 
 BOOST_AUTO_TEST_CASE(batch_settings_and_world_size) {
-  std::string both = write_deck("both.deck", std::string(kGoodDeck) + "[train]\nglobal_batch = 64\n");
-  BOOST_TEST(error_of({"--deck", both}) ==
-             both + ": set exactly one of train.batch_per_rank (weak scaling) and "
-                    "train.global_batch (strong scaling); found batch_per_rank = 32, global_batch = 64");
+  std::string both =
+      write_deck("both.deck", std::string(kGoodDeck) + "[train]\nglobal_batch = 64\n");
+  BOOST_TEST(
+      error_of({"--deck", both}) ==
+      both +
+          ": set exactly one of train.batch_per_rank (weak scaling) and "
+          "train.global_batch (strong scaling); found batch_per_rank = 32, global_batch = 64");
   Config c = parse({"--deck", both, "--train.batch_per_rank=0"}).config;
   BOOST_CHECK_NO_THROW(validate_for_world(c, 4));
   try {
@@ -142,8 +150,9 @@ BOOST_AUTO_TEST_CASE(batch_settings_and_world_size) {
     BOOST_FAIL("no throw");
   } catch (const InputError& e) {
     BOOST_TEST(std::string(e.what()) ==
-               both + ": train.global_batch = 64 does not divide over 3 ranks; use a multiple of "
-                      "the world size or train.batch_per_rank");
+               both +
+                   ": train.global_batch = 64 does not divide over 3 ranks; use a multiple of "
+                   "the world size or train.batch_per_rank");
   }
 }
 

@@ -8,10 +8,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "temp_dir.hpp"
 #include "ringtrain/data/shard_format.hpp"
 #include "ringtrain/fiber/generator.hpp"
 #include "ringtrain/io/h5.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace ringtrain;

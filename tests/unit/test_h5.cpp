@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "temp_dir.hpp"
 #include "ringtrain/io/h5.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace ringtrain;
@@ -41,12 +41,14 @@ BOOST_AUTO_TEST_CASE(datasets_and_attributes_round_trip) {
   std::vector<uint8_t> rows(2 * 6);
   images.read_rows(3, 2, rows.data());
   BOOST_TEST(std::equal(rows.begin(), rows.end(), pixels.begin() + 18));
-  BOOST_TEST((root.open_dataset("labels").read_all<int32_t>() == std::vector<int32_t>{3, -1, 4, 1, 5}));
+  BOOST_TEST(
+      (root.open_dataset("labels").read_all<int32_t>() == std::vector<int32_t>{3, -1, 4, 1, 5}));
   BOOST_TEST(root.attr_string("name") == "fiber");
   BOOST_TEST(root.attr<int32_t>("version") == 7);
   BOOST_TEST((root.attr_vector<float>("mean") == std::vector<float>{0.25f, 0.5f}));
   BOOST_TEST((root.attr_strings("classes") == std::vector<std::string>{"clean", "scratch"}));
-  BOOST_TEST(root.open_group("epochs").open_dataset("deck").read_string() == "[train]\nepochs = 3\n");
+  BOOST_TEST(root.open_group("epochs").open_dataset("deck").read_string() ==
+             "[train]\nepochs = 3\n");
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_file_and_object) {
@@ -74,7 +76,8 @@ BOOST_AUTO_TEST_CASE(errors_name_file_and_object) {
     h5::File::open_read(path + ".none");
     BOOST_FAIL("no throw");
   } catch (const Error& e) {
-    BOOST_TEST(std::string(e.what()) == "file " + path + ".none: cannot open (No such file or directory)");
+    BOOST_TEST(std::string(e.what()) ==
+               "file " + path + ".none: cannot open (No such file or directory)");
   }
 }
 
@@ -104,7 +107,8 @@ BOOST_AUTO_TEST_CASE(unwritable_dir_fails_early) {
     h5::require_writable_dir(file_in_the_way + "/sub", "output.dir");
     BOOST_FAIL("no throw");
   } catch (const InputError& e) {
-    BOOST_TEST(std::string(e.what()).rfind("output.dir " + file_in_the_way + "/sub: cannot create directory", 0) == 0);
+    BOOST_TEST(std::string(e.what()).rfind(
+                   "output.dir " + file_in_the_way + "/sub: cannot create directory", 0) == 0);
   }
 }
 

@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "temp_dir.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert.hpp"
 #include "ringtrain/data/shard_format.hpp"
 #include "ringtrain/data/shard_set.hpp"
 #include "ringtrain/io/h5.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace ringtrain;

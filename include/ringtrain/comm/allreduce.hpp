@@ -28,10 +28,10 @@ Algorithm choose_automatic(size_t bytes, int world_size);
 size_t chunk_bytes_for(size_t configured, size_t message_bytes);
 
 struct AllreduceOptions {
-  Wire wire = Wire::fp32;        // ring, rhd, auto and hierarchical; mpi sends fp32
-  size_t chunk_bytes = 0;  // fp32 bytes per pipelined ring (or rhd) message; 0: chunk_bytes_for
-  int chunks_in_flight = 4;      // ring messages posted ahead in each direction
-  bool post_all_ready = true;    // fp32: post every ready send at once (see run_phase)
+  Wire wire = Wire::fp32;      // ring, rhd, auto and hierarchical; mpi sends fp32
+  size_t chunk_bytes = 0;      // fp32 bytes per pipelined ring (or rhd) message; 0: chunk_bytes_for
+  int chunks_in_flight = 4;    // ring messages posted ahead in each direction
+  bool post_all_ready = true;  // fp32: post every ready send at once (see run_phase)
   // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of
   // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured, see choose_automatic.
   size_t doubling_max_bytes = 32 << 10;

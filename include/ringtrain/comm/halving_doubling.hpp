@@ -85,8 +85,8 @@ class HalvingDoubling final : public Allreducer {
   CommHandle comm_;
   AllreduceOptions options_;
   int n_ = 1, rank_ = 0;
-  int p_ = 1, extra_ = 0;  // the power of two that takes part in the exchanges, n - p
-  int vrank_ = -1;         // rank among those p; -1 for a folded-out rank
+  int p_ = 1, extra_ = 0;   // the power of two that takes part in the exchanges, n - p
+  int vrank_ = -1;          // rank among those p; -1 for a folded-out rank
   size_t chunk_elems_ = 1;  // this call's (chunk_bytes_for)
   std::mutex mutex_;
   // K receive slots and, for a narrow wire, K send slots of slot_elems_ each; copy_ holds

@@ -12,16 +12,16 @@
 namespace ringtrain {
 
 struct DataConfig {
-  std::string dir;                  // shard directory (rt-shard / rt-fibergen output)
+  std::string dir;  // shard directory (rt-shard / rt-fibergen output)
   std::string train_split = "train";
   std::string eval_split = "val";   // evaluated every epoch; "" to skip
   std::string test_split = "test";  // evaluated once at the end; "" to skip
   std::string remainder = "drop";   // drop | pad
   bool shuffle = true;
-  bool augment = false;             // random crop (4 px padding) + horizontal flip
+  bool augment = false;  // random crop (4 px padding) + horizontal flip
   int prefetch_batches = 4;
-  int64_t max_train_samples = 0;    // 0: the whole split (weak scaling decks set a per-rank count)
-  int64_t samples_per_rank = 0;     // weak scaling: use world_size * this many train samples
+  int64_t max_train_samples = 0;  // 0: the whole split (weak scaling decks set a per-rank count)
+  int64_t samples_per_rank = 0;   // weak scaling: use world_size * this many train samples
 };
 
 struct ModelConfig {
@@ -29,13 +29,13 @@ struct ModelConfig {
 };
 
 struct TrainConfig {
-  std::string backend = "cpu";      // cpu | cuda | ref
+  std::string backend = "cpu";  // cpu | cuda | ref
   std::string precision = "fp32";
-  int threads = 0;                  // 0: this rank's share of the cores
+  int threads = 0;  // 0: this rank's share of the cores
   int epochs = 1;
-  int batch_per_rank = 0;           // exactly one of batch_per_rank and global_batch
+  int batch_per_rank = 0;  // exactly one of batch_per_rank and global_batch
   int global_batch = 0;
-  int64_t max_steps = 0;            // 0: no limit (benchmarks set it)
+  int64_t max_steps = 0;  // 0: no limit (benchmarks set it)
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;
@@ -43,35 +43,35 @@ struct TrainConfig {
   bool decay_bn_and_bias = false;
   std::string schedule = "cosine";  // cosine | step | constant
   double warmup_epochs = 0;
-  std::vector<int> step_epochs;     // "30,60,80" for schedule = step
+  std::vector<int> step_epochs;  // "30,60,80" for schedule = step
   double step_gamma = 0.1;
-  bool scale_lr = false;            // linear scaling rule: lr * global_batch / base_batch
+  bool scale_lr = false;  // linear scaling rule: lr * global_batch / base_batch
   int base_batch = 256;
   uint64_t seed = 1;
-  int log_interval = 50;            // steps between progress lines
-  int64_t checkpoint_every = 0;     // steps; 0: only on SIGTERM / SIGUSR1
-  int straggler_rank = -1;          // this rank sleeps straggler_ms in every data phase
-  double straggler_ms = 0;          // (load-imbalance studies; -1: no straggler)
+  int log_interval = 50;         // steps between progress lines
+  int64_t checkpoint_every = 0;  // steps; 0: only on SIGTERM / SIGUSR1
+  int straggler_rank = -1;       // this rank sleeps straggler_ms in every data phase
+  double straggler_ms = 0;       // (load-imbalance studies; -1: no straggler)
 };
 
 struct CommConfig {
-  std::string algorithm = "ring";   // ring | rhd | auto | mpi | hierarchical | nccl
+  std::string algorithm = "ring";  // ring | rhd | auto | mpi | hierarchical | nccl
   double fusion_mib = 16;
   double first_bucket_mib = 1;
   double stall_timeout_s = 60;
   bool overlap = true;
-  std::string wire = "fp32";        // fp32 | bf16 | fp16
-  int chunk_kib = 0;                // 0: by message size (comm::chunk_bytes_for)
-  int ranks_per_node = 0;           // 0: the real nodes
+  std::string wire = "fp32";  // fp32 | bf16 | fp16
+  int chunk_kib = 0;          // 0: by message size (comm::chunk_bytes_for)
+  int ranks_per_node = 0;     // 0: the real nodes
   bool sync_bn = false;
 };
 
 struct OutputConfig {
   std::string dir = "output";
-  std::string name;                 // results file <dir>/<name>.h5; default: the deck's stem
+  std::string name;  // results file <dir>/<name>.h5; default: the deck's stem
   bool timeline = false;
-  std::string checkpoint_dir;       // default: <dir>/<name>.ckpt
-  std::string baseline;             // results file of the reference run, for scaling efficiency
+  std::string checkpoint_dir;  // default: <dir>/<name>.ckpt
+  std::string baseline;        // results file of the reference run, for scaling efficiency
 };
 
 struct Config {
@@ -81,9 +81,9 @@ struct Config {
   CommConfig comm;
   OutputConfig output;
 
-  std::string deck_path;            // "" when run from the command line alone
+  std::string deck_path;  // "" when run from the command line alone
   bool resume = false;
-  std::string effective_deck;       // the deck as run: every key, in INI form
+  std::string effective_deck;  // the deck as run: every key, in INI form
 
   std::string results_path() const { return output.dir + "/" + output.name + ".h5"; }
   std::string checkpoint_path() const;

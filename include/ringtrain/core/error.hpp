@@ -23,7 +23,9 @@ class InputError : public Error {
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2 };
 
 namespace detail {
-inline std::string concat() { return {}; }
+inline std::string concat() {
+  return {};
+}
 template <typename... Parts>
 std::string concat(const Parts&... parts) {
   std::ostringstream out;
@@ -41,15 +43,14 @@ std::string str(const Parts&... parts) {
 }  // namespace ringtrain
 
 // Throws ringtrain::Error naming file:line when cond is false.
-#define RT_CHECK(cond, ...)                                                             \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
-      throw ::ringtrain::Error(::ringtrain::str(__FILE__, ":", __LINE__, ": ",          \
-                                                __VA_ARGS__));                          \
+#define RT_CHECK(cond, ...)                                                                   \
+  do {                                                                                        \
+    if (!(cond))                                                                              \
+      throw ::ringtrain::Error(::ringtrain::str(__FILE__, ":", __LINE__, ": ", __VA_ARGS__)); \
   } while (0)
 
 // Throws ringtrain::InputError (exit code 2) when cond is false; the message is the user's.
-#define RT_REQUIRE_INPUT(cond, ...)                                                    \
-  do {                                                                                  \
-    if (!(cond)) throw ::ringtrain::InputError(::ringtrain::str(__VA_ARGS__));          \
+#define RT_REQUIRE_INPUT(cond, ...)                                            \
+  do {                                                                         \
+    if (!(cond)) throw ::ringtrain::InputError(::ringtrain::str(__VA_ARGS__)); \
   } while (0)

@@ -9,7 +9,9 @@
 namespace ringtrain::fiber {
 
 // splitmix64 as a pure function of x: a bijective 64-bit mixer, used to seed and to hash keys.
-inline uint64_t splitmix64(uint64_t x) { return ringtrain::splitmix64(x); }
+inline uint64_t splitmix64(uint64_t x) {
+  return ringtrain::splitmix64(x);
+}
 
 // xoshiro256** seeded from a key, with uniform and approximately normal draws built from raw
 // 64-bit outputs only.

@@ -21,13 +21,34 @@ using Dims = std::vector<hsize_t>;
 // Maps a C++ element type to its native HDF5 type.
 template <typename T>
 hid_t native_type();
-template <> inline hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
-template <> inline hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
-template <> inline hid_t native_type<uint32_t>() { return H5T_NATIVE_UINT32; }
-template <> inline hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
-template <> inline hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
-template <> inline hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
-template <> inline hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <>
+inline hid_t native_type<uint8_t>() {
+  return H5T_NATIVE_UINT8;
+}
+template <>
+inline hid_t native_type<int32_t>() {
+  return H5T_NATIVE_INT32;
+}
+template <>
+inline hid_t native_type<uint32_t>() {
+  return H5T_NATIVE_UINT32;
+}
+template <>
+inline hid_t native_type<int64_t>() {
+  return H5T_NATIVE_INT64;
+}
+template <>
+inline hid_t native_type<uint64_t>() {
+  return H5T_NATIVE_UINT64;
+}
+template <>
+inline hid_t native_type<float>() {
+  return H5T_NATIVE_FLOAT;
+}
+template <>
+inline hid_t native_type<double>() {
+  return H5T_NATIVE_DOUBLE;
+}
 
 // Owns one hid_t and closes it with the matching H5*close.
 class Handle {

@@ -1,4 +1,5 @@
-// agree.hpp — run a phase on every rank and fail together: no rank hangs waiting for one that threw.
+// agree.hpp — run a phase on every rank and fail together: no rank hangs waiting for one that
+// threw.
 #pragma once
 
 #include <exception>
