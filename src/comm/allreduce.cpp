@@ -168,6 +168,17 @@ size_t chunk_bytes_for(size_t configured, size_t message_bytes) {
   return message_bytes >= (16u << 20) ? (256u << 10) : (1u << 20);
 }
 
+void check_pipeline_options(const AllreduceOptions& options) {
+  RT_REQUIRE_INPUT(
+      options.chunk_bytes == 0 ||
+          (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
+      "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
+      options.chunk_bytes, " bytes");
+  RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
+                   "allreduce chunks in flight must be between 1 and 64, not ",
+                   options.chunks_in_flight);
+}
+
 Algorithm choose_automatic(size_t bytes, int world_size) {
   const bool power_of_two = (world_size & (world_size - 1)) == 0;
   if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;

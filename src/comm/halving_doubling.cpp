@@ -2,9 +2,7 @@
 #include "ringtrain/comm/halving_doubling.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "ringtrain/comm/ring_allreduce.hpp"
 #include "ringtrain/core/error.hpp"
@@ -36,20 +34,9 @@ size_t chunk_begin(size_t len, int64_t chunks, int64_t c) {
 
 }  // namespace
 
-void HalvingDoubling::FreeDeleter::operator()(void* p) const {
-  std::free(p);
-}
-
 HalvingDoubling::HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options)
     : comm_(duplicate(comm)), options_(options) {
-  RT_REQUIRE_INPUT(
-      options.chunk_bytes == 0 ||
-          (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
-      "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
-      options.chunk_bytes, " bytes");
-  RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
-                   "allreduce chunks in flight must be between 1 and 64, not ",
-                   options.chunks_in_flight);
+  check_pipeline_options(options);
   MPI_CHECK(MPI_Comm_size(comm_.get(), &n_));
   MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank_));
   while (p_ * 2 <= n_) p_ *= 2;
@@ -162,8 +149,7 @@ void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, 
     send_requests_.resize(send_window, MPI_REQUEST_NULL);
   if (static_cast<int64_t>(recv_requests_.size()) < recv_window)
     recv_requests_.resize(recv_window, MPI_REQUEST_NULL);
-  auto slot = [&](const std::unique_ptr<unsigned char, FreeDeleter>& slots, int64_t m,
-                  size_t elem_bytes) {
+  auto slot = [&](const ScratchBytes& slots, int64_t m, size_t elem_bytes) {
     return slots.get() + static_cast<size_t>(m % K) * slot_elems_ * elem_bytes;
   };
   const MPI_Datatype wire_type = fp32 ? MPI_FLOAT : MPI_UINT16_T;
@@ -218,19 +204,14 @@ void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, 
 
 // Scratch grows to the largest slot and copy any call has needed, never per call.
 void HalvingDoubling::ensure_scratch(size_t slot_elems, size_t copy_elems) {
-  auto allocate = [](size_t bytes) {
-    void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
-    if (p == nullptr) throw std::bad_alloc();
-    return std::unique_ptr<unsigned char, FreeDeleter>(static_cast<unsigned char*>(p));
-  };
   if (slot_elems > slot_elems_) {
     const size_t slots = static_cast<size_t>(options_.chunks_in_flight);
-    recv_slots_ = allocate(slots * slot_elems * wire_bytes(options_.wire));
-    if (options_.wire != Wire::fp32) send_slots_ = allocate(slots * slot_elems * 2);
+    recv_slots_ = allocate_scratch(slots * slot_elems * wire_bytes(options_.wire));
+    if (options_.wire != Wire::fp32) send_slots_ = allocate_scratch(slots * slot_elems * 2);
     slot_elems_ = slot_elems;
   }
   if (copy_elems > copy_elems_) {
-    copy_ = allocate(copy_elems * sizeof(float));
+    copy_ = allocate_scratch(copy_elems * sizeof(float));
     copy_elems_ = copy_elems;
   }
 }

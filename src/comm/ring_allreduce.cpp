@@ -2,8 +2,6 @@
 #include "ringtrain/comm/ring_allreduce.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
 
 #include "ringtrain/core/error.hpp"
 
@@ -47,20 +45,9 @@ struct RingAllreduce::Layout {
   size_t chunk_elems;  // the longest chunk of this call
 };
 
-void RingAllreduce::FreeDeleter::operator()(void* p) const {
-  std::free(p);
-}
-
 RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options)
     : comm_(duplicate(comm)), options_(options) {
-  RT_REQUIRE_INPUT(
-      options.chunk_bytes == 0 ||
-          (options.chunk_bytes >= 4 && options.chunk_bytes <= (size_t(1) << 30)),
-      "allreduce chunk size must be 0 (by message size) or between 4 bytes and 1 GiB, not ",
-      options.chunk_bytes, " bytes");
-  RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
-                   "allreduce chunks in flight must be between 1 and 64, not ",
-                   options.chunks_in_flight);
+  check_pipeline_options(options);
   int rank = 0;
   MPI_CHECK(MPI_Comm_size(comm_.get(), &n_));
   MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank));
@@ -207,14 +194,8 @@ void RingAllreduce::round_owned_segment(float* data, const Layout& layout) {
 void RingAllreduce::ensure_scratch(size_t chunk_elems) {
   if (chunk_elems <= scratch_chunk_elems_) return;
   const size_t slots = static_cast<size_t>(options_.chunks_in_flight);
-  auto allocate = [&](size_t bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    return std::unique_ptr<unsigned char, FreeDeleter>(static_cast<unsigned char*>(p));
-  };
-  recv_scratch_ = allocate(slots * chunk_elems * wire_bytes(options_.wire));
-  if (options_.wire != Wire::fp32) send_scratch_ = allocate(slots * chunk_elems * 2);
+  recv_scratch_ = allocate_scratch(slots * chunk_elems * wire_bytes(options_.wire));
+  if (options_.wire != Wire::fp32) send_scratch_ = allocate_scratch(slots * chunk_elems * 2);
   scratch_chunk_elems_ = chunk_elems;
 }
 

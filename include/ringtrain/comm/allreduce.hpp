@@ -39,6 +39,9 @@ struct AllreduceOptions {
   int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks
 };
 
+// InputError unless chunk_bytes is 0 or 4 B..1 GiB and chunks_in_flight 1..64 (ring and rhd).
+void check_pipeline_options(const AllreduceOptions& options);
+
 // In-place sum over every rank of a communicator. One call at a time per instance, from any
 // one thread; every rank calls sum() with the same count, in the same order.
 class Allreducer {

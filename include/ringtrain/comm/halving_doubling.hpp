@@ -55,6 +55,7 @@
 
 #include "ringtrain/comm/allreduce.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
+#include "ringtrain/comm/scratch.hpp"
 
 namespace ringtrain::comm {
 
@@ -67,9 +68,6 @@ class HalvingDoubling final : public Allreducer {
   std::string name() const override;
 
  private:
-  struct FreeDeleter {
-    void operator()(void* p) const;
-  };
   // What happens to received elements: added into the destination, or copied over it.
   enum class Into { add, copy };
 
@@ -91,7 +89,7 @@ class HalvingDoubling final : public Allreducer {
   std::mutex mutex_;
   // K receive slots and, for a narrow wire, K send slots of slot_elems_ each; copy_ holds
   // the vector's own values for whole-vector doubling (sent while the sum lands in place).
-  std::unique_ptr<unsigned char, FreeDeleter> recv_slots_, send_slots_, copy_;
+  ScratchBytes recv_slots_, send_slots_, copy_;
   size_t slot_elems_ = 0, copy_elems_ = 0;
   std::vector<MPI_Request> recv_requests_, send_requests_;
 };

@@ -56,6 +56,7 @@
 
 #include "ringtrain/comm/allreduce.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
+#include "ringtrain/comm/scratch.hpp"
 
 namespace ringtrain::comm {
 
@@ -69,10 +70,6 @@ class RingAllreduce final : public Allreducer {
 
  private:
   struct Layout;
-  // Frees with std::free; 64-byte aligned.
-  struct FreeDeleter {
-    void operator()(void* p) const;
-  };
 
   void run_phase(float* data, const Layout& layout, bool reducing);
   void post_recv(float* data, const Layout& layout, bool reducing, int64_t m, MPI_Request* request);
@@ -86,7 +83,7 @@ class RingAllreduce final : public Allreducer {
   int n_ = 1, pos_ = 0, left_ = 0, right_ = 0;
   std::mutex mutex_;
   // K receive slots (fp32 or wire elements) and, for a narrow wire, K send slots.
-  std::unique_ptr<unsigned char, FreeDeleter> recv_scratch_, send_scratch_;
+  ScratchBytes recv_scratch_, send_scratch_;
   size_t scratch_chunk_elems_ = 0;
   std::vector<MPI_Request> recv_requests_, send_requests_;
 };
