@@ -18,6 +18,7 @@
 
 #include "ringtrain/comm/fusion_engine.hpp"
 #include "ringtrain/comm/timeline.hpp"
+#include "ringtrain/comm/wire_format.hpp"
 
 using namespace ringtrain::comm;
 
@@ -82,8 +83,10 @@ Result run(const std::string& mode, int steps, double backward_s, double fusion_
   MPI_Comm reduce_comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &reduce_comm);
   bool reduce = mode != "no reduction";
-  ReduceFn fn = [&](float* data, size_t count) {
-    if (reduce) MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, reduce_comm);
+  ReduceFn fn = [&](float* data, size_t count, float divisor) {
+    if (!reduce) return;
+    MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, reduce_comm);
+    divide_floats(data, count, divisor);
   };
   FusionOptions options;
   options.fusion_mib = fusion_mib;

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   for (bool on : {false, true}) {
     Timeline engine_timeline(on, 0);
     FusionEngine engine(
-        MPI_COMM_SELF, [](float*, size_t) {}, FusionOptions{}, &engine_timeline);
+        MPI_COMM_SELF, [](float*, size_t, float) {}, FusionOptions{}, &engine_timeline);
     engine.plan(specs);
     size_t steps = std::max<size_t>(1, spans / 64 / 10);
     std::vector<double> wall, cpu;

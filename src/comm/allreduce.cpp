@@ -12,6 +12,7 @@
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/halving_doubling.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
+#include "ringtrain/comm/wire_format.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm {
@@ -113,14 +114,15 @@ class AutoAllreduce final : public Allreducer {
     ring_ = std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), inner);
     rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner);
   }
-  void sum(float* data, size_t count) override {
+  void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
+  void sum_and_divide(float* data, size_t count, float divisor) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (options_.validate_counts) check_same_count(comm_.get(), count, "auto allreduce");
     // Every rank passes the same count, so every rank picks the same algorithm.
-    if (choose_automatic(count * sizeof(float), n_) == Algorithm::ring)
-      ring_->sum(data, count);
-    else
-      rhd_->sum(data, count);
+    Allreducer& chosen = choose_automatic(count * sizeof(float), n_) == Algorithm::ring
+                             ? static_cast<Allreducer&>(*ring_)
+                             : static_cast<Allreducer&>(*rhd_);
+    chosen.sum_and_divide(data, count, divisor);
   }
   std::string name() const override {
     return options_.wire == Wire::fp32 ? "auto" : "auto/" + to_string(options_.wire);
@@ -136,6 +138,11 @@ class AutoAllreduce final : public Allreducer {
 };
 
 }  // namespace
+
+void Allreducer::sum_and_divide(float* data, size_t count, float divisor) {
+  sum(data, count);
+  if (divisor != 1.0f) divide_floats(data, count, divisor);
+}
 
 // Measured with rt-allreduce-bench on this 2-core VM (OpenMPI 4.1.4, vader + CMA, medians of
 // 50 iterations, time in us, ring / rhd / MPI_Allreduce in the same run; the machine is

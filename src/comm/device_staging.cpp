@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "../backend/cuda/check.hpp"
+#include "../backend/cuda/kernels.hpp"
 #include "device_staging.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
@@ -58,13 +59,22 @@ class StagedAllreduce final : public Allreducer {
   StagedAllreduce(std::unique_ptr<Allreducer> inner, bool pass_device)
       : inner_(std::move(inner)), pass_device_(pass_device) {}
 
-  void sum(float* data, size_t count) override {
+  void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
+
+  void sum_and_divide(float* data, size_t count, float divisor) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (count == 0 || pass_device_ || !is_device_memory(data)) return inner_->sum(data, count);
+    if (count == 0 || !is_device_memory(data)) return inner_->sum_and_divide(data, count, divisor);
+    if (pass_device_) {  // CUDA-aware MPI sums device memory; the division is a kernel
+      inner_->sum(data, count);
+      if (divisor == 1.0f) return;
+      backend::cuda::kernels::divide(data, int64_t(count), divisor, nullptr);
+      CUDA_CHECK(cudaStreamSynchronize(nullptr));
+      return;
+    }
     float* host = staging_.reserve(count);
     // Plain cudaMemcpy: the caller has finished writing data (see allreduce.hpp).
     CUDA_CHECK(cudaMemcpy(host, data, count * sizeof(float), cudaMemcpyDeviceToHost));
-    inner_->sum(host, count);
+    inner_->sum_and_divide(host, count, divisor);
     CUDA_CHECK(cudaMemcpy(data, host, count * sizeof(float), cudaMemcpyHostToDevice));
   }
   std::string name() const override { return inner_->name(); }

@@ -182,11 +182,6 @@ BufferOps host_buffer_ops() {
     return std::shared_ptr<float>(memory, std::free);
   };
   ops.zero = [](float* data, size_t count) { std::memset(data, 0, count * sizeof(float)); };
-  // A division, not a multiplication by 1/divisor: the mean of exact sums stays correctly
-  // rounded (1/3 is not a float), and the loop is memory-bound either way.
-  ops.divide = [](float* data, size_t count, float divisor) {
-    for (size_t i = 0; i < count; ++i) data[i] /= divisor;
-  };
   ops.mark_ready = [](size_t) {};
   ops.wait_ready = [](size_t) {};
   return ops;
@@ -232,7 +227,7 @@ FusionEngine::FusionEngine(MPI_Comm comm, ReduceFn reduce, FusionOptions options
       start_s_(Timeline::now()) {
   RT_CHECK(reduce_, "FusionEngine needs a reduce function");
   const BufferOps& ops = options_.buffer_ops;
-  if (!(ops.alloc && ops.zero && ops.divide && ops.mark_ready && ops.wait_ready))
+  if (!(ops.alloc && ops.zero && ops.mark_ready && ops.wait_ready))
     throw Error("FusionEngine: every BufferOps member must be set (start from host_buffer_ops())");
   check_options();
   int provided = 0;
@@ -582,8 +577,7 @@ void FusionEngine::comm_loop() {
 void FusionEngine::reduce_bucket(size_t b) {
   const BucketLayout& bucket = buckets_[b];
   size_t count = bucket.bytes / sizeof(float);
-  reduce_(bucket.data, count);
-  if (world_ > 1) options_.buffer_ops.divide(bucket.data, count, float(world_));
+  reduce_(bucket.data, count, float(world_));
 }
 
 // ---- the stall inspector -------------------------------------------------------------------

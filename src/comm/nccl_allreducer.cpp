@@ -109,6 +109,16 @@ class NcclAllreduce final : public Allreducer {
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
+  // Device memory: the division is a kernel on the communication stream.
+  void sum_and_divide(float* data, size_t count, float divisor) override {
+    sum(data, count);
+    if (count == 0 || divisor == 1.0f) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    CUDA_CHECK(cudaSetDevice(device_));
+    backend::cuda::kernels::divide(data, int64_t(count), divisor, stream_->get());
+    CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+  }
+
   std::string name() const override {
     return options_.wire == Wire::fp32 ? "nccl" : "nccl/" + to_string(options_.wire);
   }

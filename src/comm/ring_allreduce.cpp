@@ -24,7 +24,8 @@ int ring_mod(int64_t a, int n) {
 
 // Where segment i and its chunk c live in the caller's buffer (see the header's remainders).
 struct RingAllreduce::Layout {
-  Layout(size_t count, int n, size_t max_chunk_elems) : n(n), q(count / n), r(count % n) {
+  Layout(size_t count, int n, size_t max_chunk_elems, float divisor)
+      : n(n), q(count / n), r(count % n), divisor(divisor) {
     const size_t longest = q + (r > 0 ? 1 : 0);
     chunks = static_cast<int64_t>(
         std::max<size_t>(1, (longest + max_chunk_elems - 1) / max_chunk_elems));
@@ -43,6 +44,7 @@ struct RingAllreduce::Layout {
   size_t q, r;
   int64_t chunks;      // C: messages per ring step
   size_t chunk_elems;  // the longest chunk of this call
+  float divisor;       // the owned segment's last add divides by this (1: a plain sum)
 };
 
 RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options)
@@ -69,10 +71,23 @@ std::string RingAllreduce::name() const {
 
 void RingAllreduce::sum(float* data, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
+  reduce(data, count, 1.0f);
+}
+
+void RingAllreduce::sum_and_divide(float* data, size_t count, float divisor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.wire == Wire::fp32 && n_ > 1) return reduce(data, count, divisor);
+  // A narrow wire rounds the owned segment after the reduce-scatter: dividing before that
+  // would change what goes on the wire, so the division stays a pass of its own.
+  reduce(data, count, 1.0f);
+  if (divisor != 1.0f) divide_floats(data, count, divisor);
+}
+
+void RingAllreduce::reduce(float* data, size_t count, float divisor) {
   if (options_.validate_counts) check_same_count(comm_.get(), count, "ring allreduce");
   if (count == 0 || n_ == 1) return;
   const size_t chunk_bytes = chunk_bytes_for(options_.chunk_bytes, count * sizeof(float));
-  const Layout layout(count, n_, std::max<size_t>(1, chunk_bytes / sizeof(float)));
+  const Layout layout(count, n_, std::max<size_t>(1, chunk_bytes / sizeof(float)), divisor);
   ensure_scratch(layout.chunk_elems);
   run_phase(data, layout, true);
   if (options_.wire != Wire::fp32) round_owned_segment(data, layout);
@@ -151,10 +166,14 @@ void RingAllreduce::finish_recv(float* data, const Layout& layout, bool reducing
   const size_t slot = static_cast<size_t>(m % options_.chunks_in_flight);
   const Wire wire = options_.wire;
   if (wire == Wire::fp32) {
-    if (reducing)
-      add_floats(data + begin,
-                 reinterpret_cast<const float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_,
-                 len);
+    if (!reducing) return;
+    const float* in =
+        reinterpret_cast<const float*>(recv_scratch_.get()) + slot * scratch_chunk_elems_;
+    // The last step's add completes the owned segment: the division rides along with it.
+    if (step == n_ - 2 && layout.divisor != 1.0f)
+      add_divide_floats(data + begin, in, len, layout.divisor);
+    else
+      add_floats(data + begin, in, len);
     return;
   }
   const uint16_t* from =

@@ -104,4 +104,12 @@ void add_floats(float* __restrict sum, const float* __restrict in, size_t n) {
   for (size_t i = 0; i < n; ++i) sum[i] += in[i];
 }
 
+void add_divide_floats(float* __restrict sum, const float* __restrict in, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) sum[i] = (sum[i] + in[i]) / divisor;
+}
+
+void divide_floats(float* data, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) data[i] /= divisor;
+}
+
 }  // namespace ringtrain::comm

@@ -56,7 +56,7 @@ std::string utc_now() {
 }
 
 // The fusion engine's buckets (where backward writes the gradients) in the backend's device
-// memory, zeroed and divided by its kernels; each bucket waits for a ready mark recorded when
+// memory, zeroed by its kernels; each bucket waits for a ready mark recorded when
 // its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels.
 comm::BufferOps device_buffer_ops(backend::Backend& be) {
   comm::BufferOps ops;
@@ -67,10 +67,6 @@ comm::BufferOps device_buffer_ops(backend::Backend& be) {
   ops.zero = [&be](float* data, size_t count) {
     backend::Tensor t = backend::Tensor::view(data, {int64_t(count)});
     be.fill(t, 0.0f);
-  };
-  ops.divide = [&be](float* data, size_t count, float divisor) {
-    backend::Tensor t = backend::Tensor::view(data, {int64_t(count)});
-    be.divide(t, divisor);
   };
   ops.mark_ready = [&be](size_t bucket) { be.record_ready(bucket); };
   ops.wait_ready = [&be](size_t bucket) { be.wait_ready(bucket); };
@@ -234,8 +230,11 @@ void Trainer::build_comm() {
   if (backend_->name() == "cuda") fusion.buffer_ops = device_buffer_ops(*backend_);
   comm::Allreducer* reducer = grad_reducer_.get();
   engine_ = comm::make_fusion_engine(
-      comm_, [reducer](float* data, size_t count) { reducer->sum(data, count); }, fusion,
-      timeline_.get());
+      comm_,
+      [reducer](float* data, size_t count, float divisor) {
+        reducer->sum_and_divide(data, count, divisor);
+      },
+      fusion, timeline_.get());
 
   // Gradients live in the engine's buckets, in the order backward completes them.
   const auto& params = model_->parameters();

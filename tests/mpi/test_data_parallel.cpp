@@ -96,7 +96,8 @@ struct ParallelReplica : Replica {
     fusion.stall_timeout_s = 60;
     comm::Allreducer* r = reducer.get();
     engine = comm::make_fusion_engine(
-        comm, [r](float* d, size_t n) { r->sum(d, n); }, fusion, nullptr);
+        comm, [r](float* d, size_t n, float divisor) { r->sum_and_divide(d, n, divisor); }, fusion,
+        nullptr);
     const auto& params = model->parameters();
     std::vector<comm::GradSpec> specs;
     for (size_t i : model->backward_order()) specs.push_back({params[i]->name, params[i]->shape});

@@ -41,12 +41,13 @@ class MpiSum {
   ~MpiSum() { MPI_Comm_free(&comm_); }
   ReduceFn fn() const {
     MPI_Comm comm = comm_;
-    return [comm](float* data, size_t count) {
+    return [comm](float* data, size_t count, float divisor) {
       for (size_t done = 0; done < count; done += INT_MAX) {
         int n = int(std::min<size_t>(INT_MAX, count - done));
         int rc = MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm);
         if (rc != MPI_SUCCESS) throw Error(str("MPI_Allreduce failed: ", rc));
       }
+      for (size_t i = 0; i < count; ++i) data[i] /= divisor;
     };
   }
 
@@ -248,8 +249,8 @@ BOOST_AUTO_TEST_CASE(with_overlap_a_full_bucket_is_reduced_before_synchronize) {
   ReduceFn mpi_sum = sum.fn();
   std::promise<void> first_reduced;
   int calls = 0;  // only the comm thread touches it
-  ReduceFn watched = [&](float* data, size_t count) {
-    mpi_sum(data, count);
+  ReduceFn watched = [&](float* data, size_t count, float divisor) {
+    mpi_sum(data, count, divisor);
     if (calls++ == 0) first_reduced.set_value();
   };
   auto specs = model_specs();
@@ -425,7 +426,7 @@ BOOST_AUTO_TEST_CASE(synchronize_names_the_gradients_never_enqueued) {
 BOOST_AUTO_TEST_CASE(a_failing_reduction_is_rethrown_by_synchronize) {
   auto specs = model_specs();
   int calls = 0;  // only the comm thread touches it
-  ReduceFn failing = [&](float*, size_t) {
+  ReduceFn failing = [&](float*, size_t, float) {
     if (++calls == 2) throw Error("injected reduce failure");
   };
   FusionEngine engine(MPI_COMM_WORLD, failing, small_buckets(false));  // fails in synchronize()
@@ -517,16 +518,6 @@ class GuardedMemory {
       zeros_.push_back({data, count, 0.0f});
       access([&] { std::memset(data, 0, count * sizeof(float)); });
     };
-    ops.divide = [this](float* data, size_t count, float divisor) {
-      {
-        std::lock_guard<std::mutex> lock(count_mutex_);
-        divides_.push_back({data, count, divisor});
-        comm_work_on_test_thread_ += std::this_thread::get_id() == test_thread_;
-      }
-      access([&] {
-        for (size_t i = 0; i < count; ++i) data[i] /= divisor;
-      });
-    };
     ops.mark_ready = [this](size_t bucket) {
       std::lock_guard<std::mutex> lock(count_mutex_);
       if (marks_.size() <= bucket) {
@@ -548,12 +539,17 @@ class GuardedMemory {
     return ops;
   }
 
-  // Like a staging allreducer: copy out, sum on the host, copy back.
-  ReduceFn staged(ReduceFn host_sum) {
-    return [this, host_sum](float* data, size_t count) {
+  // Like a staging allreducer: copy out, reduce on the host, copy back.
+  ReduceFn staged(ReduceFn host_mean) {
+    return [this, host_mean](float* data, size_t count, float divisor) {
+      {
+        std::lock_guard<std::mutex> lock(count_mutex_);
+        reduces_.push_back({data, count, divisor});
+        comm_work_on_test_thread_ += std::this_thread::get_id() == test_thread_;
+      }
       std::vector<float> host(count);
       access([&] { std::memcpy(host.data(), data, count * sizeof(float)); });
-      host_sum(host.data(), count);
+      host_mean(host.data(), count, divisor);
       access([&] { std::memcpy(data, host.data(), count * sizeof(float)); });
     };
   }
@@ -562,12 +558,12 @@ class GuardedMemory {
   int allocs_ = 0, frees_ = 0;
   size_t alloc_bytes_ = 0;
   float* base_ = nullptr;
-  std::vector<Call> zeros_, divides_;
+  std::vector<Call> zeros_, reduces_;
   std::vector<int> marks_, waits_;
   std::vector<size_t> wait_order_;
   int unmarked_waits_ = 0;
   int marks_off_test_thread_ = 0;     // mark_ready not on the thread that enqueues
-  int comm_work_on_test_thread_ = 0;  // wait_ready or divide not on the comm thread
+  int comm_work_on_test_thread_ = 0;  // wait_ready or a reduction not on the comm thread
 
  private:
   // Also on the comm thread, where Boost.Test's assertions are not safe.
@@ -631,7 +627,7 @@ BOOST_AUTO_TEST_CASE(every_touch_of_bucket_memory_goes_through_the_ops_and_means
         }
 
         // One mark and one wait per bucket and step, every wait after its mark, in order;
-        // marks on the enqueuing thread, waits and divisions on the comm thread.
+        // marks on the enqueuing thread, waits and reductions on the comm thread.
         BOOST_TEST(memory.marks_ == std::vector<int>(buckets, int(steps)),
                    boost::test_tools::per_element());
         BOOST_TEST(memory.waits_ == std::vector<int>(buckets, int(steps)),
@@ -643,13 +639,14 @@ BOOST_AUTO_TEST_CASE(every_touch_of_bucket_memory_goes_through_the_ops_and_means
         BOOST_TEST(memory.wait_order_ == order, boost::test_tools::per_element());
         BOOST_TEST(memory.marks_off_test_thread_ == 0);
         BOOST_TEST(memory.comm_work_on_test_thread_ == 0);
-        // One division by the world size per bucket and step, over the whole bucket.
-        BOOST_TEST_REQUIRE(memory.divides_.size() == size_t(steps) * buckets);
-        for (size_t k = 0; k < memory.divides_.size(); ++k) {
+        // One reduction to the mean (divisor: the world size) per bucket and step, over the
+        // whole bucket.
+        BOOST_TEST_REQUIRE(memory.reduces_.size() == size_t(steps) * buckets);
+        for (size_t k = 0; k < memory.reduces_.size(); ++k) {
           const BucketLayout& b = guarded.buckets()[k % buckets];
-          BOOST_TEST(memory.divides_[k].data == b.data);
-          BOOST_TEST(memory.divides_[k].count == b.bytes / sizeof(float));
-          BOOST_TEST(memory.divides_[k].divisor == float(world));
+          BOOST_TEST(memory.reduces_[k].data == b.data);
+          BOOST_TEST(memory.reduces_[k].count == b.bytes / sizeof(float));
+          BOOST_TEST(memory.reduces_[k].divisor == float(world));
         }
         BOOST_TEST(memory.frees_ == 0);
       }
@@ -661,7 +658,7 @@ BOOST_AUTO_TEST_CASE(every_touch_of_bucket_memory_goes_through_the_ops_and_means
 BOOST_AUTO_TEST_CASE(an_unset_op_is_an_error) {
   MpiSum sum;
   FusionOptions options;
-  options.buffer_ops.divide = nullptr;
+  options.buffer_ops.wait_ready = nullptr;
   expect_on_every_rank(error_of([&] { FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options); }),
                        "FusionEngine: every BufferOps member must be set (start from "
                        "host_buffer_ops())");

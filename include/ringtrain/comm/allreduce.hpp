@@ -48,6 +48,12 @@ class Allreducer {
  public:
   virtual ~Allreducer() = default;
   virtual void sum(float* data, size_t count) = 0;
+  // In-place sum over every rank divided by `divisor` (the mean, for divisor = world size),
+  // rounded as sum() followed by a division; same memory contract as sum(). The default is
+  // sum() and a pass of divisions on the host; ring on the fp32 wire folds the division into
+  // the last add of its reduce-scatter (no extra pass over the data); nccl and staged device
+  // memory divide with a kernel.
+  virtual void sum_and_divide(float* data, size_t count, float divisor);
   virtual std::string name() const = 0;
 };
 

@@ -7,12 +7,12 @@
 //                    one 64-byte aligned arena; each gradient lives inside its bucket.
 //   enqueue(i)       backward finished gradient i: mark it ready; when it completes the
 //                    next bucket in order, wake the comm thread (no MPI on this thread).
-//   comm thread      bucket 0, 1, 2, ... in that order on every rank: reduce(data, count),
-//                    divide by world size; sleeps on a condition variable in between.
+//   comm thread      bucket 0, 1, 2, ... in that order on every rank: reduce(data, count,
+//                    world size), the mean; sleeps on a condition variable in between.
 //   synchronize()    waits until every bucket of the step is reduced, then opens the next.
 //
-// Bucket memory is touched only through FusionOptions::buffer_ops (allocate, zero, divide,
-// ready marks) and the reduce function, so the arena may live on a GPU: the engine itself
+// Bucket memory is touched only through FusionOptions::buffer_ops (allocate, zero, ready
+// marks) and the reduce function, so the arena may live on a GPU: the engine itself
 // only passes pointers along.
 //
 // Stall inspector: a watchdog thread sleeps on a condition variable with a deadline. While a
@@ -43,19 +43,19 @@ namespace ringtrain::comm {
 
 class Timeline;
 
-// In-place SUM across all ranks of the engine's communicator; collective; called only from the
-// engine's comm thread, so it must not share a communicator with collectives on other threads.
-using ReduceFn = std::function<void(float* data, size_t count)>;
+// In-place sum across all ranks of the engine's communicator, divided by `divisor` (the world
+// size: the engine wants the mean; Allreducer::sum_and_divide); collective; called only from
+// the engine's comm thread, so it must not share a communicator with collectives on other
+// threads.
+using ReduceFn = std::function<void(float* data, size_t count, float divisor)>;
 
-// Everything the engine does to bucket memory. host_buffer_ops() is plain host memory (64-byte
-// aligned, divided on the CPU); a GPU backend supplies device memory and kernels instead.
+// Everything the engine does to bucket memory besides reducing it. host_buffer_ops() is plain
+// host memory (64-byte aligned); a GPU backend supplies device memory and kernels instead.
 struct BufferOps {
   // At least `bytes` of memory, 64-byte aligned, freed by the owner's deleter; once, in plan().
   std::function<std::shared_ptr<float>(size_t bytes)> alloc;
   // data[0, count) = 0; once, in plan(), over the whole arena: the padding must reduce to zero.
   std::function<void(float* data, size_t count)> zero;
-  // data[i] /= divisor; on the comm thread after each reduction when there are several ranks.
-  std::function<void(float* data, size_t count, float divisor)> divide;
   // On enqueue()'s thread, under the engine's lock, when a bucket's last gradient is enqueued:
   // mark the writes issued so far (a GPU backend records an event on its compute stream).
   std::function<void(size_t bucket)> mark_ready;

@@ -66,11 +66,15 @@ class RingAllreduce final : public Allreducer {
   RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options);
   // In place; thread-safe in that concurrent calls on one instance are serialised.
   void sum(float* data, size_t count) override;
+  // fp32 wire: the last reduce-scatter add divides as it sums (see Allreducer); narrow wires
+  // sum, then divide.
+  void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
 
  private:
   struct Layout;
 
+  void reduce(float* data, size_t count, float divisor);
   void run_phase(float* data, const Layout& layout, bool reducing);
   void post_recv(float* data, const Layout& layout, bool reducing, int64_t m, MPI_Request* request);
   void finish_recv(float* data, const Layout& layout, bool reducing, int64_t m);

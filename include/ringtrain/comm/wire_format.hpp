@@ -61,5 +61,10 @@ void decode_add_wire(Wire wire, float* sum, const uint16_t* in, size_t n);  // s
 // data = decode(encode(data)): what a value looks like after one trip on the wire.
 void round_through_wire(Wire wire, float* data, size_t n);
 void add_floats(float* sum, const float* in, size_t n);
+// sum = (sum + in) / divisor: the last add of a reduction and the mean in one pass, rounded
+// exactly as add_floats then divide_floats (two IEEE operations, each rounded once).
+void add_divide_floats(float* sum, const float* in, size_t n, float divisor);
+// data /= divisor: a true division, not a multiplication by 1/divisor (1/3 is not a float).
+void divide_floats(float* data, size_t n, float divisor);
 
 }  // namespace ringtrain::comm
