@@ -9,8 +9,10 @@
 # share them (reported, not judged). For each round, model and rank count, interleaved so
 # other people's load falls on all three: ringtrain with comm.overlap=true, PyTorch DDP with
 # the same model, batch, loss, optimizer and bucket size (tools/bench_scaling_torch.py), and
-# ringtrain with comm.overlap=false. img/s is the median over timed windows after the warm-up;
-# efficiency is img/s at N / (N x img/s at 1 rank) of the same system; exposed communication
+# ringtrain with comm.overlap=false, and (for 2..cores ranks) N independent 1-rank ringtrain
+# runs at once, one per core: the machine's no-communication limit. img/s is the median over
+# timed windows after the warm-up; efficiency is img/s at N / (N x img/s at 1 rank) of the
+# same system in the same round, median over rounds; exposed communication
 # is ringtrain's /summary exposed_comm_fraction (wait in synchronize / allreduce time) and
 # DDP's as bench_scaling_torch.py measures it. Each run also records the machine's busy
 # fraction from /proc/stat and the cores other processes used meanwhile (busy rows: > 0.15).
@@ -129,6 +131,32 @@ run_ringtrain() {  # model np overlap round
     --extra "${load_json%\}}, \"round\": $4}" >>"$RAW"
 }
 
+# The machine's own limit: np independent 1-rank trainings at once, one per core, nothing
+# communicated. What they lose against one alone is memory and cache contention between
+# the cores (and the host's noise), which no data-parallel trainer can win back: ringtrain's
+# efficiency against theirs is the share of the attainable that it reaches.
+run_independent() {  # model np round
+  local dir="$OUT_DIR/scaling/round$3" i pids=()
+  mkdir -p "$dir"
+  mark
+  for (( i = 0; i < $2; ++i )); do
+    taskset -c "$i" mpirun -q -np 1 $( [ "$(id -u)" = 0 ] && echo --allow-run-as-root ) \
+      --bind-to none "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
+      --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
+      --train.log_interval="$steps" --comm.overlap=false "${comm_flags[@]}" --output.dir="$dir" \
+      --output.name="$1-independent$2-part$i" >"$dir/$1-independent$2-part$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || die "independent run failed: $dir/$1-independent$2-part$i.log"
+  done
+  load_since
+  for (( i = 0; i < $2; ++i )); do
+    "$PYTHON" tools/bench_scaling_report.py row "$dir/$1-independent$2-part$i.h5" \
+      --window "$window" --extra "${load_json%\}}, \"round\": $3, \"system\": \"independent\", \"ranks\": $2, \"part\": $i}" >>"$RAW"
+  done
+}
+
 run_ddp() {  # model np round
   local out
   mark
@@ -156,6 +184,7 @@ for round in $(seq 1 "$ROUNDS"); do
       run_ringtrain "$model" "$np" true "$round"
       [ "$PEER" = ddp ] && run_ddp "$model" "$np" "$round"
       run_ringtrain "$model" "$np" false "$round"
+      [ "$np" -gt 1 ] && [ "$np" -le "$(nproc)" ] && run_independent "$model" "$np" "$round"
       echo "  round $round, $model, $np rank(s): done at $(( $(date +%s) - start )) s," \
            "load $(cut -d' ' -f1 /proc/loadavg)"
     done

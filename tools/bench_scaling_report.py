@@ -9,8 +9,9 @@
       launch relative to the end of its rank's backward, duration; and per step the skew
       between ranks' ends of backward and the wait in synchronize (medians after warm-up).
   table RAW.jsonl OUT.jsonl               the rows of all rounds as one table (medians over
-      rounds), scaling efficiency per system against its own 1-rank run, the ratio of
-      ringtrain's efficiency to PyTorch DDP's; the summarised rows to OUT.jsonl.
+      rounds), scaling efficiency per system against its own 1-rank run of the same round,
+      the ratio of ringtrain's efficiency to PyTorch DDP's and to the no-communication
+      limit (independent runs); the summarised rows to OUT.jsonl.
 
 Needs h5py and numpy (Debian's python3-h5py, python3-numpy).
 """
@@ -104,16 +105,39 @@ def key(r):
     return (r["model"], r["system"], r["overlap"], r["ranks"])
 
 
-def summarise(rows):
-    """Medians over rounds per (model, system, overlap, ranks), with efficiency."""
-    groups = {}
-    for r in rows:
-        groups.setdefault(key(r), []).append(r)
+def base_key(k):
+    """The 1-rank run an efficiency is measured against: the same system's; the independent
+    runs (ringtrain without communication) against ringtrain's own 1-rank run."""
+    if k[1] == "independent":
+        return (k[0], "ringtrain", False, 1)
+    return (k[0], k[1], k[2], 1)
+
+
+def per_round(rows):
+    """{key: {round: row}}; the independent runs' parts of one round as one row (img/s summed)."""
     out = {}
-    for k, rs in groups.items():
-        img = statistics.median(r["img_s"] for r in rs)
+    for r in rows:
+        rounds = out.setdefault(key(r), {})
+        have = rounds.get(r["round"])
+        if have is None:
+            rounds[r["round"]] = dict(r)
+        elif r["system"] == "independent":
+            have["img_s"] += r["img_s"]
+            have["busy"] = have["busy"] or r["busy"]
+    return out
+
+
+def summarise(rows):
+    """Medians over rounds per (model, system, overlap, ranks). Efficiency is paired: each
+    round's N-rank img/s against the 1-rank img/s of the same round, then the median over
+    rounds, so the host's slow drifts (minutes long here) cancel within a round."""
+    rounds = per_round(rows)
+    out = {}
+    for k, by_round in rounds.items():
+        rs = list(by_round.values())
         out[k] = {
-            "system": k[1], "model": k[0], "ranks": k[3], "overlap": k[2], "img_s": round(img, 3),
+            "system": k[1], "model": k[0], "ranks": k[3], "overlap": k[2],
+            "img_s": round(statistics.median(r["img_s"] for r in rs), 3),
             "rounds": len(rs),
             "exposed_comm": round(statistics.median(r["exposed_comm"] for r in rs), 4),
             "allreduce_ms_per_step": round(statistics.median(r["allreduce_ms_per_step"] for r in rs), 3),
@@ -123,8 +147,10 @@ def summarise(rows):
             "busy": any(r["busy"] for r in rs),
         }
     for k, row in out.items():
-        base = out.get((k[0], k[1], k[2], 1))
-        row["efficiency"] = round(row["img_s"] / (k[3] * base["img_s"]), 4) if base else None
+        base = rounds.get(base_key(k), {})
+        ratios = [r["img_s"] / (k[3] * base[n]["img_s"]) for n, r in rounds[k].items() if n in base]
+        row["efficiency"] = round(statistics.median(ratios), 4) if ratios else None
+        row["efficiency_by_round"] = [round(x, 4) for x in ratios]
     return out
 
 
@@ -137,13 +163,16 @@ def table(raw, out_path):
     if not rows:
         raise SystemExit(f"bench_scaling_report.py: no rows in {raw}")
     summary = summarise(rows)
-    print("\nWeak scaling, per-rank batch fixed, 1 thread per rank (medians over rounds; "
-          "efficiency = img/s at N / (N x img/s at 1 rank) of the same system;")
-    print("exposed comm = time waiting for communication after backward / total allreduce time; "
-          "* = run on a busy machine, other processes using > 0.15 core)")
+    print("\nWeak scaling, per-rank batch fixed, 1 thread per rank (img/s: medians over rounds; "
+          "efficiency = img/s at N / (N x img/s at 1 rank) of the same system in the same round,")
+    print("median over rounds; exposed comm = time waiting for communication after backward / "
+          "total allreduce time; * = run on a busy machine, other processes using > 0.15 core;")
+    print("no-comm eff = N independent 1-rank ringtrain runs at once, one per core: the machine's "
+          "own limit (memory and cache contention); rt/no-comm = ringtrain eff / no-comm eff)")
     head = (f"{'model':<15} {'ranks':>5} | {'ringtrain':>9} {'eff':>6} {'exp':>5} | "
             f"{'no ovl':>8} {'eff':>6} {'exp':>5} | {'DDP':>8} {'eff':>6} {'exp':>5} | "
-            f"{'rt/DDP eff':>10} {'rt/DDP img/s':>12} | {'busy':>4}")
+            f"{'rt/DDP eff':>10} {'rt/DDP img/s':>12} | {'no-comm eff':>11} {'rt/no-comm':>10} | "
+            f"{'busy':>4}")
     print(head)
     print("-" * len(head))
     lines = []
@@ -152,6 +181,7 @@ def table(raw, out_path):
             on = summary.get((model, "ringtrain", True, n))
             off = summary.get((model, "ringtrain", False, n))
             ddp = summary.get((model, "pytorch-ddp", True, n))
+            alone = summary.get((model, "independent", False, n))
             cells = []
             for r in (on, off, ddp):
                 cells.append(f"{fmt(r and r['img_s'], '8.1f'):>8}"
@@ -161,17 +191,21 @@ def table(raw, out_path):
             ratio_eff = (on["efficiency"] / ddp["efficiency"]
                          if on and ddp and on["efficiency"] and ddp["efficiency"] else None)
             ratio_img = on["img_s"] / ddp["img_s"] if on and ddp else None
-            busy = max((r["busy_fraction"] for r in (on, off, ddp) if r), default=0)
+            ratio_alone = (on["efficiency"] / alone["efficiency"]
+                           if on and alone and on["efficiency"] and alone["efficiency"] else None)
+            busy = max((r["busy_fraction"] for r in (on, off, ddp, alone) if r), default=0)
             note = " (oversubscribed)" if n > os.cpu_count() else ""
             print(f"{model:<15} {n:5d} | {cells[0]} | {cells[1]} | {cells[2]} | "
                   f"{fmt(ratio_eff, '10.3f'):>10} {fmt(ratio_img, '12.3f'):>12} | "
-                  f"{100 * busy:3.0f}%{note}")
-            for r in (on, off, ddp):
+                  f"{fmt(alone and alone['efficiency'] and 100 * alone['efficiency'], '10.1f'):>10}% "
+                  f"{fmt(ratio_alone, '10.3f'):>10} | {100 * busy:3.0f}%{note}")
+            for r in (on, off, ddp, alone):
                 if r:
                     r = dict(r)
                     if r["system"] == "ringtrain" and r["overlap"]:
                         r["efficiency_ratio_vs_ddp"] = ratio_eff and round(ratio_eff, 4)
                         r["img_s_ratio_vs_ddp"] = ratio_img and round(ratio_img, 4)
+                        r["efficiency_ratio_vs_no_comm"] = ratio_alone and round(ratio_alone, 4)
                     lines.append(json.dumps(r))
     with open(out_path + ".tmp", "w") as o:
         o.write("\n".join(lines) + "\n")
