@@ -42,6 +42,8 @@ def ringtrain_row(path, window):
                   for p in ("forward", "backward", "allreduce_wait", "optimizer")}
         comm_step = np.asarray(f["comm/step"])
         comm_s = np.asarray(f["comm/seconds"])[comm_step >= warm].sum()
+        comm_cpu = np.asarray(f["comm/cpu_seconds"])[comm_step >= warm]
+        comm_rank = np.asarray(f["comm/rank"])[comm_step >= warm]
         timed_steps = (steps - warm) * world
         return {
             "system": "ringtrain", "model": text(f.attrs["model"]), "ranks": int(world),
@@ -54,6 +56,10 @@ def ringtrain_row(path, window):
             "load_imbalance": round(float(s["load_imbalance"]), 4),
             "allreduce_ms_per_step": round(1e3 * comm_s / timed_steps, 3),
             "exposed_ms_per_step": round(phases["allreduce_wait"], 3),
+            "comm_cpu_fraction": round(float(s["comm_cpu_fraction"]), 4),
+            "comm_cpu_ms_per_step_by_rank": [
+                round(1e3 * float(comm_cpu[comm_rank == r].sum()) / (steps - warm), 3)
+                for r in range(world)],
             "forward_ms": round(phases["forward"], 3), "backward_ms": round(phases["backward"], 3),
             "optimizer_ms": round(phases["optimizer"], 3), "file": path,
         }

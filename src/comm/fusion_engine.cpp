@@ -2,6 +2,7 @@
 #include "ringtrain/comm/fusion_engine.hpp"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +22,12 @@ constexpr size_t kAlignFloats = 16;  // 64 bytes: every gradient starts on a cac
 constexpr int kTagStallState = 7201;
 constexpr int kTagStallPrinted = 7202;
 constexpr size_t kMaxNamesListed = 8;
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -549,10 +556,11 @@ void FusionEngine::comm_loop() {
     if (!launchable()) return;
     size_t b = next_bucket_;
     lock.unlock();
-    double t0 = 0;
+    double t0 = 0, cpu0 = 0;
     try {
       options_.buffer_ops.wait_ready(b);  // not timed: the gradients' compute, not comm
       t0 = Timeline::now();
+      cpu0 = thread_cpu_seconds();
       reduce_bucket(b);
     } catch (...) {
       lock.lock();
@@ -560,14 +568,14 @@ void FusionEngine::comm_loop() {
       done_cv_.notify_all();
       return;
     }
-    double t1 = Timeline::now();
+    double t1 = Timeline::now(), cpu = thread_cpu_seconds() - cpu0;
     const BucketLayout& bucket = buckets_[b];
     if (timeline_)
       timeline_->span(bucket_names_[b], "comm", t0, t1, Timeline::kCommThread,
                       {"bytes", int64_t(bucket.bytes)}, {"tensors", int64_t(bucket.tensor_count)});
     lock.lock();
     records_.push_back(BucketRecord{step_, int(b), bucket.bytes, int(bucket.tensor_count),
-                                    t0 - start_s_, t1 - t0});
+                                    t0 - start_s_, t1 - t0, cpu});
     ++next_bucket_;
     note_progress_locked(false, Clock::now());
     if (next_bucket_ == buckets_.size()) done_cv_.notify_one();

@@ -93,6 +93,8 @@ void write_comm(h5::Group& root, const CommRecords& c) {
   column(g, "tensors", c.tensors, "1", "gradients fused into the bucket");
   column(g, "start_s", c.start_s, "s", "start, since the rank's engine started");
   column(g, "seconds", c.seconds, "s", "allreduce time of the bucket");
+  column(g, "cpu_seconds", c.cpu_seconds, "s",
+         "CPU time of the comm thread on the bucket (the reduction and MPI's polling)");
 }
 
 void write_summary(h5::Group& root, const Summary& s) {
@@ -104,6 +106,10 @@ void write_summary(h5::Group& root, const Summary& s) {
   g.set_attr("exposed_comm_fraction_meaning",
              "time waiting in synchronize / total allreduce time (0: fully hidden)");
   g.set_attr("load_imbalance", s.load_imbalance);
+  g.set_attr("comm_cpu_fraction", s.comm_cpu_fraction);
+  g.set_attr("comm_cpu_fraction_meaning",
+             "CPU time of the comm thread's reductions / step time, mean over ranks (with one "
+             "core per rank: the share of it communication took, MPI's polling included)");
   g.set_attr("load_imbalance_meaning", "max over ranks of mean step time / mean over ranks");
   g.set_attr("test_loss", s.test_loss);
   g.set_attr("test_acc", s.test_acc);

@@ -502,6 +502,7 @@ io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t war
   const auto& wait = t.phases.at("allreduce_wait");
   double slowest_sum = 0;
   std::vector<double> rank_mean(world, 0), rank_wait(world, 0), rank_comm(world, 0);
+  double comm_cpu = 0;
   for (int64_t k = int64_t(warm); k < t.steps; ++k) {
     double slowest = 0;
     for (int r = 0; r < world; ++r) {
@@ -513,7 +514,10 @@ io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t war
     slowest_sum += slowest;
   }
   for (size_t i = 0; i < c.rank.size(); ++i)
-    if (c.step[i] >= int64_t(warm)) rank_comm[size_t(c.rank[i])] += c.seconds[i];
+    if (c.step[i] >= int64_t(warm)) {
+      rank_comm[size_t(c.rank[i])] += c.seconds[i];
+      comm_cpu += c.cpu_seconds[i];
+    }
   const double timed = double(t.steps - int64_t(warm));
   s.images_per_s = slowest_sum > 0 ? double(global_batch) * timed / slowest_sum : 0;
   double max_mean = 0, mean_mean = 0, waits = 0, comms = 0;
@@ -525,6 +529,7 @@ io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t war
   }
   s.load_imbalance = mean_mean > 0 ? max_mean / mean_mean : 1;
   s.exposed_comm_fraction = world > 1 && comms > 0 ? std::min(1.0, waits / comms) : 0;
+  s.comm_cpu_fraction = mean_mean > 0 ? comm_cpu / world / mean_mean : 0;
   return s;
 }
 
@@ -548,6 +553,7 @@ void Trainer::write_results(double test_loss, double test_acc,
       gather([](const comm::BucketRecord& b) { return double(b.tensors); });
   r.comm.start_s = gather([](const comm::BucketRecord& b) { return b.start_s; });
   r.comm.seconds = gather([](const comm::BucketRecord& b) { return b.seconds; });
+  r.comm.cpu_seconds = gather([](const comm::BucketRecord& b) { return b.cpu_seconds; });
   std::vector<std::string> hosts = comm_.gather_strings_to_root(comm_.hostname());
   if (comm_.rank() != 0) return;
 
@@ -596,7 +602,9 @@ void Trainer::write_results(double test_loss, double test_acc,
   io::write_results(cfg_.results_path(), r);
   log::info(str("summary: ", int64_t(r.summary.images_per_s), " img/s over ", world,
                 " rank(s) | exposed comm ", int(r.summary.exposed_comm_fraction * 100 + 0.5),
-                "% of allreduce time | load imbalance ", r.summary.load_imbalance,
+                "% of allreduce time | comm thread CPU ",
+                int(r.summary.comm_cpu_fraction * 1000 + 0.5) / 10.0,
+                "% of step time | load imbalance ", r.summary.load_imbalance,
                 std::isnan(test_acc) ? std::string() : str(" | test acc ", test_acc)));
   log::info(str("results: ", cfg_.results_path()));
 }

@@ -69,8 +69,13 @@ assert all(0 <= x <= 1 for x in f["epochs/eval_acc"][()])
 c = f["comm"]
 assert sorted(set(c["rank"][()])) == list(range(world))
 assert len(c["step"]) % world == 0 and len(c["step"]) >= steps * world
+# A thread cannot use more CPU than the wall time it ran; a real reduction takes some.
+cpu, wall = c["cpu_seconds"][()], c["seconds"][()]
+assert len(cpu) == len(wall) and (cpu >= 0).all() and (cpu <= wall + 2e-3).all(), (cpu, wall)
+assert world == 1 or cpu.sum() > 0, "no comm thread CPU time recorded on 2 ranks"
 s = f["summary"].attrs
 assert s["images_per_s"] > 0 and 0 <= s["exposed_comm_fraction"] <= 1 and s["load_imbalance"] >= 1
+assert 0 <= s["comm_cpu_fraction"] < 1
 assert 0 <= s["test_acc"] <= 1
 trace = json.load(open(path.replace(".h5", ".trace.json")))
 events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -79,7 +84,7 @@ assert any(e["name"].startswith("backward ") for e in events if e.get("ph") == "
 print(f"np {world}: results and timeline ok ({steps} steps)")
 PY
 done
-h5dump -H "$work/out/np2.h5" | grep -q 'DATASET "allreduce_wait"' || fail "h5dump cannot read the results"
+h5dump -H "$work/out/np2.h5" | grep 'DATASET "allreduce_wait"' >/dev/null || fail "h5dump cannot read the results"
 ls "$work/out" | grep -q 'tmp' && fail "a temp file was left in $work/out: $(ls "$work/out")"
 
 # Bad input: exit 2 on every rank, one line, no results file.

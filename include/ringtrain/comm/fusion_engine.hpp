@@ -88,6 +88,10 @@ struct BucketRecord {
   int tensors;
   double start_s;
   double seconds;
+  // CPU time the comm thread spent on it (CLOCK_THREAD_CPUTIME_ID): the reduction's own work
+  // plus MPI's progress polling while a peer is late. With one core per rank it is taken
+  // from backward.
+  double cpu_seconds;
 };
 
 // Where a bucket lives: gradients first_tensor .. first_tensor + tensor_count - 1, each at a

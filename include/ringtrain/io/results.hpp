@@ -43,7 +43,7 @@ struct Timings {
 // are rows [offsets[r], offsets[r+1])).
 struct CommRecords {
   std::vector<int64_t> rank, step, bucket, bytes, tensors;
-  std::vector<double> start_s, seconds;
+  std::vector<double> start_s, seconds, cpu_seconds;
 };
 
 struct Summary {
@@ -51,6 +51,7 @@ struct Summary {
   double time_per_epoch_s = 0;
   double exposed_comm_fraction = 0;    // allreduce_wait / allreduce time, mean over ranks
   double load_imbalance = 0;           // max over ranks of mean step time / mean over ranks
+  double comm_cpu_fraction = 0;        // comm thread CPU time / step time, mean over ranks
   double test_loss = 0, test_acc = 0;  // NaN when no test split
   double scaling_efficiency = 0;       // NaN without a baseline
   std::string baseline;
