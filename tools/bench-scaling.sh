@@ -132,9 +132,11 @@ run_ringtrain() {  # model np overlap round
 }
 
 # The machine's own limit: np independent 1-rank trainings at once, one per core, nothing
-# communicated. What they lose against one alone is memory and cache contention between
-# the cores (and the host's noise), which no data-parallel trainer can win back: ringtrain's
-# efficiency against theirs is the share of the attainable that it reaches.
+# communicated. A synchronous step waits for the slowest rank, so np x the slowest one's
+# img/s is what lockstep training could reach here with free communication: what it loses
+# against one run alone is memory and cache contention and a core slower than the other
+# (this VM's second core often is, while both are busy), which no data-parallel trainer can
+# win back. ringtrain's efficiency against it is the share of the attainable it reaches.
 run_independent() {  # model np round
   local dir="$OUT_DIR/scaling/round$3" i pids=()
   mkdir -p "$dir"
