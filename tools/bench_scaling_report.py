@@ -53,6 +53,7 @@ def ringtrain_row(path, window):
             "img_s": round(statistics.median(rates), 3), "windows": [round(r, 3) for r in rates],
             "trainer_img_s": round(float(s["images_per_s"]), 3),
             "exposed_comm": round(float(s["exposed_comm_fraction"]), 4),
+            "exposed_comm_last_rank": round(float(s["exposed_comm_fraction_last_rank"]), 4),
             "load_imbalance": round(float(s["load_imbalance"]), 4),
             "allreduce_ms_per_step": round(1e3 * comm_s / timed_steps, 3),
             "exposed_ms_per_step": round(phases["allreduce_wait"], 3),
@@ -162,6 +163,9 @@ def summarise(rows):
             "other_cores": round(max(r["other_cores"] for r in rs), 3),
             "busy": any(r["busy"] for r in rs),
         }
+        if all("exposed_comm_last_rank" in r for r in rs):
+            out[k]["exposed_comm_last_rank"] = round(
+                statistics.median(r["exposed_comm_last_rank"] for r in rs), 4)
     for k, row in out.items():
         base = one_rank_by_round(rounds, k)
         ratios = [r["img_s"] / (k[3] * base[n]) for n, r in rounds[k].items() if n in base]
@@ -183,13 +187,15 @@ def table(raw, out_path):
           "efficiency = img/s at N / (N x img/s at 1 rank) of the same system in the same round")
     print("(ringtrain: the mean of its 1-rank runs with overlap on and off, the same program at 1 "
           "rank, so its 1-rank rows show the spread between two runs of one program),")
-    print("median over rounds; exposed comm = time waiting for communication after backward / "
-          "total allreduce time; * = run on a busy machine, other processes using > 0.15 core;")
+    print("median over rounds; exp = exposed comm = time waiting for communication after backward "
+          "/ total allreduce time, every rank; last = the same for the last rank to reach")
+    print("synchronize in each step only (what backward did not hide, without waits for a slower "
+          "rank); * = run on a busy machine, other processes using > 0.15 core;")
     print("no-comm eff = N independent 1-rank ringtrain runs at once, one per core, as N x the "
           "slowest one's img/s: what lockstep training could reach on these cores with free")
     print("communication (memory and cache contention, a slower core); rt/no-comm = ringtrain "
           "eff / no-comm eff)")
-    head = (f"{'model':<15} {'ranks':>5} | {'ringtrain':>9} {'eff':>6} {'exp':>5} | "
+    head = (f"{'model':<15} {'ranks':>5} | {'ringtrain':>9} {'eff':>6} {'exp':>5} {'last':>5} | "
             f"{'no ovl':>8} {'eff':>6} {'exp':>5} | {'DDP':>8} {'eff':>6} {'exp':>5} | "
             f"{'rt/DDP eff':>10} {'rt/DDP img/s':>12} | {'no-comm eff':>11} {'rt/no-comm':>10} | "
             f"{'busy':>4}")
@@ -215,6 +221,8 @@ def table(raw, out_path):
                            if on and alone and on["efficiency"] and alone["efficiency"] else None)
             busy = max((r["busy_fraction"] for r in (on, off, ddp, alone) if r), default=0)
             note = " (oversubscribed)" if n > os.cpu_count() else ""
+            last = on.get("exposed_comm_last_rank") if on and n > 1 else None
+            cells[0] += f" {fmt(None if last is None else 100 * last, '4.0f'):>4}%"
             print(f"{model:<15} {n:5d} | {cells[0]} | {cells[1]} | {cells[2]} | "
                   f"{fmt(ratio_eff, '10.3f'):>10} {fmt(ratio_img, '12.3f'):>12} | "
                   f"{fmt(alone and alone['efficiency'] and 100 * alone['efficiency'], '10.1f'):>10}% "

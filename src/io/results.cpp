@@ -105,6 +105,10 @@ void write_summary(h5::Group& root, const Summary& s) {
   g.set_attr("exposed_comm_fraction", s.exposed_comm_fraction);
   g.set_attr("exposed_comm_fraction_meaning",
              "time waiting in synchronize / total allreduce time (0: fully hidden)");
+  g.set_attr("exposed_comm_fraction_last_rank", s.exposed_comm_fraction_last_rank);
+  g.set_attr("exposed_comm_fraction_last_rank_meaning",
+             "per step, the wait in synchronize of the rank that reached it last / its allreduce "
+             "time: communication backward did not hide, without waits for a slower rank");
   g.set_attr("load_imbalance", s.load_imbalance);
   g.set_attr("comm_cpu_fraction", s.comm_cpu_fraction);
   g.set_attr("comm_cpu_fraction_meaning",

@@ -85,4 +85,55 @@ std::string progress_line(const Progress& p) {
   return buf;
 }
 
+size_t warmup_steps(size_t steps) {
+  return std::min<size_t>(3, steps / 4);
+}
+
+io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t warm,
+                      int64_t global_batch) {
+  io::Summary s;
+  const int world = t.world_size;
+  const int64_t steps = t.steps;
+  const auto& step = t.phases.at("step");
+  const auto& wait = t.phases.at("allreduce_wait");
+  auto at = [steps](int r, int64_t k) { return size_t(r * steps + k); };
+  // Allreduce wall time per rank and step, and comm thread CPU time.
+  std::vector<double> comm(size_t(world * steps), 0);
+  double comm_cpu = 0;
+  for (size_t i = 0; i < c.rank.size(); ++i) {
+    if (c.step[i] < int64_t(warm) || c.step[i] >= steps) continue;
+    comm[at(int(c.rank[i]), c.step[i])] += c.seconds[i];
+    comm_cpu += c.cpu_seconds[i];
+  }
+  double slowest_sum = 0, waits = 0, comms = 0, last_waits = 0, last_comms = 0;
+  std::vector<double> rank_total(world, 0);
+  for (int64_t k = int64_t(warm); k < steps; ++k) {
+    double slowest = 0;
+    int last = 0;
+    for (int r = 0; r < world; ++r) {
+      slowest = std::max(slowest, step[at(r, k)]);
+      rank_total[r] += step[at(r, k)];
+      waits += wait[at(r, k)];
+      comms += comm[at(r, k)];
+      if (wait[at(r, k)] < wait[at(last, k)]) last = r;
+    }
+    slowest_sum += slowest;
+    last_waits += wait[at(last, k)];
+    last_comms += comm[at(last, k)];
+  }
+  const double timed = double(steps - int64_t(warm));
+  s.images_per_s = slowest_sum > 0 ? double(global_batch) * timed / slowest_sum : 0;
+  double max_total = 0, mean_total = 0;
+  for (int r = 0; r < world; ++r) {
+    max_total = std::max(max_total, rank_total[r]);
+    mean_total += rank_total[r] / world;
+  }
+  s.load_imbalance = mean_total > 0 ? max_total / mean_total : 1;
+  s.exposed_comm_fraction = world > 1 && comms > 0 ? std::min(1.0, waits / comms) : 0;
+  s.exposed_comm_fraction_last_rank =
+      world > 1 && last_comms > 0 ? std::min(1.0, last_waits / last_comms) : 0;
+  s.comm_cpu_fraction = mean_total > 0 ? comm_cpu / world / mean_total : 0;
+  return s;
+}
+
 }  // namespace ringtrain::train

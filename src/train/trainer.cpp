@@ -489,50 +489,6 @@ std::string per_class_line(const std::vector<double>& confusion,
   return line;
 }
 
-// Steps that count for throughput: all but the first few, which build primitives.
-size_t warmup_steps(size_t steps) {
-  return std::min<size_t>(3, steps / 4);
-}
-
-io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t warm,
-                      int64_t global_batch) {
-  io::Summary s;
-  const int world = t.world_size;
-  const auto& step = t.phases.at("step");
-  const auto& wait = t.phases.at("allreduce_wait");
-  double slowest_sum = 0;
-  std::vector<double> rank_mean(world, 0), rank_wait(world, 0), rank_comm(world, 0);
-  double comm_cpu = 0;
-  for (int64_t k = int64_t(warm); k < t.steps; ++k) {
-    double slowest = 0;
-    for (int r = 0; r < world; ++r) {
-      double v = step[size_t(r * t.steps + k)];
-      slowest = std::max(slowest, v);
-      rank_mean[r] += v;
-      rank_wait[r] += wait[size_t(r * t.steps + k)];
-    }
-    slowest_sum += slowest;
-  }
-  for (size_t i = 0; i < c.rank.size(); ++i)
-    if (c.step[i] >= int64_t(warm)) {
-      rank_comm[size_t(c.rank[i])] += c.seconds[i];
-      comm_cpu += c.cpu_seconds[i];
-    }
-  const double timed = double(t.steps - int64_t(warm));
-  s.images_per_s = slowest_sum > 0 ? double(global_batch) * timed / slowest_sum : 0;
-  double max_mean = 0, mean_mean = 0, waits = 0, comms = 0;
-  for (int r = 0; r < world; ++r) {
-    max_mean = std::max(max_mean, rank_mean[r]);
-    mean_mean += rank_mean[r] / world;
-    waits += rank_wait[r];
-    comms += rank_comm[r];
-  }
-  s.load_imbalance = mean_mean > 0 ? max_mean / mean_mean : 1;
-  s.exposed_comm_fraction = world > 1 && comms > 0 ? std::min(1.0, waits / comms) : 0;
-  s.comm_cpu_fraction = mean_mean > 0 ? comm_cpu / world / mean_mean : 0;
-  return s;
-}
-
 void Trainer::write_results(double test_loss, double test_acc,
                             const std::vector<double>& confusion) {
   io::Results r;
@@ -602,7 +558,8 @@ void Trainer::write_results(double test_loss, double test_acc,
   io::write_results(cfg_.results_path(), r);
   log::info(str("summary: ", int64_t(r.summary.images_per_s), " img/s over ", world,
                 " rank(s) | exposed comm ", int(r.summary.exposed_comm_fraction * 100 + 0.5),
-                "% of allreduce time | comm thread CPU ",
+                "% of allreduce time (last rank to wait: ",
+                int(r.summary.exposed_comm_fraction_last_rank * 100 + 0.5), "%) | comm thread CPU ",
                 int(r.summary.comm_cpu_fraction * 1000 + 0.5) / 10.0,
                 "% of step time | load imbalance ", r.summary.load_imbalance,
                 std::isnan(test_acc) ? std::string() : str(" | test acc ", test_acc)));

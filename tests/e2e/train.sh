@@ -75,7 +75,7 @@ assert len(cpu) == len(wall) and (cpu >= 0).all() and (cpu <= wall + 2e-3).all()
 assert world == 1 or cpu.sum() > 0, "no comm thread CPU time recorded on 2 ranks"
 s = f["summary"].attrs
 assert s["images_per_s"] > 0 and 0 <= s["exposed_comm_fraction"] <= 1 and s["load_imbalance"] >= 1
-assert 0 <= s["comm_cpu_fraction"] < 1
+assert 0 <= s["comm_cpu_fraction"] < 1 and 0 <= s["exposed_comm_fraction_last_rank"] <= 1
 assert 0 <= s["test_acc"] <= 1
 trace = json.load(open(path.replace(".h5", ".trace.json")))
 events = trace["traceEvents"] if isinstance(trace, dict) else trace

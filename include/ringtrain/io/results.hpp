@@ -49,11 +49,12 @@ struct CommRecords {
 struct Summary {
   double images_per_s = 0;  // global, over the timed steps
   double time_per_epoch_s = 0;
-  double exposed_comm_fraction = 0;    // allreduce_wait / allreduce time, mean over ranks
-  double load_imbalance = 0;           // max over ranks of mean step time / mean over ranks
-  double comm_cpu_fraction = 0;        // comm thread CPU time / step time, mean over ranks
-  double test_loss = 0, test_acc = 0;  // NaN when no test split
-  double scaling_efficiency = 0;       // NaN without a baseline
+  double exposed_comm_fraction = 0;            // allreduce_wait / allreduce time, all ranks
+  double exposed_comm_fraction_last_rank = 0;  // the same, per step only the last rank to wait
+  double load_imbalance = 0;                   // max over ranks of mean step time / mean over ranks
+  double comm_cpu_fraction = 0;                // comm thread CPU time / step time, mean over ranks
+  double test_loss = 0, test_acc = 0;          // NaN when no test split
+  double scaling_efficiency = 0;               // NaN without a baseline
   std::string baseline;
 };
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "ringtrain/io/results.hpp"
+
 namespace ringtrain::train {
 
 // One step's phase times, seconds.
@@ -43,5 +45,18 @@ struct Progress {
   StepTimes ms;  // milliseconds
 };
 std::string progress_line(const Progress& p);
+
+// Steps that count for throughput: all but the first few, which build primitives.
+size_t warmup_steps(size_t steps);
+
+// /summary from every rank's timings and bucket records, over the steps from `warm` on:
+// images/s at the pace of the slowest rank of each step, load imbalance, the comm thread's
+// CPU share, and exposed communication two ways. exposed_comm_fraction: every rank's wait in
+// synchronize() over every rank's allreduce time. exposed_comm_fraction_last_rank: per step
+// only the rank that reached synchronize() last (the least wait), over its own allreduce
+// time: the communication backward did not hide, without the time the other ranks spent
+// waiting for that rank's compute (imbalance). Leaves the test, efficiency and epoch fields.
+io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t warm,
+                      int64_t global_batch);
 
 }  // namespace ringtrain::train
