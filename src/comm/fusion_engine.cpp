@@ -11,6 +11,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "ringtrain/comm/local_gate.hpp"
 #include "ringtrain/comm/timeline.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -293,6 +294,12 @@ std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
   agree_on_plan(specs);
   specs_ = specs;
   lay_out_buckets();
+  if (options_.local_gate && world_ > 1) {
+    gate_ = std::make_unique<LocalGate>(plan_comm_);
+    if (!gate_->problem().empty())
+      std::fprintf(stderr, "ringtrain: warning: rank %d: %s; waits for peers poll inside MPI\n",
+                   rank_, gate_->problem().c_str());
+  }
 
   ready_.assign(specs_.size(), 0);
   missing_in_bucket_.resize(buckets_.size());
@@ -332,10 +339,14 @@ void FusionEngine::agree_on_plan(const std::vector<GradSpec>& specs) const {
   }
   struct Summary {
     uint64_t fingerprint;
-    double fusion_mib, first_bucket_mib, stall_timeout_s;
+    double fusion_mib, first_bucket_mib, stall_timeout_s, local_gate;
     int32_t local_error;
-  } mine{fingerprint(specs), options_.fusion_mib, options_.first_bucket_mib,
-         options_.stall_timeout_s, local_error.empty() ? 0 : 1};
+  } mine{fingerprint(specs),
+         options_.fusion_mib,
+         options_.first_bucket_mib,
+         options_.stall_timeout_s,
+         options_.local_gate ? 1.0 : 0.0,
+         local_error.empty() ? 0 : 1};
   std::vector<Summary> all(static_cast<size_t>(world_));
   FUSION_MPI(
       MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, plan_comm_));
@@ -361,6 +372,7 @@ void FusionEngine::agree_on_plan(const std::vector<GradSpec>& specs) const {
     differs("fusion_mib", s.fusion_mib, root.fusion_mib);
     differs("first_bucket_mib", s.first_bucket_mib, root.first_bucket_mib);
     differs("stall_timeout_s", s.stall_timeout_s, root.stall_timeout_s);
+    differs("local_gate", s.local_gate, root.local_gate);
   }
 
   std::vector<int> differing;
@@ -561,6 +573,8 @@ void FusionEngine::comm_loop() {
       options_.buffer_ops.wait_ready(b);  // not timed: the gradients' compute, not comm
       t0 = Timeline::now();
       cpu0 = thread_cpu_seconds();
+      // Every rank reduces the same buckets in the same order, so the tickets agree.
+      if (gate_) gate_->arrive_and_wait(++gate_tickets_);
       reduce_bucket(b);
     } catch (...) {
       lock.lock();

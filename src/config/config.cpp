@@ -87,6 +87,8 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"comm.stall_timeout_s", &c.comm.stall_timeout_s,
        "abort when a bucket waits this long for a rank, seconds", {}},
       {"comm.overlap", &c.comm.overlap, "reduce buckets while backward runs (false: after it)", {}},
+      {"comm.local_gate", &c.comm.local_gate,
+       "sleep until the node's ranks reach a bucket, not poll in MPI (false: poll)", {}},
       {"comm.wire", &c.comm.wire, "ring allreduce wire format (accumulation stays fp32)",
        {"fp32", "bf16", "fp16"}},
       {"comm.chunk_kib", &c.comm.chunk_kib,

@@ -226,6 +226,7 @@ void Trainer::build_comm() {
   fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
   fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
   fusion.overlap = cfg_.comm.overlap;
+  fusion.local_gate = cfg_.comm.local_gate;
   // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
   if (backend_->name() == "cuda") fusion.buffer_ops = device_buffer_ops(*backend_);
   comm::Allreducer* reducer = grad_reducer_.get();

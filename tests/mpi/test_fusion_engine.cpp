@@ -390,6 +390,17 @@ BOOST_AUTO_TEST_CASE(different_fusion_sizes_are_named_on_every_rank) {
                        "rank 0 has 0.5 (every rank must read the same deck)");
 }
 
+// One rank sleeping at the gate for a peer that never arrives there would hang the job.
+BOOST_AUTO_TEST_CASE(a_different_local_gate_setting_is_named_on_every_rank) {
+  MpiSum sum;
+  FusionOptions options = small_buckets();
+  if (rt_test::world_rank() == 1) options.local_gate = false;
+  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  expect_on_every_rank(error_of([&] { engine.plan(model_specs()); }),
+                       "fusion options differ across ranks: rank 1 has comm.local_gate = 0 but "
+                       "rank 0 has 1 (every rank must read the same deck)");
+}
+
 BOOST_AUTO_TEST_CASE(a_gradient_enqueued_twice_is_named_and_the_step_still_completes) {
   MpiSum sum;
   auto specs = model_specs();

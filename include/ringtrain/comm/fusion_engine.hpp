@@ -41,6 +41,7 @@
 
 namespace ringtrain::comm {
 
+class LocalGate;
 class Timeline;
 
 // In-place sum across all ranks of the engine's communicator, divided by `divisor` (the world
@@ -72,6 +73,8 @@ struct FusionOptions {
                                 // of its own (like the others); capped by fusion_mib
   double stall_timeout_s = 60;  // deck: comm.stall_timeout_s; 0 turns the inspector off
   bool overlap = true;          // false: buckets are reduced only in synchronize(), after backward
+  bool local_gate = true;       // before each bucket, sleep until the node's ranks reach it too
+                                // (LocalGate) instead of polling inside MPI meanwhile
   BufferOps buffer_ops = host_buffer_ops();  // every op must be set
 };
 
@@ -198,6 +201,9 @@ class FusionEngine {
   size_t step_first_record_ = 0;
   double last_wait_s_ = 0;
   double last_allreduce_s_ = 0;
+
+  std::unique_ptr<LocalGate> gate_;  // plan(); null without comm.local_gate or alone on a node
+  uint32_t gate_tickets_ = 0;        // comm thread only
 
   std::thread comm_thread_;
   std::thread watchdog_thread_;
