@@ -7,8 +7,10 @@
 //                    one 64-byte aligned arena; each gradient lives inside its bucket.
 //   enqueue(i)       backward finished gradient i: mark it ready; when it completes the
 //                    next bucket in order, wake the comm thread (no MPI on this thread).
-//   comm thread      bucket 0, 1, 2, ... in that order on every rank: reduce(data, count,
-//                    world size), the mean; sleeps on a condition variable in between.
+//   comm thread      bucket 0, 1, 2, ... in that order on every rank: meets the node's other
+//                    ranks at the bucket (LocalGate: asleep, not polling, while they finish
+//                    it), then reduce(data, count, world size), the mean; sleeps on a
+//                    condition variable in between.
 //   synchronize()    waits until every bucket of the step is reduced, then opens the next.
 //
 // Bucket memory is touched only through FusionOptions::buffer_ops (allocate, zero, ready
@@ -92,8 +94,9 @@ struct BucketRecord {
   double start_s;
   double seconds;
   // CPU time the comm thread spent on it (CLOCK_THREAD_CPUTIME_ID): the reduction's own work
-  // plus MPI's progress polling while a peer is late. With one core per rank it is taken
-  // from backward.
+  // plus MPI's progress polling while data moves (and while a peer on another node is late;
+  // local peers are waited for asleep at the gate). With one core per rank it is taken from
+  // backward. `seconds` runs from the bucket's launch, the gate included.
   double cpu_seconds;
 };
 
