@@ -59,11 +59,6 @@ class HostBackend : public Backend {
     host::axpby(a, x.f32(), b, y.f32(), y.numel());
   }
 
-  void divide(Tensor& t, float divisor) override {
-    RT_CHECK(t.is_plain(), "divide of a tensor with a backend layout");
-    host::divide(t.f32(), t.numel(), divisor);
-  }
-
   // Host work is done when the call returns.
   void record_ready(size_t) override {}
   void wait_ready(size_t) override {}

@@ -70,9 +70,4 @@ void axpby(float a, const float* x, float b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
 }
 
-void divide(float* t, int64_t n, float divisor) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) t[i] /= divisor;
-}
-
 }  // namespace ringtrain::backend::host

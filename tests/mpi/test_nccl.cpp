@@ -136,3 +136,33 @@ BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
     }
   }
 }
+
+// The fusion engine asks for the mean: on device memory every algorithm must divide there too
+// (nccl and CUDA-aware MPI with a kernel, the staged ones on the host), to the same bits as
+// the exact sum divided on the host.
+BOOST_AUTO_TEST_CASE(every_algorithm_means_device_memory,
+                     *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
+                                                backend::cuda_device_count(), false);
+  auto be = backend::make_cuda_backend(options);
+  const float p = float(world.size());
+  for (auto algorithm : {comm::Algorithm::nccl, comm::Algorithm::ring, comm::Algorithm::mpi,
+                         comm::Algorithm::hierarchical}) {
+    auto reducer = comm::make_allreducer(world, algorithm, {});
+    const size_t count = 300007;
+    std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+    backend::Tensor t = be->alloc({int64_t(count)});
+    be->upload(data.data(), t);
+    reducer->sum_and_divide(t.f32(), count, p);
+    be->download(t, data.data());
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      int64_t sum = 0;
+      for (int r = 0; r < world.size(); ++r) sum += int64_t(rt_test::small_int(r, i));
+      wrong += data[i] != float(sum) / p;
+    }
+    BOOST_TEST(rt_test::all_ok(wrong == 0), reducer->name() << ": " << wrong << " wrong means");
+  }
+}

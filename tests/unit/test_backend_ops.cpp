@@ -376,9 +376,9 @@ BOOST_AUTO_TEST_CASE(fill_copy_scale_axpby_and_views) {
   }
 }
 
-// What the fusion engine needs of a GPU backend: the mean of a bucket (a division, correctly
-// rounded, unlike scale by 1/3) and a ready mark another thread waits on.
-BOOST_AUTO_TEST_CASE(divide_is_a_true_division_and_ready_marks_cross_threads) {
+// What the fusion engine needs of a GPU backend besides memory: a ready mark another thread
+// waits on, once the work issued before it is done.
+BOOST_AUTO_TEST_CASE(ready_marks_cross_threads) {
   std::vector<std::string> names = testable_backends();
   names.push_back("ref");
   for (const std::string& name : names) {
@@ -386,18 +386,13 @@ BOOST_AUTO_TEST_CASE(divide_is_a_true_division_and_ready_marks_cross_threads) {
     std::vector<float> xv = random_values(1000, 93);
     Tensor x = to_device(*be, {1000}, xv);
     Tensor v = Tensor::view(x.f32(), {1000});
-    be->divide(v, 3.0f);
+    be->scale(v, 2.0f);
     be->record_ready(2);
     std::thread([&] { be->wait_ready(2); }).join();
-    std::vector<float> got = to_host(*be, x), want(xv.size());
-    size_t unlike_scale = 0;
-    for (size_t i = 0; i < xv.size(); ++i) {
-      want[i] = xv[i] / 3.0f;
-      unlike_scale += want[i] != xv[i] * (1.0f / 3.0f);
-    }
-    BOOST_TEST(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
-               name << ": divide is not x / 3 bitwise");
-    BOOST_TEST(unlike_scale > 0u);  // the check above could tell the two apart
+    std::vector<float> got = to_host(*be, x);
+    size_t wrong = 0;
+    for (size_t i = 0; i < xv.size(); ++i) wrong += got[i] != xv[i] * 2.0f;
+    BOOST_TEST(wrong == 0u, name << ": " << wrong << " values not scaled");
   }
 }
 

@@ -167,9 +167,6 @@ class Backend {
   virtual void scale(Tensor& t, float factor) = 0;
   // y = a*x + b*y (plain, equal numel).
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
-  // t /= divisor, elementwise (plain): a mean of sums stays correctly rounded, which
-  // scale(t, 1 / divisor) would not (1/3 is not a float).
-  virtual void divide(Tensor& t, float divisor) = 0;
 
   // Ready marks, for another thread that reads memory this backend's ops write (the fusion
   // engine's comm thread reducing gradients): record_ready(slot) marks all work issued so

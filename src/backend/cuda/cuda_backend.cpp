@@ -146,12 +146,6 @@ class CudaBackend : public Backend {
     kernels::axpby(a, x.f32(), b, y.f32(), y.numel(), ctx_.stream());
   }
 
-  void divide(Tensor& t, float divisor) override {
-    ctx_.activate();
-    expect_f32(t, "divide target");
-    kernels::divide(t.f32(), t.numel(), divisor, ctx_.stream());
-  }
-
   void record_ready(size_t slot) override {
     ctx_.activate();
     CUDA_CHECK(cudaEventRecord(ready_event(slot, true), ctx_.stream()));
