@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ringtrain/comm/pipeline.hpp"
 #include "ringtrain/comm/ring_allreduce.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -130,11 +131,10 @@ void HalvingDoubling::whole_vector_doubling(float* data, size_t count) {
   if (options_.wire != Wire::fp32) round_through_wire(options_.wire, data, count);
 }
 
-// The ring's event loop for one partner: post what the windows allow, then wait for the
-// oldest receive or the oldest send, whichever completes first. fp32 sends and fp32 copies
-// need no scratch and are all posted at once (the partner can pull them by single-copy CMA
-// while this rank is descheduled); a receive that is added in, or anything on a narrow wire,
-// takes one of K scratch slots.
+// One partner's chunks through the ring's event loop (run_pipeline). fp32 sends and fp32
+// copies need no scratch and are all posted at once (the partner can pull them by single-copy
+// CMA while this rank is descheduled); a receive that is added in, or anything on a narrow
+// wire, takes one of K scratch slots.
 void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, float* recv,
                                size_t recv_len, Into into, int tag) {
   const Wire wire = options_.wire;
@@ -142,64 +142,47 @@ void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, 
   const int64_t K = options_.chunks_in_flight;
   const int64_t SC = chunks_of(send_len, chunk_elems_), RC = chunks_of(recv_len, chunk_elems_);
   const int64_t ahead = std::max<int64_t>(K, kMaxPostedAhead);
-  const int64_t send_window = fp32 ? std::max<int64_t>(std::min(SC, ahead), 1) : K;
-  const int64_t recv_window =
-      fp32 && into == Into::copy ? std::max<int64_t>(std::min(RC, ahead), 1) : K;
-  if (static_cast<int64_t>(send_requests_.size()) < send_window)
-    send_requests_.resize(send_window, MPI_REQUEST_NULL);
-  if (static_cast<int64_t>(recv_requests_.size()) < recv_window)
-    recv_requests_.resize(recv_window, MPI_REQUEST_NULL);
+  PipelineShape shape;
+  shape.recvs = RC;
+  shape.sends = SC;
+  shape.send_window = fp32 ? std::max<int64_t>(std::min(SC, ahead), 1) : K;
+  shape.recv_window = fp32 && into == Into::copy ? std::max<int64_t>(std::min(RC, ahead), 1) : K;
   auto slot = [&](const ScratchBytes& slots, int64_t m, size_t elem_bytes) {
     return slots.get() + static_cast<size_t>(m % K) * slot_elems_ * elem_bytes;
   };
   const MPI_Datatype wire_type = fp32 ? MPI_FLOAT : MPI_UINT16_T;
-  int64_t recv_posted = 0, recv_done = 0, send_posted = 0, send_done = 0;
-  while (recv_done < RC || send_done < SC) {
-    for (; recv_posted < RC && recv_posted < recv_done + recv_window; ++recv_posted) {
-      const size_t b = chunk_begin(recv_len, RC, recv_posted);
-      const int len = static_cast<int>(chunk_begin(recv_len, RC, recv_posted + 1) - b);
-      void* into_ptr = fp32 && into == Into::copy
-                           ? static_cast<void*>(recv + b)
-                           : slot(recv_slots_, recv_posted, wire_bytes(wire));
-      MPI_CHECK(MPI_Irecv(into_ptr, len, wire_type, partner, tag, comm_.get(),
-                          &recv_requests_[recv_posted % recv_window]));
+  auto post_recv = [&](int64_t m, MPI_Request* request) {
+    const size_t b = chunk_begin(recv_len, RC, m);
+    const int len = static_cast<int>(chunk_begin(recv_len, RC, m + 1) - b);
+    void* into_ptr = fp32 && into == Into::copy ? static_cast<void*>(recv + b)
+                                                : slot(recv_slots_, m, wire_bytes(wire));
+    MPI_CHECK(MPI_Irecv(into_ptr, len, wire_type, partner, tag, comm_.get(), request));
+  };
+  auto post_send = [&](int64_t m, MPI_Request* request) {
+    const size_t b = chunk_begin(send_len, SC, m);
+    const size_t len = chunk_begin(send_len, SC, m + 1) - b;
+    const void* from = send + b;
+    if (!fp32) {
+      uint16_t* encoded = reinterpret_cast<uint16_t*>(slot(send_slots_, m, 2));
+      encode_wire(wire, encoded, send + b, len);
+      from = encoded;
     }
-    for (; send_posted < SC && send_posted < send_done + send_window; ++send_posted) {
-      const size_t b = chunk_begin(send_len, SC, send_posted);
-      const size_t len = chunk_begin(send_len, SC, send_posted + 1) - b;
-      const void* from = send + b;
-      if (!fp32) {
-        uint16_t* encoded = reinterpret_cast<uint16_t*>(slot(send_slots_, send_posted, 2));
-        encode_wire(wire, encoded, send + b, len);
-        from = encoded;
-      }
-      MPI_CHECK(MPI_Isend(from, static_cast<int>(len), wire_type, partner, tag, comm_.get(),
-                          &send_requests_[send_posted % send_window]));
-    }
-    MPI_Request* oldest_recv = &recv_requests_[recv_done % recv_window];
-    MPI_Request* oldest_send = &send_requests_[send_done % send_window];
-    MPI_Request oldest[2] = {recv_done < recv_posted ? *oldest_recv : MPI_REQUEST_NULL,
-                             send_done < send_posted ? *oldest_send : MPI_REQUEST_NULL};
-    int which = MPI_UNDEFINED;
-    MPI_CHECK(MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE));
-    if (which == 1) {
-      *oldest_send = MPI_REQUEST_NULL;
-      ++send_done;
-      continue;
-    }
-    if (which != 0) continue;
-    *oldest_recv = MPI_REQUEST_NULL;
-    const size_t b = chunk_begin(recv_len, RC, recv_done);
-    const size_t len = chunk_begin(recv_len, RC, recv_done + 1) - b;
-    const unsigned char* got = slot(recv_slots_, recv_done, wire_bytes(wire));
+    MPI_CHECK(
+        MPI_Isend(from, static_cast<int>(len), wire_type, partner, tag, comm_.get(), request));
+  };
+  auto finish_recv = [&](int64_t m) {
+    const size_t b = chunk_begin(recv_len, RC, m);
+    const size_t len = chunk_begin(recv_len, RC, m + 1) - b;
+    const unsigned char* got = slot(recv_slots_, m, wire_bytes(wire));
     if (fp32 && into == Into::add)
       add_floats(recv + b, reinterpret_cast<const float*>(got), len);
     else if (!fp32 && into == Into::add)
       decode_add_wire(wire, recv + b, reinterpret_cast<const uint16_t*>(got), len);
     else if (!fp32)
       decode_wire(wire, recv + b, reinterpret_cast<const uint16_t*>(got), len);
-    ++recv_done;
-  }
+  };
+  run_pipeline(shape, recv_requests_, send_requests_, post_recv, post_send, finish_recv,
+               [](int64_t, int64_t) { return true; });
 }
 
 // Scratch grows to the largest slot and copy any call has needed, never per call.

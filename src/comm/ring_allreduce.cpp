@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "ringtrain/comm/pipeline.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm {
@@ -94,9 +95,7 @@ void RingAllreduce::reduce(float* data, size_t count, float divisor) {
   run_phase(data, layout, false);
 }
 
-// Event loop over the (n-1)*C messages of one phase: post what may be posted, then wait for
-// the oldest receive or the oldest send, whichever completes first. Never blocking on one
-// kind while the other could progress keeps every ring free of deadlock.
+// The (n-1)*C messages of one phase through run_pipeline (pipeline.hpp).
 // Windows: a message that needs a scratch slot (any receive that is added in, any send on a
 // narrow wire) waits for one of the K slots. With post_all_ready, fp32 sends and fp32
 // allgather receives (straight into the caller's buffer) need none and are all posted as soon
@@ -106,38 +105,17 @@ void RingAllreduce::run_phase(float* data, const Layout& layout, bool reducing) 
   const int64_t C = layout.chunks, M = (n_ - 1) * C, K = options_.chunks_in_flight;
   const bool fp32 = options_.wire == Wire::fp32, unbounded = options_.post_all_ready && fp32;
   const int64_t ahead = std::min(M, std::max<int64_t>(K, kMaxPostedAhead));
-  const int64_t recv_window = unbounded && !reducing ? ahead : K;
-  const int64_t send_window = unbounded ? ahead : K;
-  if (static_cast<int64_t>(recv_requests_.size()) < recv_window)
-    recv_requests_.resize(recv_window, MPI_REQUEST_NULL);
-  if (static_cast<int64_t>(send_requests_.size()) < send_window)
-    send_requests_.resize(send_window, MPI_REQUEST_NULL);
-  int64_t recv_posted = 0, recv_done = 0, send_posted = 0, send_done = 0;
-  while (recv_done < M || send_done < M) {
-    while (recv_posted < M && recv_posted < recv_done + recv_window) {
-      post_recv(data, layout, reducing, recv_posted, &recv_requests_[recv_posted % recv_window]);
-      ++recv_posted;
-    }
-    // Message m forwards what message m-C brought in, so it waits until that one is done.
-    while (send_posted < M && send_posted < send_done + send_window &&
-           (send_posted < C || send_posted - C < recv_done)) {
-      post_send(data, layout, reducing, send_posted, &send_requests_[send_posted % send_window]);
-      ++send_posted;
-    }
-    MPI_Request* oldest_recv = &recv_requests_[recv_done % recv_window];
-    MPI_Request* oldest_send = &send_requests_[send_done % send_window];
-    MPI_Request oldest[2] = {recv_done < recv_posted ? *oldest_recv : MPI_REQUEST_NULL,
-                             send_done < send_posted ? *oldest_send : MPI_REQUEST_NULL};
-    int which = MPI_UNDEFINED;
-    MPI_CHECK(MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE));
-    if (which == 0) {
-      *oldest_recv = MPI_REQUEST_NULL;
-      finish_recv(data, layout, reducing, recv_done++);
-    } else if (which == 1) {
-      *oldest_send = MPI_REQUEST_NULL;
-      ++send_done;
-    }
-  }
+  PipelineShape shape;
+  shape.recvs = shape.sends = M;
+  shape.recv_window = unbounded && !reducing ? ahead : K;
+  shape.send_window = unbounded ? ahead : K;
+  run_pipeline(
+      shape, recv_requests_, send_requests_,
+      [&](int64_t m, MPI_Request* request) { post_recv(data, layout, reducing, m, request); },
+      [&](int64_t m, MPI_Request* request) { post_send(data, layout, reducing, m, request); },
+      [&](int64_t m) { finish_recv(data, layout, reducing, m); },
+      // Message m forwards what message m-C brought in, so it waits until that one is done.
+      [C](int64_t m, int64_t receives_done) { return m < C || m - C < receives_done; });
 }
 
 void RingAllreduce::post_recv(float* data, const Layout& layout, bool reducing, int64_t m,
