@@ -24,8 +24,10 @@
 
 #include "ringtrain/comm/fusion_engine.hpp"
 #include "ringtrain/comm/timeline.hpp"
+#include "ringtrain/core/timer.hpp"
 
 using namespace ringtrain::comm;
+using ringtrain::thread_cpu_seconds;
 
 namespace {
 
@@ -48,12 +50,6 @@ double own_cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto s = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
   return s(usage.ru_utime) + s(usage.ru_stime);
-}
-
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
 // Median ns per call of body(i) over `repeats` runs of n calls, in wall time and in this

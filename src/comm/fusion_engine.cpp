@@ -2,18 +2,20 @@
 #include "ringtrain/comm/fusion_engine.hpp"
 
 #include <pthread.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <unordered_set>
 
 #include "ringtrain/comm/local_gate.hpp"
+#include "ringtrain/comm/scratch.hpp"
 #include "ringtrain/comm/timeline.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/timer.hpp"
 
 namespace ringtrain::comm {
 namespace {
@@ -23,12 +25,6 @@ constexpr size_t kAlignFloats = 16;  // 64 bytes: every gradient starts on a cac
 constexpr int kTagStallState = 7201;
 constexpr int kTagStallPrinted = 7202;
 constexpr size_t kMaxNamesListed = 8;
-
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 void check_mpi(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -183,11 +179,13 @@ std::vector<bool> wait_bounded(std::vector<MPI_Request>& requests, double deadli
 BufferOps host_buffer_ops() {
   BufferOps ops;
   ops.alloc = [](size_t bytes) {
-    // aligned_alloc wants a multiple of the alignment.
-    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    float* memory = static_cast<float*>(std::aligned_alloc(64, rounded));
-    RT_CHECK(memory, "cannot allocate ", bytes, " bytes of fusion buffers");
-    return std::shared_ptr<float>(memory, std::free);
+    ScratchBytes memory;
+    try {
+      memory = allocate_scratch(bytes);
+    } catch (const std::bad_alloc&) {
+      RT_CHECK(false, "cannot allocate ", bytes, " bytes of fusion buffers");
+    }
+    return std::shared_ptr<float>(reinterpret_cast<float*>(memory.release()), FreeDeleter());
   };
   ops.zero = [](float* data, size_t count) { std::memset(data, 0, count * sizeof(float)); };
   ops.mark_ready = [](size_t) {};

@@ -16,8 +16,6 @@ constexpr int kTagHalving = 412;
 constexpr int kTagDoubling = 413;
 constexpr int kTagWholeVector = 414;
 constexpr int kTagUnfold = 415;
-// fp32 messages posted ahead per direction, at most (see kMaxPostedAhead in the ring).
-constexpr int64_t kMaxPostedAhead = 64;
 
 // Block i of p over count elements (the header's remainders): [offset(i), offset(i+1)).
 size_t block_offset(size_t count, int p, int i) {
@@ -141,12 +139,11 @@ void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, 
   const bool fp32 = wire == Wire::fp32;
   const int64_t K = options_.chunks_in_flight;
   const int64_t SC = chunks_of(send_len, chunk_elems_), RC = chunks_of(recv_len, chunk_elems_);
-  const int64_t ahead = std::max<int64_t>(K, kMaxPostedAhead);
-  PipelineShape shape;
+  PipelineShape shape;  // run_pipeline keeps every window at 1 or more
   shape.recvs = RC;
   shape.sends = SC;
-  shape.send_window = fp32 ? std::max<int64_t>(std::min(SC, ahead), 1) : K;
-  shape.recv_window = fp32 && into == Into::copy ? std::max<int64_t>(std::min(RC, ahead), 1) : K;
+  shape.send_window = fp32 ? posted_ahead(SC, K) : K;
+  shape.recv_window = fp32 && into == Into::copy ? posted_ahead(RC, K) : K;
   auto slot = [&](const ScratchBytes& slots, int64_t m, size_t elem_bytes) {
     return slots.get() + static_cast<size_t>(m % K) * slot_elems_ * elem_bytes;
   };

@@ -11,11 +11,6 @@ namespace {
 
 constexpr int kTagReduceScatter = 401;
 constexpr int kTagAllgather = 402;
-// post_all_ready posts at most this many fp32 messages ahead per direction. Unbounded, a
-// 256 MiB allreduce on 2 ranks in 1 MiB chunks posts 128 sends at once and ran at 0.73x
-// MPI_Allreduce (90 vs 171 ms with a window of 4 in the same run, OpenMPI 4.1.4 vader + CMA):
-// past some depth the shared-memory transport stalls on its own queues.
-constexpr int64_t kMaxPostedAhead = 64;
 
 int ring_mod(int64_t a, int n) {
   return static_cast<int>(((a % n) + n) % n);
@@ -62,8 +57,6 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const Allredu
   pos_ = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
   left_ = ring[ring_mod(pos_ - 1, n_)];
   right_ = ring[ring_mod(pos_ + 1, n_)];
-  recv_requests_.assign(options.chunks_in_flight, MPI_REQUEST_NULL);
-  send_requests_.assign(options.chunks_in_flight, MPI_REQUEST_NULL);
 }
 
 std::string RingAllreduce::name() const {
@@ -104,7 +97,7 @@ void RingAllreduce::reduce(float* data, size_t count, float divisor) {
 void RingAllreduce::run_phase(float* data, const Layout& layout, bool reducing) {
   const int64_t C = layout.chunks, M = (n_ - 1) * C, K = options_.chunks_in_flight;
   const bool fp32 = options_.wire == Wire::fp32, unbounded = options_.post_all_ready && fp32;
-  const int64_t ahead = std::min(M, std::max<int64_t>(K, kMaxPostedAhead));
+  const int64_t ahead = posted_ahead(M, K);
   PipelineShape shape;
   shape.recvs = shape.sends = M;
   shape.recv_window = unbounded && !reducing ? ahead : K;

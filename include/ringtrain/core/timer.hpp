@@ -1,5 +1,8 @@
-// timer.hpp — monotonic wall-clock timing for phases, in seconds.
+// timer.hpp — monotonic wall-clock timing for phases, and the calling thread's CPU time, in
+// seconds.
 #pragma once
+
+#include <time.h>
 
 #include <chrono>
 
@@ -8,6 +11,13 @@ namespace ringtrain {
 inline double now_seconds() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID): user and system.
+inline double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 // Measures seconds since construction or the last restart().
