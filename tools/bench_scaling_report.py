@@ -33,14 +33,23 @@ def ringtrain_row(path, window):
         world, steps = step.shape
         warm = warmup_steps(steps)
         global_batch = int(f.attrs["global_batch"])
-        rates = []
+        wait = np.asarray(f["timings/allreduce_wait"])
+        comm_step = np.asarray(f["comm/step"])
+        comm_by_step = np.bincount(comm_step, weights=np.asarray(f["comm/seconds"]),
+                                   minlength=steps)
+        busy = step - wait  # a rank's step without its wait for communication or peers
+        rates, exposed, compute_rates = [], [], []
         for first in range(warm, steps - window + 1, window):
-            slowest = step[:, first:first + window].sum(axis=1).max()
+            last = first + window
+            slowest = step[:, first:last].sum(axis=1).max()
             rates.append(global_batch * window / slowest)
+            compute_rates.append(global_batch * window / busy[:, first:last].sum(axis=1).max())
+            reduced = comm_by_step[first:last].sum()
+            # One rank reduces nothing: its "wait" is the copy-free synchronize, not comm.
+            exposed.append(wait[:, first:last].sum() / reduced if world > 1 and reduced > 0 else 0.0)
         s = f["summary"].attrs
         phases = {p: float(np.asarray(f[f"timings/{p}"])[:, warm:].mean()) * 1e3
                   for p in ("forward", "backward", "allreduce_wait", "optimizer")}
-        comm_step = np.asarray(f["comm/step"])
         comm_s = np.asarray(f["comm/seconds"])[comm_step >= warm].sum()
         comm_cpu = np.asarray(f["comm/cpu_seconds"])[comm_step >= warm]
         comm_rank = np.asarray(f["comm/rank"])[comm_step >= warm]
@@ -51,8 +60,12 @@ def ringtrain_row(path, window):
             "threads": int(f.attrs["threads_per_rank"]),
             "bucket_mib": float(f.attrs["fusion_threshold_mib"]),
             "img_s": round(statistics.median(rates), 3), "windows": [round(r, 3) for r in rates],
+            # The rate if no rank ever waited: its slowest rank's compute (data, forward,
+            # backward, optimizer) alone sets the pace.
+            "img_s_compute": round(statistics.median(compute_rates), 3),
             "trainer_img_s": round(float(s["images_per_s"]), 3),
-            "exposed_comm": round(float(s["exposed_comm_fraction"]), 4),
+            "exposed_comm": round(statistics.median(exposed), 4),
+            "exposed_comm_all": round(float(s["exposed_comm_fraction"]), 4),
             "exposed_comm_last_rank": round(float(s["exposed_comm_fraction_last_rank"]), 4),
             "load_imbalance": round(float(s["load_imbalance"]), 4),
             "allreduce_ms_per_step": round(1e3 * comm_s / timed_steps, 3),
@@ -112,17 +125,24 @@ def key(r):
     return (r["model"], r["system"], r["overlap"], r["ranks"])
 
 
-def one_rank_by_round(rounds, k):
+def whole_run(row):
+    """img/s over every timed window, the host's slow episodes included (the harmonic mean of
+    the windows' img/s: equal steps per window), beside the median that leaves them out."""
+    w = row.get("windows") or [row["img_s"]]
+    return len(w) / sum(1.0 / r for r in w)
+
+
+def one_rank_by_round(rounds, k, field="img_s"):
     """{round: 1-rank img/s} an efficiency of key k is measured against. PyTorch: its own
     1-rank run. ringtrain (overlap on or off) and the independent runs: the mean of ringtrain's
     two 1-rank runs of the round, overlap on and off, which at 1 rank are the same program
     (nothing to reduce): two samples of one speed on this noisy host, not one."""
     if k[1] not in ("ringtrain", "independent"):
-        return {n: r["img_s"] for n, r in rounds.get((k[0], k[1], k[2], 1), {}).items()}
+        return {n: r[field] for n, r in rounds.get((k[0], k[1], k[2], 1), {}).items()}
     samples = {}
     for overlap in (True, False):
         for n, r in rounds.get((k[0], "ringtrain", overlap, 1), {}).items():
-            samples.setdefault(n, []).append(r["img_s"])
+            samples.setdefault(n, []).append(r[field])
     return {n: statistics.mean(v) for n, v in samples.items()}
 
 
@@ -132,13 +152,16 @@ def per_round(rows):
     sum, is what lockstep training could reach on these cores (the sum is kept as img_s_sum)."""
     out = {}
     for r in rows:
+        r = dict(r, img_s_all=whole_run(r))
         rounds = out.setdefault(key(r), {})
         have = rounds.get(r["round"])
         if have is None:
             have = rounds[r["round"]] = dict(r, parts=[])
         if r["system"] == "independent":
             have["parts"].append(r["img_s"])
+            have.setdefault("parts_all", []).append(r["img_s_all"])
             have["img_s"] = r["ranks"] * min(have["parts"])
+            have["img_s_all"] = r["ranks"] * min(have["parts_all"])
             have["img_s_sum"] = sum(have["parts"])
             have["busy"] = have["busy"] or r["busy"]
     return out
@@ -155,6 +178,7 @@ def summarise(rows):
         out[k] = {
             "system": k[1], "model": k[0], "ranks": k[3], "overlap": k[2],
             "img_s": round(statistics.median(r["img_s"] for r in rs), 3),
+            "img_s_all": round(statistics.median(r["img_s_all"] for r in rs), 3),
             "rounds": len(rs),
             "exposed_comm": round(statistics.median(r["exposed_comm"] for r in rs), 4),
             "allreduce_ms_per_step": round(statistics.median(r["allreduce_ms_per_step"] for r in rs), 3),
@@ -163,14 +187,15 @@ def summarise(rows):
             "other_cores": round(max(r["other_cores"] for r in rs), 3),
             "busy": any(r["busy"] for r in rs),
         }
-        if all("exposed_comm_last_rank" in r for r in rs):
-            out[k]["exposed_comm_last_rank"] = round(
-                statistics.median(r["exposed_comm_last_rank"] for r in rs), 4)
+        for field in ("exposed_comm_last_rank", "exposed_comm_all"):
+            if all(field in r for r in rs):
+                out[k][field] = round(statistics.median(r[field] for r in rs), 4)
     for k, row in out.items():
-        base = one_rank_by_round(rounds, k)
-        ratios = [r["img_s"] / (k[3] * base[n]) for n, r in rounds[k].items() if n in base]
-        row["efficiency"] = round(statistics.median(ratios), 4) if ratios else None
-        row["efficiency_by_round"] = [round(x, 4) for x in ratios]
+        for field, name in (("img_s", "efficiency"), ("img_s_all", "efficiency_all")):
+            base = one_rank_by_round(rounds, k, field)
+            ratios = [r[field] / (k[3] * base[n]) for n, r in rounds[k].items() if n in base]
+            row[name] = round(statistics.median(ratios), 4) if ratios else None
+            row[name + "_by_round"] = [round(x, 4) for x in ratios]
     return out
 
 
@@ -178,13 +203,54 @@ def fmt(v, spec, none="-"):
     return none if v is None else format(v, spec)
 
 
+def whole_runs(summary):
+    """The same efficiencies over every window of each run: what a user's allocation gets on
+    this host, its cores' slow episodes (seconds long, one core at a time) included."""
+    print("\nWhole runs (img/s over every timed window, the host's slow episodes of a core "
+          "included; efficiency median over rounds; exp = every rank's wait / allreduce time):")
+    for model in sorted({k[0] for k in summary}):
+        for n in sorted({k[3] for k in summary if k[0] == model and k[3] > 1}):
+            cells = []
+            for system, overlap, label in (("ringtrain", True, "ringtrain"),
+                                           ("ringtrain", False, "no ovl"),
+                                           ("pytorch-ddp", True, "DDP"),
+                                           ("independent", False, "no-comm")):
+                r = summary.get((model, system, overlap, n))
+                if r and r.get("efficiency_all"):
+                    exp = r.get("exposed_comm_all")
+                    cells.append(f"{label} {r['img_s_all']:.1f} img/s {100 * r['efficiency_all']:.1f}%"
+                                 + ("" if exp is None else f" exp {100 * exp:.0f}%"))
+            print(f"  {model:<15} {n} ranks: " + "; ".join(cells))
+
+
+def where_it_goes(rounds):
+    """ringtrain's efficiency per round split in two: its slowest rank's compute against the
+    1-rank run's (the cores: a core slower than in the 1-rank run, contention), and its step
+    against that compute (communication and waits that backward did not hide)."""
+    print("\nWhere ringtrain's efficiency goes, per round (efficiency = compute x comm; compute = "
+          "img/s if no rank waited, its slowest rank's data+forward+backward+optimizer alone,")
+    print("against N x the 1-rank img/s; comm = img/s / that: what reducing gradients and "
+          "waiting for peers cost):")
+    for k in sorted(k for k in rounds if k[1] == "ringtrain" and 1 < k[3] <= os.cpu_count()):
+        base = one_rank_by_round(rounds, k)
+        parts = []
+        for n, r in sorted(rounds[k].items()):
+            if n not in base or "img_s_compute" not in r:
+                continue
+            eff, compute = r["img_s"] / (k[3] * base[n]), r["img_s_compute"] / (k[3] * base[n])
+            parts.append(f"{100 * eff:.1f}% = {100 * compute:.1f}% x {100 * eff / compute:.1f}%")
+        if parts:
+            print(f"  {k[0]:<15} {k[3]} ranks, overlap {'on ' if k[2] else 'off'}: " + "; ".join(parts))
+
+
 def table(raw, out_path):
     rows = [json.loads(line) for line in open(raw) if line.strip()]
     if not rows:
         raise SystemExit(f"bench_scaling_report.py: no rows in {raw}")
     summary = summarise(rows)
-    print("\nWeak scaling, per-rank batch fixed, 1 thread per rank (img/s: medians over rounds; "
-          "efficiency = img/s at N / (N x img/s at 1 rank) of the same system in the same round")
+    print("\nWeak scaling, per-rank batch fixed, 1 thread per rank (img/s: a run's median window, "
+          "median over rounds; efficiency = img/s at N / (N x img/s at 1 rank) of the same "
+          "system in the same round")
     print("(ringtrain: the mean of its 1-rank runs with overlap on and off, the same program at 1 "
           "rank, so its 1-rank rows show the spread between two runs of one program),")
     print("median over rounds; exp = exposed comm = time waiting for communication after backward "
@@ -235,6 +301,8 @@ def table(raw, out_path):
                         r["img_s_ratio_vs_ddp"] = ratio_img and round(ratio_img, 4)
                         r["efficiency_ratio_vs_no_comm"] = ratio_alone and round(ratio_alone, 4)
                     lines.append(json.dumps(r))
+    whole_runs(summary)
+    where_it_goes(per_round(rows))
     with open(out_path + ".tmp", "w") as o:
         o.write("\n".join(lines) + "\n")
     os.replace(out_path + ".tmp", out_path)
