@@ -54,10 +54,10 @@ fi
 
 # ---- per model: deck, data, input shape, classes, timed windows ------------------------
 # steps = 3 warm-up steps (the trainer's, building primitives) + windows x window. This host
-# slows one core at a time by 20-35 % for seconds (the same in independent runs, which share
-# nothing): a run spans many windows, about 0.4 s (fibernet) and 2.4 s (resnet18) each, so
-# such an episode takes a minority of them and the median window is the machine's usual speed;
-# the table's last lines give the whole runs, episodes included.
+# slows a core by 20-35 % for seconds or whole runs (in independent runs too, which share
+# nothing): a run spans many windows, about 0.4 s (fibernet) and 2.4 s (resnet18) each, so a
+# short spell takes a minority of them and the median window is the machine's usual speed;
+# under the table, the whole runs, spells included, and each round's compute x comm split.
 model_settings() {
   case "$1" in
     fibernet) deck=inputs/weak/fibernet_fiber.deck data=data/bench/fiber input=1x64x64 classes=5

@@ -205,8 +205,8 @@ def fmt(v, spec, none="-"):
 
 def whole_runs(summary):
     """The same efficiencies over every window of each run: what a user's allocation gets on
-    this host, its cores' slow episodes (seconds long, one core at a time) included."""
-    print("\nWhole runs (img/s over every timed window, the host's slow episodes of a core "
+    this host, its cores' slow spells (seconds to whole runs) included."""
+    print("\nWhole runs (img/s over every timed window, the host's slow spells of a core "
           "included; efficiency median over rounds; exp = every rank's wait / allreduce time):")
     for model in sorted({k[0] for k in summary}):
         for n in sorted({k[3] for k in summary if k[0] == model and k[3] > 1}):
@@ -217,7 +217,7 @@ def whole_runs(summary):
                                            ("independent", False, "no-comm")):
                 r = summary.get((model, system, overlap, n))
                 if r and r.get("efficiency_all"):
-                    exp = r.get("exposed_comm_all")
+                    exp = r.get("exposed_comm_all") if system == "ringtrain" else None
                     cells.append(f"{label} {r['img_s_all']:.1f} img/s {100 * r['efficiency_all']:.1f}%"
                                  + ("" if exp is None else f" exp {100 * exp:.0f}%"))
             print(f"  {model:<15} {n} ranks: " + "; ".join(cells))
