@@ -42,6 +42,7 @@ with h5py.File(sys.argv[1], "r") as f:
     step = np.asarray(f["timings/step"])
     wait = np.asarray(f["timings/allreduce_wait"])
     gb = int(f.attrs["global_batch"])
+    comm_step, comm_s = np.asarray(f["comm/step"]), np.asarray(f["comm/seconds"])
 # 15 steps: 3 of warm-up, then 4 windows of 3; a window lasts as long as its slowest rank.
 assert row["ranks"] == 2 and row["round"] == 1 and len(row["windows"]) == 4, row
 first = gb * 3 / step[:, 3:6].sum(axis=1).max()
@@ -50,7 +51,11 @@ assert abs(row["img_s"] - statistics.median(row["windows"])) < 2e-3, row  # both
 # Without any wait no rank is slower than with it: the compute-limited rate is the higher.
 busy = gb * 3 / (step - wait)[:, 3:6].sum(axis=1).max()
 assert busy >= first and row["img_s_compute"] >= row["img_s"], row
-assert 0 <= row["exposed_comm"] and 0 <= row["exposed_comm_all"], row
+# Exposed communication per window: every rank's wait over every bucket's time, both ranks.
+exposed = [wait[:, k:k + 3].sum() / comm_s[(comm_step >= k) & (comm_step < k + 3)].sum()
+           for k in (3, 6, 9, 12)]
+assert abs(row["exposed_comm"] - statistics.median(exposed)) < 1e-4, (row, exposed)
+assert 0 <= row["exposed_comm_all"], row
 print("bench_scaling_report.py row: ok")
 PY
 
