@@ -35,8 +35,8 @@ def ringtrain_row(path, window):
         global_batch = int(f.attrs["global_batch"])
         wait = np.asarray(f["timings/allreduce_wait"])
         comm_step = np.asarray(f["comm/step"])
-        comm_by_step = np.bincount(comm_step, weights=np.asarray(f["comm/seconds"]),
-                                   minlength=steps)
+        comm_seconds = np.asarray(f["comm/seconds"])
+        comm_by_step = np.bincount(comm_step, weights=comm_seconds, minlength=steps)
         busy = step - wait  # a rank's step without its wait for communication or peers
         rates, exposed, compute_rates = [], [], []
         for first in range(warm, steps - window + 1, window):
@@ -50,7 +50,7 @@ def ringtrain_row(path, window):
         s = f["summary"].attrs
         phases = {p: float(np.asarray(f[f"timings/{p}"])[:, warm:].mean()) * 1e3
                   for p in ("forward", "backward", "allreduce_wait", "optimizer")}
-        comm_s = np.asarray(f["comm/seconds"])[comm_step >= warm].sum()
+        comm_s = comm_seconds[comm_step >= warm].sum()
         comm_cpu = np.asarray(f["comm/cpu_seconds"])[comm_step >= warm]
         comm_rank = np.asarray(f["comm/rank"])[comm_step >= warm]
         timed_steps = (steps - warm) * world

@@ -110,11 +110,11 @@ void write_summary(h5::Group& root, const Summary& s) {
              "per step, the wait in synchronize of the rank that reached it last / its allreduce "
              "time: communication backward did not hide, without waits for a slower rank");
   g.set_attr("load_imbalance", s.load_imbalance);
+  g.set_attr("load_imbalance_meaning", "max over ranks of mean step time / mean over ranks");
   g.set_attr("comm_cpu_fraction", s.comm_cpu_fraction);
   g.set_attr("comm_cpu_fraction_meaning",
              "CPU time of the comm thread's reductions / step time, mean over ranks (with one "
              "core per rank: the share of it communication took, MPI's polling included)");
-  g.set_attr("load_imbalance_meaning", "max over ranks of mean step time / mean over ranks");
   g.set_attr("test_loss", s.test_loss);
   g.set_attr("test_acc", s.test_acc);
   g.set_attr("scaling_efficiency", s.scaling_efficiency);
