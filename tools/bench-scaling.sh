@@ -4,9 +4,10 @@
 #   make bench-scaling                     (PYTHON=... BIN=bin tools/bench-scaling.sh)
 #   ROUNDS=1 NPS="1 2" MODELS=fibernet tools/bench-scaling.sh
 #
-# The per-rank batch is fixed (the weak decks' 32) and every rank runs one thread, as a rank
-# would own one device: 1 and 2 ranks fit this machine's 2 cores (bound one per core), 4 ranks
-# share them (reported, not judged). For each round, model and rank count, interleaved so
+# The per-rank batch is fixed (the weak decks' 32) and every rank runs one thread on one core,
+# as a rank would own one device: 1 and 2 ranks fit this machine's 2 cores (bound one per core;
+# the 1-rank run too, as DDP's 1-rank run is, so its loader thread gets no spare core that a
+# rank of the 2-rank run lacks), 4 ranks share them (reported, not judged). For each round, model and rank count, interleaved so
 # other people's load falls on all three: ringtrain with comm.overlap=true, PyTorch DDP with
 # the same model, batch, loss, optimizer and bucket size (tools/bench_scaling_torch.py), and
 # ringtrain with comm.overlap=false, and (for 2..cores ranks) N independent 1-rank ringtrain
@@ -44,6 +45,7 @@ FIRST_BUCKET_MIB=${FIRST_BUCKET_MIB:-}
 TIMELINE=${TIMELINE:-1}
 # shellcheck source=jobs/local/common.sh
 source jobs/local/common.sh
+export RT_CORES_PER_RANK=1  # see above: the same core per rank at every rank count
 
 die() { echo "bench-scaling: $*" >&2; exit 2; }
 [ -x "$BIN/ringtrain" ] || die "$BIN/ringtrain missing: make all"

@@ -49,6 +49,7 @@ struct BenchOptions {
   std::vector<size_t> chunk_sizes;   // ring/hierarchical: one contender per (chunk, depth)
   std::vector<int> depths;
   std::vector<int> post_all;  // 1/0 for AllreduceOptions::post_all_ready
+  std::vector<int> shm;       // 1/0 for AllreduceOptions::shared_memory
   std::string output_dir = "output/bench";
   double busy_threshold = 0.10;
   bool fastest = false;  // report the fastest iteration instead of the median (for tuning)
@@ -91,7 +92,8 @@ std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
 // Returns false when --help was asked for (printed on rank 0).
 bool parse_options(int argc, char** argv, BenchOptions& options) {
   std::string min_bytes = "4K", max_bytes = "256M", algorithms = "ring,rhd,auto,mpi,hierarchical";
-  std::string wire = "fp32", chunk = "auto", depth = "4", post_all = "1", doubling = "default";
+  std::string wire = "fp32", chunk = "auto", depth = "4", post_all = "1", shm = "1",
+              doubling = "default";
   po::options_description desc("rt-allreduce-bench options");
   desc.add_options()("help", "print this help")("min-bytes",
                                                 po::value(&min_bytes)->default_value(min_bytes),
@@ -118,7 +120,10 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
   desc.add_options()("post-all-ready", po::value(&post_all)->default_value(post_all),
                      "fp32 ring: 1 posts every ready send at once, 0 keeps --in-flight; a "
                      "comma list compares")(
-      "fastest", "report the fastest iteration, not the median (tuning on a loaded machine)")(
+      "shared-memory", po::value(&shm)->default_value(shm),
+      "ring on one node: 1 sends through shared memory (ring/shm), 0 through MPI; \"1,0\" "
+      "compares")("fastest",
+                  "report the fastest iteration, not the median (tuning on a loaded machine)")(
       "doubling-max-bytes", po::value(&doubling)->default_value(doubling),
       "rhd/auto: largest message sent by whole-vector doubling (bytes, K, M; 0 = never)");
   po::variables_map vm;
@@ -164,12 +169,18 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
     RT_REQUIRE_INPUT(item == "0" || item == "1", "--post-all-ready ", item, ": expected 1 or 0");
     options.post_all.push_back(item == "1");
   }
-  RT_REQUIRE_INPUT(
-      !options.chunk_sizes.empty() && !options.depths.empty() && !options.post_all.empty(),
-      "--chunk-bytes and --in-flight need at least one value");
+  for (const std::string& item : split(shm)) {
+    RT_REQUIRE_INPUT(item == "0" || item == "1", "--shared-memory ", item, ": expected 1 or 0");
+    options.shm.push_back(item == "1");
+  }
+  RT_REQUIRE_INPUT(!options.chunk_sizes.empty() && !options.depths.empty() &&
+                       !options.post_all.empty() && !options.shm.empty(),
+                   "--chunk-bytes, --in-flight, --post-all-ready and --shared-memory need at "
+                   "least one value");
   options.allreduce.chunk_bytes = options.chunk_sizes[0];
   options.allreduce.chunks_in_flight = options.depths[0];
   options.allreduce.post_all_ready = options.post_all[0];
+  options.allreduce.shared_memory = options.shm[0];
   return true;
 }
 
@@ -515,20 +526,24 @@ int run(int argc, char** argv) {
       names.push_back("mpi");
       continue;
     }
-    for (size_t chunk : options.chunk_sizes)
-      for (int depth : options.depths)
-        for (int all : options.post_all) {
-          o.chunk_bytes = chunk;
-          o.chunks_in_flight = depth;
-          o.post_all_ready = all;
-          auto reducer = comm::make_allreducer(comm, algorithm, o);
-          std::string label = reducer->name();
-          if (compare)
-            label = str(label, " ", chunk ? str(chunk >> 10, "K") : "auto", "/x", depth,
-                        all ? "+" : "");
-          names.push_back(label);
-          reducers.push_back({label, std::move(reducer)});
-        }
+    for (int shm : options.shm)
+      for (size_t chunk : options.chunk_sizes)
+        for (int depth : options.depths)
+          for (int all : options.post_all) {
+            o.shared_memory = shm;
+            o.chunk_bytes = chunk;
+            o.chunks_in_flight = depth;
+            o.post_all_ready = all;
+            auto reducer = comm::make_allreducer(comm, algorithm, o);
+            std::string label = reducer->name();
+            if (compare)
+              label = str(label, " ", chunk ? str(chunk >> 10, "K") : "auto", "/x", depth,
+                          all ? "+" : "");
+            // rhd, auto and hierarchical have no shm transport of their own: one row each.
+            if (std::find(names.begin(), names.end(), label) != names.end()) continue;
+            names.push_back(label);
+            reducers.push_back({label, std::move(reducer)});
+          }
   }
   comm::RingLinkProbe probe(comm);
   const std::vector<std::string> hosts = comm.gather_strings_to_root(comm.hostname());

@@ -1,8 +1,8 @@
 # common.sh — sourced by jobs/local/*.sh: an mpirun wrapper that fits this machine.
 #
 # RT_MPIRUN NP CMD...   runs CMD on NP ranks; as root it adds --allow-run-as-root; past the
-# core count it oversubscribes; each rank gets cores/NP threads (at least 1) and is bound
-# to that many cores when they fit, so OpenMP threads do not pile onto one core.
+# core count it oversubscribes; each rank gets cores/NP cores (at least 1; RT_CORES_PER_RANK
+# sets it) and is bound to them when they fit, so OpenMP threads do not pile onto one core.
 BIN=${BIN:-bin}
 CORES=$(nproc)
 
@@ -11,8 +11,8 @@ rt_mpirun() {
   # -q: no mpirun banner on a non-zero exit; ringtrain's own one-line error says it all.
   local flags=(-q -np "$np")
   [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
-  local threads=$(( CORES / np )); [ "$threads" -ge 1 ] || threads=1
-  if [ "$np" -le "$CORES" ]; then
+  local threads=${RT_CORES_PER_RANK:-$(( CORES / np ))}; [ "$threads" -ge 1 ] || threads=1
+  if [ $(( np * threads )) -le "$CORES" ]; then
     flags+=(--map-by "slot:PE=$threads" --bind-to core)
   else
     flags+=(--oversubscribe --bind-to none)

@@ -95,6 +95,9 @@ class HierarchicalAllreduce final : public Allreducer {
     return options_.wire == Wire::fp32 ? "hierarchical"
                                        : "hierarchical/" + to_string(options_.wire);
   }
+  void set_spin_hint(const std::atomic<bool>* hint) override {
+    if (ring_) ring_->set_spin_hint(hint);
+  }
 
  private:
   CommHandle world_, local_, leaders_;
@@ -127,6 +130,7 @@ class AutoAllreduce final : public Allreducer {
   std::string name() const override {
     return options_.wire == Wire::fp32 ? "auto" : "auto/" + to_string(options_.wire);
   }
+  void set_spin_hint(const std::atomic<bool>* hint) override { ring_->set_spin_hint(hint); }
 
  private:
   CommHandle comm_;

@@ -78,6 +78,7 @@ class StagedAllreduce final : public Allreducer {
     CUDA_CHECK(cudaMemcpy(data, host, count * sizeof(float), cudaMemcpyHostToDevice));
   }
   std::string name() const override { return inner_->name(); }
+  void set_spin_hint(const std::atomic<bool>* hint) override { inner_->set_spin_hint(hint); }
 
  private:
   std::unique_ptr<Allreducer> inner_;

@@ -528,7 +528,9 @@ void FusionEngine::synchronize() {
     throw Error(broken_);
   }
   work_cv_.notify_one();
+  main_waiting_.store(true, std::memory_order_relaxed);
   done_cv_.wait(lock, [this] { return next_bucket_ == buckets_.size() || comm_error_; });
+  main_waiting_.store(false, std::memory_order_relaxed);
   if (comm_error_) std::rethrow_exception(comm_error_);
 
   last_allreduce_s_ = 0;

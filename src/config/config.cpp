@@ -89,6 +89,8 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"comm.overlap", &c.comm.overlap, "reduce buckets while backward runs (false: after it)", {}},
       {"comm.local_gate", &c.comm.local_gate,
        "sleep until the node's ranks reach a bucket, not poll in MPI (false: poll)", {}},
+      {"comm.shared_memory", &c.comm.shared_memory,
+       "ring on one node: messages through shared memory, waits asleep (false: MPI, polling)", {}},
       {"comm.wire", &c.comm.wire, "ring allreduce wire format (accumulation stays fp32)",
        {"fp32", "bf16", "fp16"}},
       {"comm.chunk_kib", &c.comm.chunk_kib,

@@ -216,6 +216,7 @@ void Trainer::build_comm() {
   options.wire = comm::parse_wire(cfg_.comm.wire);
   options.chunk_bytes = size_t(cfg_.comm.chunk_kib) * 1024;
   options.ranks_per_node = cfg_.comm.ranks_per_node;
+  options.shared_memory = cfg_.comm.shared_memory;
   grad_reducer_ = comm::make_allreducer(comm_, comm::parse_algorithm(cfg_.comm.algorithm), options);
   stat_reducer_ = comm::make_allreducer(comm_, comm::Algorithm::mpi, comm::AllreduceOptions{});
   if (cfg_.comm.sync_bn && comm_.size() > 1)
@@ -236,6 +237,7 @@ void Trainer::build_comm() {
         reducer->sum_and_divide(data, count, divisor);
       },
       fusion, timeline_.get());
+  grad_reducer_->set_spin_hint(engine_->main_thread_waiting());
 
   // Gradients live in the engine's buckets, in the order backward completes them.
   const auto& params = model_->parameters();

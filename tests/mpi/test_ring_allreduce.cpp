@@ -1,5 +1,6 @@
-// test_ring_allreduce.cpp — ring, rhd, auto, mpi and hierarchical allreduce: exact sums at awkward
-// counts, bitwise equality across ranks, bf16/fp16 wire bounds, non-main threads, count mismatches.
+// test_ring_allreduce.cpp — ring (over shared memory and over MPI), rhd, auto, mpi and hierarchical
+// allreduce: exact sums at awkward counts, bitwise equality across ranks, bf16/fp16 wire bounds,
+// non-main threads, count mismatches.
 // np: 1 2 3 4 5
 #define BOOST_TEST_MODULE ring_allreduce
 #define OMPI_SKIP_MPICXX 1
@@ -28,11 +29,12 @@ struct Setup {
   comm::AllreduceOptions options;
 };
 
-comm::AllreduceOptions opts(
-    comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 0, int in_flight = 4,
-    int ranks_per_node = 0,
-    size_t doubling_max_bytes = comm::AllreduceOptions{}.doubling_max_bytes) {
+comm::AllreduceOptions opts(comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 0,
+                            int in_flight = 4, int ranks_per_node = 0,
+                            size_t doubling_max_bytes = comm::AllreduceOptions{}.doubling_max_bytes,
+                            bool shared_memory = true) {
   comm::AllreduceOptions o;
+  o.shared_memory = shared_memory;
   o.doubling_max_bytes = doubling_max_bytes;
   o.wire = wire;
   o.chunk_bytes = chunk_bytes;
@@ -42,18 +44,32 @@ comm::AllreduceOptions opts(
   return o;
 }
 
-// Every algorithm and the settings that change its code path.
+// The ring through MPI point-to-point rather than shared memory.
+comm::AllreduceOptions over_mpi(comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 0,
+                                int in_flight = 4) {
+  return opts(wire, chunk_bytes, in_flight, 0, comm::AllreduceOptions{}.doubling_max_bytes, false);
+}
+
+// Every algorithm and the settings that change its code path. These tests run on one node, so
+// "ring" sends calls up to 512 KiB through shared memory (ShmRing; the 2^20+3 count goes through
+// MPI) and "ring over MPI" sends every call through MPI point-to-point.
 std::vector<Setup> fp32_setups() {
   return {
       {"ring", Algorithm::ring, opts()},
       {"ring chunk 64 B x2", Algorithm::ring, opts(comm::Wire::fp32, 64, 2)},
       {"ring chunk 4 B x1", Algorithm::ring, opts(comm::Wire::fp32, 4, 1)},
+      {"ring chunk 4 KiB x3", Algorithm::ring, opts(comm::Wire::fp32, 4096, 3)},
+      {"ring over MPI", Algorithm::ring, over_mpi()},
+      {"ring over MPI chunk 64 B x2", Algorithm::ring, over_mpi(comm::Wire::fp32, 64, 2)},
+      {"ring over MPI chunk 4 B x1", Algorithm::ring, over_mpi(comm::Wire::fp32, 4, 1)},
       {"mpi", Algorithm::mpi, opts()},
       {"hierarchical real nodes", Algorithm::hierarchical, opts()},
       {"hierarchical 2 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 256, 3, 2)},
       {"hierarchical 1 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 1 << 20, 4, 1)},
       {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 128, 3)},
       {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16)},
+      {"ring over MPI bf16", Algorithm::ring, over_mpi(comm::Wire::bf16, 128, 3)},
+      {"ring over MPI fp16", Algorithm::ring, over_mpi(comm::Wire::fp16)},
       // rhd: halving-doubling only, then with tiny chunks, then whole-vector doubling for
       // everything up to 64 KiB (counts past it still go by halving in the same instance).
       {"rhd", Algorithm::rhd, opts(comm::Wire::fp32, 1 << 20, 4, 0, 0)},
@@ -106,6 +122,8 @@ BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the
       {"ring fp32", Algorithm::ring, opts(comm::Wire::fp32, 4096)},
       {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 4096)},
       {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16, 4096)},
+      {"ring over MPI fp32", Algorithm::ring, over_mpi(comm::Wire::fp32, 4096)},
+      {"ring over MPI bf16", Algorithm::ring, over_mpi(comm::Wire::bf16, 4096)},
       {"rhd fp32", Algorithm::rhd, opts(comm::Wire::fp32, 4096)},
       {"rhd bf16", Algorithm::rhd, opts(comm::Wire::bf16, 4096, 4, 0, 0)},
       {"rhd fp16", Algorithm::rhd, opts(comm::Wire::fp16, 4096, 4, 0, 0)},
@@ -169,15 +187,28 @@ BOOST_AUTO_TEST_CASE(sum_and_divide_gives_the_bits_of_sum_then_divide) {
   }
 }
 
+// Every rank of these tests is on this node: the ring must really take the shared-memory path
+// when asked (else the tests above would run the MPI path twice), and MPI when not.
+BOOST_AUTO_TEST_CASE(ring_transport_is_shared_memory_on_one_node_unless_turned_off) {
+  comm::Communicator world;
+  const bool many = world.size() > 1;
+  BOOST_TEST(comm::make_allreducer(world, Algorithm::ring, opts())->name() ==
+             (many ? "ring/shm" : "ring"));
+  BOOST_TEST(comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::bf16))->name() ==
+             (many ? "ring/shm/bf16" : "ring/bf16"));
+  BOOST_TEST(comm::make_allreducer(world, Algorithm::ring, over_mpi())->name() == "ring");
+}
+
 BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi) {
   comm::Communicator world;
   auto ring = comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::fp32, 8192));
+  auto ring_mpi = comm::make_allreducer(world, Algorithm::ring, over_mpi(comm::Wire::fp32, 8192));
   auto hier =
       comm::make_allreducer(world, Algorithm::hierarchical, opts(comm::Wire::fp32, 8192, 4, 2));
   auto rhd = comm::make_allreducer(world, Algorithm::rhd, opts(comm::Wire::fp32, 8192, 4, 0, 0));
   auto automatic = comm::make_allreducer(world, Algorithm::automatic, opts(comm::Wire::fp32, 8192));
   const size_t count = 50021;
-  std::vector<float> a = rt_test::small_int_data(world.rank(), count), b = a, c = a, d = a;
+  std::vector<float> a = rt_test::small_int_data(world.rank(), count), b = a, c = a, d = a, e = a;
   std::string failure;
   std::thread worker([&] {
     try {
@@ -185,6 +216,7 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi
         a = rt_test::small_int_data(world.rank(), count);
         ring->sum(a.data(), count);
       }
+      ring_mpi->sum(e.data(), count);
       hier->sum(b.data(), count);
       rhd->sum(c.data(), count);
       automatic->sum(d.data(), count);
@@ -202,6 +234,7 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi
   BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(b, world.size()) < 0));
   BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(c, world.size()) < 0));
   BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(d, world.size()) < 0));
+  BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(e, world.size()) < 0));
   BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(c) && rt_test::same_bytes_as_rank0(d)));
 }
 

@@ -3,6 +3,7 @@
 // node-local broadcast), nccl.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -32,6 +33,9 @@ struct AllreduceOptions {
   size_t chunk_bytes = 0;      // fp32 bytes per pipelined ring (or rhd) message; 0: chunk_bytes_for
   int chunks_in_flight = 4;    // ring messages posted ahead in each direction
   bool post_all_ready = true;  // fp32: post every ready send at once (see run_phase)
+  // ring: when every rank is on one node, calls up to 512 KiB go through a shared-memory
+  // segment whose waits sleep (ShmRing) instead of polling in MPI point-to-point.
+  bool shared_memory = true;
   // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of
   // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured, see choose_automatic.
   size_t doubling_max_bytes = 32 << 10;
@@ -55,6 +59,11 @@ class Allreducer {
   // memory divide with a kernel.
   virtual void sum_and_divide(float* data, size_t count, float divisor);
   virtual std::string name() const = 0;
+  // While *hint is true the caller's process has nothing else for this core to run (the
+  // fusion engine: the main thread waits in synchronize), so the allreduce may wait for its
+  // peers by spinning rather than sleeping. Used by the ring over shared memory; null turns it
+  // off. Set before the first call; *hint must outlive the calls.
+  virtual void set_spin_hint(const std::atomic<bool>* hint) { (void)hint; }
 };
 
 // Collective (duplicates communicators): every rank calls it with the same arguments.

@@ -29,6 +29,7 @@
 #endif
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -139,6 +140,10 @@ class FusionEngine {
   // rethrows an error of the comm thread; the engine cannot be used after either.
   void synchronize();
 
+  // True while the calling thread waits in synchronize(): the rank's core then has nothing to
+  // run but the comm thread, whose allreduce may spin (Allreducer::set_spin_hint).
+  const std::atomic<bool>* main_thread_waiting() const { return &main_waiting_; }
+
   double last_wait_seconds() const { return last_wait_s_; }
   double last_allreduce_seconds() const { return last_allreduce_s_; }
   // Every bucket ever reduced; read it between steps (after synchronize()).
@@ -204,6 +209,7 @@ class FusionEngine {
   size_t step_first_record_ = 0;
   double last_wait_s_ = 0;
   double last_allreduce_s_ = 0;
+  std::atomic<bool> main_waiting_{false};
 
   std::unique_ptr<LocalGate> gate_;  // plan(); null without comm.local_gate or alone on a node
   uint32_t gate_tickets_ = 0;        // comm thread only

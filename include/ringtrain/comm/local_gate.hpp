@@ -22,9 +22,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ringtrain::comm {
+
+class SharedSegment;
 
 class LocalGate {
  public:
@@ -36,7 +39,7 @@ class LocalGate {
   LocalGate& operator=(const LocalGate&) = delete;
 
   // False on a node with this rank alone, or when the segment could not be set up.
-  bool active() const { return slots_ != nullptr; }
+  bool active() const { return segment_ != nullptr; }
   int local_size() const { return local_size_; }
   const std::string& problem() const { return problem_; }
 
@@ -50,8 +53,7 @@ class LocalGate {
 
   int local_rank_ = 0;
   int local_size_ = 1;
-  void* slots_ = nullptr;  // local_size_ slots, one cache line each
-  size_t mapped_bytes_ = 0;
+  std::unique_ptr<SharedSegment> segment_;  // local_size_ slots, one cache line each
   std::string problem_;
 };
 

@@ -60,22 +60,38 @@
 
 namespace ringtrain::comm {
 
+class ShmRing;
+
 class RingAllreduce final : public Allreducer {
  public:
   // Collective over comm (duplicated here). ring[i] is the comm rank at ring position i.
+  // With options.shared_memory and every rank on this node, the messages of calls up to 512 KiB
+  // go through a ShmRing (name() says "ring/shm"); the rest through MPI point-to-point.
   RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options);
+  ~RingAllreduce() override;
   // In place; thread-safe in that concurrent calls on one instance are serialised.
   void sum(float* data, size_t count) override;
   // fp32 wire: the last reduce-scatter add divides as it sums (see Allreducer); narrow wires
   // sum, then divide.
   void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
+  void set_spin_hint(const std::atomic<bool>* hint) override;
+  // Why the messages go through MPI although options.shared_memory asked for ShmRing ("" if
+  // they do not, or it was not asked for).
+  const std::string& no_shm_reason() const { return no_shm_reason_; }
 
  private:
   struct Layout;
+  struct Span {
+    size_t begin, len;
+  };
 
   void reduce(float* data, size_t count, float divisor);
   void run_phase(float* data, const Layout& layout, bool reducing);
+  void run_phase_shm(float* data, const Layout& layout, bool reducing);
+  Span recv_span(const Layout& layout, bool reducing, int64_t m) const;
+  Span send_span(const Layout& layout, bool reducing, int64_t m) const;
+  void absorb(float* data, const Layout& layout, bool reducing, int64_t m, const void* in);
   void post_recv(float* data, const Layout& layout, bool reducing, int64_t m, MPI_Request* request);
   void finish_recv(float* data, const Layout& layout, bool reducing, int64_t m);
   void post_send(float* data, const Layout& layout, bool reducing, int64_t m, MPI_Request* request);
@@ -90,6 +106,8 @@ class RingAllreduce final : public Allreducer {
   ScratchBytes recv_scratch_, send_scratch_;
   size_t scratch_chunk_elems_ = 0;
   std::vector<MPI_Request> recv_requests_, send_requests_;
+  std::unique_ptr<ShmRing> shm_;  // null: messages go through MPI
+  std::string no_shm_reason_;
 };
 
 // Throws Error on every rank of comm, naming each rank's count, unless all pass the same

@@ -61,6 +61,7 @@ struct CommConfig {
   double stall_timeout_s = 60;
   bool overlap = true;
   bool local_gate = true;
+  bool shared_memory = true;
   std::string wire = "fp32";  // fp32 | bf16 | fp16
   int chunk_kib = 0;          // 0: by message size (comm::chunk_bytes_for)
   int ranks_per_node = 0;     // 0: the real nodes
