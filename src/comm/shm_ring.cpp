@@ -27,7 +27,7 @@ struct ShmRing::Inbox {
 };
 
 std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, size_t slot_bytes,
-                                           std::string& why_not) {
+                                           std::string& why_not, uint32_t first_message) {
   RT_CHECK(slots >= 1 && slots <= 64 && (slots & (slots - 1)) == 0,
            "shared-memory ring slots must be a power of two from 1 to 64, not ", slots);
 #if defined(__linux__)
@@ -51,28 +51,31 @@ std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, 
     why_not = segment->problem();
     return nullptr;
   }
-  std::unique_ptr<ShmRing> ring(new ShmRing(std::move(segment), rank, right, slots, slot_bytes));
+  std::unique_ptr<ShmRing> ring(
+      new ShmRing(std::move(segment), rank, right, slots, slot_bytes, first_message));
   // Nobody may publish before every rank has constructed the counters.
   MPI_CHECK(MPI_Barrier(node.get()));
   return ring;
 #else
-  (void)comm, (void)right, (void)slots, (void)slot_bytes;
+  (void)comm, (void)right, (void)slots, (void)slot_bytes, (void)first_message;
   why_not = "futexes are Linux only";
   return nullptr;
 #endif
 }
 
 ShmRing::ShmRing(std::unique_ptr<SharedSegment> segment, int rank, int right, int slots,
-                 size_t slot_bytes)
+                 size_t slot_bytes, uint32_t first_message)
     : segment_(std::move(segment)),
       rank_(rank),
       right_(right),
       slots_(slots),
       slot_bytes_(slot_bytes),
-      inbox_bytes_(kHeaderBytes + size_t(slots) * slot_bytes) {
+      inbox_bytes_(kHeaderBytes + size_t(slots) * slot_bytes),
+      sent_(first_message),
+      received_(first_message) {
   char* mine = static_cast<char*>(segment_->data()) + size_t(rank_) * inbox_bytes_;
-  new (mine) std::atomic<uint32_t>(0);
-  new (mine + kLine) std::atomic<uint32_t>(0);
+  new (mine) std::atomic<uint32_t>(first_message);
+  new (mine + kLine) std::atomic<uint32_t>(first_message);
 }
 
 ShmRing::~ShmRing() = default;

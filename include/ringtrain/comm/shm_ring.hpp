@@ -45,8 +45,9 @@ class ShmRing {
   // node's memory and the segment maps on all of them (the same answer on every rank).
   // right: the comm rank this rank sends to. K = slots per inbox, each slot_bytes long; K is a
   // power of two, so slot m % K stays right where the message count wraps at 2^32.
+  // first_message: where the count starts (the same on every rank; tests start it near 2^32).
   static std::unique_ptr<ShmRing> try_make(MPI_Comm comm, int right, int slots, size_t slot_bytes,
-                                           std::string& why_not);
+                                           std::string& why_not, uint32_t first_message = 0);
   ~ShmRing();
   ShmRing(const ShmRing&) = delete;
   ShmRing& operator=(const ShmRing&) = delete;
@@ -66,8 +67,8 @@ class ShmRing {
 
  private:
   struct Inbox;
-  ShmRing(std::unique_ptr<SharedSegment> segment, int rank, int right, int slots,
-          size_t slot_bytes);
+  ShmRing(std::unique_ptr<SharedSegment> segment, int rank, int right, int slots, size_t slot_bytes,
+          uint32_t first_message);
   Inbox inbox(int rank) const;
 
   std::unique_ptr<SharedSegment> segment_;
