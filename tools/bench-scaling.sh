@@ -7,19 +7,20 @@
 # The per-rank batch is fixed (the weak decks' 32) and every rank runs one thread on one core,
 # as a rank would own one device: 1 and 2 ranks fit this machine's 2 cores (bound one per core;
 # the 1-rank run too, as DDP's 1-rank run is, so its loader thread gets no spare core that a
-# rank of the 2-rank run lacks), 4 ranks share them (reported, not judged). For each round, model and rank count, interleaved so
-# other people's load falls on all three: ringtrain with comm.overlap=true, PyTorch DDP with
-# the same model, batch, loss, optimizer and bucket size (tools/bench_scaling_torch.py), and
-# ringtrain with comm.overlap=false, and (for 2..cores ranks) N independent 1-rank ringtrain
-# runs at once, one per core: the machine's no-communication limit. img/s is the median over
-# timed windows after the warm-up; efficiency is img/s at N / (N x img/s at 1 rank) of the
-# same system in the same round, median over rounds; ringtrain's exposed communication is
-# its median window's (every rank's wait in synchronize / allreduce time; the whole run's is
-# /summary exposed_comm_fraction) and DDP's as bench_scaling_torch.py measures it. Under the
-# table: the whole runs (every window), and ringtrain's efficiency per round split into its
-# slowest rank's compute against the 1-rank run's and its step against that compute (what
-# communication and waiting cost). Each run also records the machine's busy
-# fraction from /proc/stat and the cores other processes used meanwhile (busy rows: > 0.15).
+# rank of the 2-rank run lacks), 4 ranks share them (reported, not judged). For each round,
+# model and rank count, interleaved so other people's load falls on all three: ringtrain with
+# comm.overlap=true, PyTorch DDP with the same model, batch, loss, optimizer and bucket size
+# (tools/bench_scaling_torch.py), and ringtrain with comm.overlap=false, and (for 2..cores
+# ranks) N independent 1-rank ringtrain runs at once, one per core: the machine's
+# no-communication limit. img/s is the median over timed windows after the warm-up; efficiency
+# is img/s at N / (N x img/s at 1 rank) of the same system in the same round, median over
+# rounds; ringtrain's exposed communication is its median window's (every rank's wait in
+# synchronize / allreduce time; the whole run's is /summary exposed_comm_fraction) and DDP's as
+# bench_scaling_torch.py measures it. Under the table: the whole runs (every window), and
+# ringtrain's efficiency per round split into its slowest rank's compute against the 1-rank
+# run's and its step against that compute (what communication and waiting cost). Each run also
+# records the machine's busy fraction from /proc/stat and the cores other processes used
+# meanwhile (busy rows: > 0.15).
 # Writes every run to $OUT_DIR/scaling-raw.jsonl and the table's rows (medians over rounds)
 # to $OUT_DIR/scaling.jsonl. Data: a fiber set from rt-fibergen and, since CIFAR-10 cannot be
 # downloaded here, a synthetic set in CIFAR-10's binary format through rt-shard cifar10 (only
