@@ -167,11 +167,10 @@ def per_round(rows):
     return out
 
 
-def summarise(rows):
-    """Medians over rounds per (model, system, overlap, ranks). Efficiency is paired: each
-    round's N-rank img/s against the 1-rank img/s of the same round, then the median over
-    rounds, so the host's slow drifts (minutes long here) cancel within a round."""
-    rounds = per_round(rows)
+def summarise(rounds):
+    """Medians over rounds (per_round's) per (model, system, overlap, ranks). Efficiency is
+    paired: each round's N-rank img/s against the 1-rank img/s of the same round, then the
+    median over rounds, so the host's slow drifts (minutes long here) cancel within a round."""
     out = {}
     for k, by_round in rounds.items():
         rs = list(by_round.values())
@@ -247,7 +246,8 @@ def table(raw, out_path):
     rows = [json.loads(line) for line in open(raw) if line.strip()]
     if not rows:
         raise SystemExit(f"bench_scaling_report.py: no rows in {raw}")
-    summary = summarise(rows)
+    rounds = per_round(rows)
+    summary = summarise(rounds)
     print("\nWeak scaling, per-rank batch fixed, 1 thread per rank (img/s: a run's median window, "
           "median over rounds; efficiency = img/s at N / (N x img/s at 1 rank) of the same "
           "system in the same round")
@@ -302,7 +302,7 @@ def table(raw, out_path):
                         r["efficiency_ratio_vs_no_comm"] = ratio_alone and round(ratio_alone, 4)
                     lines.append(json.dumps(r))
     whole_runs(summary)
-    where_it_goes(per_round(rows))
+    where_it_goes(rounds)
     with open(out_path + ".tmp", "w") as o:
         o.write("\n".join(lines) + "\n")
     os.replace(out_path + ".tmp", out_path)

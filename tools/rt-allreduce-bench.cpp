@@ -90,6 +90,16 @@ std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
 }
 
 // Returns false when --help was asked for (printed on rank 0).
+// A comma list of 1 and 0 (an option that compares settings in one run).
+std::vector<int> parse_switches(const std::string& text, const char* flag) {
+  std::vector<int> values;
+  for (const std::string& item : split(text)) {
+    RT_REQUIRE_INPUT(item == "0" || item == "1", flag, " ", item, ": expected 1 or 0");
+    values.push_back(item == "1");
+  }
+  return values;
+}
+
 bool parse_options(int argc, char** argv, BenchOptions& options) {
   std::string min_bytes = "4K", max_bytes = "256M", algorithms = "ring,rhd,auto,mpi,hierarchical";
   std::string wire = "fp32", chunk = "auto", depth = "4", post_all = "1", shm = "1",
@@ -165,14 +175,8 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
                      ": expected a count >= 1");
     options.depths.push_back(value);
   }
-  for (const std::string& item : split(post_all)) {
-    RT_REQUIRE_INPUT(item == "0" || item == "1", "--post-all-ready ", item, ": expected 1 or 0");
-    options.post_all.push_back(item == "1");
-  }
-  for (const std::string& item : split(shm)) {
-    RT_REQUIRE_INPUT(item == "0" || item == "1", "--shared-memory ", item, ": expected 1 or 0");
-    options.shm.push_back(item == "1");
-  }
+  options.post_all = parse_switches(post_all, "--post-all-ready");
+  options.shm = parse_switches(shm, "--shared-memory");
   RT_REQUIRE_INPUT(!options.chunk_sizes.empty() && !options.depths.empty() &&
                        !options.post_all.empty() && !options.shm.empty(),
                    "--chunk-bytes, --in-flight, --post-all-ready and --shared-memory need at "

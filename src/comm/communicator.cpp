@@ -71,6 +71,14 @@ void CommHandle::reset() noexcept {
   comm_ = MPI_COMM_NULL;
 }
 
+CommHandle split_shared_memory(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  return CommHandle(node);
+}
+
 CommHandle duplicate(MPI_Comm comm) {
   MPI_Comm copy = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_dup(comm, &copy));
@@ -158,9 +166,8 @@ void Communicator::split_nodes(int ranks_per_node) {
 
 void Communicator::find_cpu_share() {
   // The union of the affinity masks of the ranks on this (real) node.
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(world_.get(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  CommHandle node_handle(node);
+  CommHandle node_handle = split_shared_memory(world_.get());
+  MPI_Comm node = node_handle.get();
   int node_size = 1;
   MPI_CHECK(MPI_Comm_size(node, &node_size));
   cpu_set_t mask;

@@ -17,11 +17,7 @@ constexpr size_t kSlotBytes = 64;  // one cache line per rank: no false sharing 
 
 LocalGate::LocalGate(MPI_Comm comm) {
 #if defined(__linux__)
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_Comm raw = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &raw));
-  CommHandle node(raw);
+  CommHandle node = split_shared_memory(comm);
   MPI_CHECK(MPI_Comm_rank(node.get(), &local_rank_));
   MPI_CHECK(MPI_Comm_size(node.get(), &local_size_));
   if (local_size_ == 1) return;

@@ -34,10 +34,8 @@ std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, 
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  MPI_Comm raw = MPI_COMM_NULL;
-  // Key = rank: where all of comm is on this node, local ranks are comm ranks.
-  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &raw));
-  CommHandle node(raw);
+  // Where all of comm is on this node, local ranks are comm ranks: inboxes go by comm rank.
+  CommHandle node = split_shared_memory(comm);
   int local_size = 1;
   MPI_CHECK(MPI_Comm_size(node.get(), &local_size));
   if (local_size != size) {

@@ -45,6 +45,10 @@ class CommHandle {
 // MPI_Comm_dup of comm with MPI_ERRORS_RETURN set, so every failure reaches MPI_CHECK.
 CommHandle duplicate(MPI_Comm comm);
 
+// The ranks of comm that share this node's memory (MPI_COMM_TYPE_SHARED), ordered by their rank
+// in comm: where all of comm is on one node, local ranks are comm ranks. Collective.
+CommHandle split_shared_memory(MPI_Comm comm);
+
 }  // namespace ringtrain::comm
 
 // Checks an MPI call's return code; communicators we use return errors instead of aborting.
