@@ -18,8 +18,8 @@ NPS=${NPS:-"2 4"}
 #    on 2 cores a rank pinned beside a spinning neighbour waits for whole scheduler slices,
 #    while unpinned ranks let the kernel spread the load. OpenMPI turns on
 #    mpi_yield_when_idle itself when it sees oversubscription (4 ranks).
-#  - ring and rhd chunks: by message size (comm::chunk_bytes_for: 256 KiB from 16 MiB up, else
-#    1 MiB; the table behind it is in src/comm/allreduce.cpp) x 4 in flight, ready fp32 sends
+#  - ring and rhd chunks: by message size (comm::allreduce::chunk_bytes_for: 256 KiB from
+#    16 MiB up, else 1 MiB; the table behind it is in docs/TUNING.md) x 4 in flight, ready fp32 sends
 #    posted ahead up to 64 messages (AllreduceOptions::post_all_ready; unbounded, 256 MiB on 2
 #    ranks fell to 0.73x MPI). One fixed 1 MiB chunk left 16 MiB on 2 ranks at 0.85x MPI.
 #  - algorithms: ring, rhd, auto (ours), mpi, hierarchical; "ours/mpi" is auto's column.

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/cpu_share.hpp"
 #include "ringtrain/comm/link_probe.hpp"
@@ -44,9 +44,9 @@ constexpr int kMinIters = 5;
 struct BenchOptions {
   size_t min_bytes = 4 << 10, max_bytes = 256 << 20;
   int iters = 50, warmup = 3;
-  std::vector<comm::Algorithm> algorithms;
-  comm::AllreduceOptions allreduce;  // the first chunk size and depth of the lists below
-  std::vector<size_t> chunk_sizes;   // ring/hierarchical: one contender per (chunk, depth)
+  std::vector<comm::allreduce::Algorithm> algorithms;
+  comm::allreduce::AllreduceOptions allreduce;  // the first chunk size and depth of the lists below
+  std::vector<size_t> chunk_sizes;  // ring/hierarchical: one contender per (chunk, depth)
   std::vector<int> depths;
   std::vector<int> post_all;  // 1/0 for AllreduceOptions::post_all_ready
   std::vector<int> shm;       // 1/0 for AllreduceOptions::shared_memory
@@ -80,9 +80,9 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-std::vector<comm::Algorithm> parse_algorithms(const std::string& list) {
-  std::vector<comm::Algorithm> out;
-  for (const std::string& item : split(list)) out.push_back(comm::parse_algorithm(item));
+std::vector<comm::allreduce::Algorithm> parse_algorithms(const std::string& list) {
+  std::vector<comm::allreduce::Algorithm> out;
+  for (const std::string& item : split(list)) out.push_back(comm::allreduce::parse_algorithm(item));
   RT_REQUIRE_INPUT(
       !out.empty(),
       "--algorithms is empty: name at least one of ring, rhd, auto, mpi, hierarchical");
@@ -157,7 +157,7 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
   RT_REQUIRE_INPUT(options.iters >= 1 && options.warmup >= 0,
                    "--iters must be >= 1 and --warmup >= 0");
   options.algorithms = parse_algorithms(algorithms);
-  options.allreduce.wire = comm::parse_wire(wire);
+  options.allreduce.wire = comm::allreduce::parse_wire(wire);
   if (doubling != "default")
     options.allreduce.doubling_max_bytes =
         doubling == "0" ? 0 : parse_bytes(doubling, "doubling-max-bytes");
@@ -242,7 +242,7 @@ class CpuMeter {
 // "ring 256K/x4".
 struct Contender {
   std::string label;
-  std::unique_ptr<comm::Allreducer> reducer;
+  std::unique_ptr<comm::allreduce::Allreducer> reducer;
 };
 
 struct Row {
@@ -283,9 +283,12 @@ float bench_value(int rank, size_t i, int amplitude) {
 }
 
 struct TestData {
-  TestData(int rank, int world, size_t count, comm::Wire wire) : pristine(count), expected(count) {
+  TestData(int rank, int world, size_t count, comm::allreduce::Wire wire)
+      : pristine(count), expected(count) {
     // Partial sums of up to `world` values must stay exact in the narrow wire's 8/11 bits.
-    const int limit = wire == comm::Wire::bf16 ? 256 : wire == comm::Wire::fp16 ? 2048 : 1 << 20;
+    const int limit = wire == comm::allreduce::Wire::bf16   ? 256
+                      : wire == comm::allreduce::Wire::fp16 ? 2048
+                                                            : 1 << 20;
     const int amplitude = std::max(1, std::min(30, limit / std::max(1, world)));
     for (size_t i = 0; i < count; ++i) {
       pristine[i] = bench_value(rank, i, amplitude);
@@ -380,7 +383,7 @@ void print_header(const comm::Communicator& comm, const BenchOptions& options,
   std::printf(
       "# rt-allreduce-bench: %d ranks on %d node(s) (%s), wire %s, chunk %s x %d in flight\n",
       comm.size(), comm.node_count(), hosts.empty() ? "?" : hosts[0].c_str(),
-      comm::to_string(options.allreduce.wire).c_str(),
+      comm::allreduce::to_string(options.allreduce.wire).c_str(),
       chunk_text(options.allreduce.chunk_bytes).c_str(), options.allreduce.chunks_in_flight);
   std::printf("# hierarchical nodes: %s; rank 0 affinity %d CPU(s); MCA:%s\n",
               options.allreduce.ranks_per_node > 0
@@ -431,10 +434,10 @@ void print_row(const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
-std::string json_line(const Row& row, int world, comm::Wire wire, double ratio_vs_mpi) {
+std::string json_line(const Row& row, int world, comm::allreduce::Wire wire, double ratio_vs_mpi) {
   return str(
       "{\"algorithm\":\"", row.algorithm, "\",\"np\":", world, ",\"wire\":\"",
-      comm::to_string(wire), "\",\"bytes\":", row.bytes, ",\"count\":", row.count,
+      comm::allreduce::to_string(wire), "\",\"bytes\":", row.bytes, ",\"count\":", row.count,
       ",\"iterations\":", row.iterations, ",\"time_us\":", format("%.3f", row.time_us),
       ",\"algbw_gbps\":", format("%.4f", row.algbw_gbps),
       ",\"busbw_gbps\":", format("%.4f", row.busbw_gbps), ",\"wrong\":", row.wrong,
@@ -447,9 +450,10 @@ void write_outputs(const comm::Communicator& comm, const BenchOptions& options,
                    const std::map<std::string, std::vector<Row>>& by_algorithm,
                    const std::vector<std::string>& hosts) {
   h5::require_writable_dir(options.output_dir, "--output-dir");
-  const std::string wire = comm::to_string(options.allreduce.wire);
-  const std::string stem = str(options.output_dir, "/allreduce-np", comm.size(),
-                               options.allreduce.wire == comm::Wire::fp32 ? "" : "-" + wire);
+  const std::string wire = comm::allreduce::to_string(options.allreduce.wire);
+  const std::string stem =
+      str(options.output_dir, "/allreduce-np", comm.size(),
+          options.allreduce.wire == comm::allreduce::Wire::fp32 ? "" : "-" + wire);
   // JSON lines, written beside and renamed into place.
   const std::vector<Row>* mpi = by_algorithm.count("mpi") ? &by_algorithm.at("mpi") : nullptr;
   {
@@ -522,11 +526,11 @@ int run(int argc, char** argv) {
   std::vector<std::string> names;
   const bool compare =
       options.chunk_sizes.size() * options.depths.size() * options.post_all.size() > 1;
-  for (comm::Algorithm algorithm : options.algorithms) {
-    comm::AllreduceOptions o = options.allreduce;
-    if (algorithm == comm::Algorithm::mpi) {
-      o.wire = comm::Wire::fp32;
-      reducers.push_back({"mpi", comm::make_allreducer(comm, algorithm, o)});
+  for (comm::allreduce::Algorithm algorithm : options.algorithms) {
+    comm::allreduce::AllreduceOptions o = options.allreduce;
+    if (algorithm == comm::allreduce::Algorithm::mpi) {
+      o.wire = comm::allreduce::Wire::fp32;
+      reducers.push_back({"mpi", comm::allreduce::make_allreducer(comm, algorithm, o)});
       names.push_back("mpi");
       continue;
     }
@@ -538,7 +542,7 @@ int run(int argc, char** argv) {
             o.chunk_bytes = chunk;
             o.chunks_in_flight = depth;
             o.post_all_ready = all;
-            auto reducer = comm::make_allreducer(comm, algorithm, o);
+            auto reducer = comm::allreduce::make_allreducer(comm, algorithm, o);
             std::string label = reducer->name();
             if (compare)
               label = str(label, " ", chunk ? str(chunk >> 10, "K") : "auto", "/x", depth,

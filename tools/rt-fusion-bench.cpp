@@ -16,11 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "ringtrain/comm/fusion_engine.hpp"
-#include "ringtrain/comm/timeline.hpp"
-#include "ringtrain/comm/wire_format.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/comm/fusion/timeline.hpp"
 
 using namespace ringtrain::comm;
+using namespace ringtrain::comm::fusion;
 
 namespace {
 
@@ -79,14 +81,13 @@ struct Result {
   double step_s, backward_s, wait_s, allreduce_s;
 };
 
-Result run(const std::string& mode, int steps, double backward_s, double fusion_mib) {
-  MPI_Comm reduce_comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &reduce_comm);
+Result run(const Communicator& world, const std::string& mode, int steps, double backward_s,
+           double fusion_mib) {
+  // MPI_Allreduce (then the division), on a communicator of its own.
+  auto mpi = allreduce::make_allreducer(world, allreduce::Algorithm::mpi, {});
   bool reduce = mode != "no reduction";
   ReduceFn fn = [&](float* data, size_t count, float divisor) {
-    if (!reduce) return;
-    MPI_Allreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, reduce_comm);
-    divide_floats(data, count, divisor);
+    if (reduce) mpi->sum_and_divide(data, count, divisor);
   };
   FusionOptions options;
   options.fusion_mib = fusion_mib;
@@ -96,7 +97,7 @@ Result run(const std::string& mode, int steps, double backward_s, double fusion_
   for (const auto& s : specs) total += numel(s);
   std::vector<double> step, backward, wait, allreduce;
   {
-    FusionEngine engine(MPI_COMM_WORLD, fn, options);
+    FusionEngine engine(world, fn, options);
     auto where = engine.plan(specs);
     volatile float sink = 0;
     for (int s = -1; s < steps; ++s) {  // step -1 warms up
@@ -117,7 +118,6 @@ Result run(const std::string& mode, int steps, double backward_s, double fusion_
       allreduce.push_back(engine.last_allreduce_seconds());
     }
   }
-  MPI_Comm_free(&reduce_comm);
   return {mode, median(step), median(backward), median(wait), median(allreduce)};
 }
 
@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const Communicator communicator;
   int steps = argc > 1 ? std::atoi(argv[1]) : 8;
   double backward_s = (argc > 2 ? std::atof(argv[2]) : 300) / 1000;
   double fusion_mib = argc > 3 ? std::atof(argv[3]) : 64;
@@ -143,7 +144,7 @@ int main(int argc, char** argv) {
   double wall0 = Timeline::now(), busy0 = machine_busy_seconds();
   std::vector<Result> results;
   for (const char* mode : {"no reduction", "overlap on", "overlap off"})
-    results.push_back(run(mode, steps, backward_s, fusion_mib));
+    results.push_back(run(communicator, mode, steps, backward_s, fusion_mib));
   // CPU the machine spent beyond what our ranks could use (world busy loops at most).
   double cores = double(sysconf(_SC_NPROCESSORS_ONLN));
   double busy = (machine_busy_seconds() - busy0) / (Timeline::now() - wall0);

@@ -22,11 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "ringtrain/comm/fusion_engine.hpp"
-#include "ringtrain/comm/timeline.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/comm/fusion/timeline.hpp"
 #include "ringtrain/core/timer.hpp"
 
 using namespace ringtrain::comm;
+using namespace ringtrain::comm::fusion;
 using ringtrain::thread_cpu_seconds;
 
 namespace {
@@ -81,6 +83,7 @@ struct Row {
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const Communicator world;  // the engine below runs alone when this runs as one process
   size_t spans = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1000000;
   int repeats = argc > 2 ? std::atoi(argv[2]) : 9;
   double wall0 = Timeline::now(), busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
@@ -124,7 +127,7 @@ int main(int argc, char** argv) {
   for (bool on : {false, true}) {
     Timeline engine_timeline(on, 0);
     FusionEngine engine(
-        MPI_COMM_SELF, [](float*, size_t, float) {}, FusionOptions{}, &engine_timeline);
+        world, [](float*, size_t, float) {}, FusionOptions{}, &engine_timeline);
     engine.plan(specs);
     size_t steps = std::max<size_t>(1, spans / 64 / 10);
     std::vector<double> wall, cpu;
@@ -149,7 +152,7 @@ int main(int argc, char** argv) {
   timeline = std::make_unique<Timeline>(true, 0, spans);
   for (size_t i = 0; i < spans; ++i) timeline->span("backward conv1", "compute", 1.0, 1.0 + 1e-6);
   double w0 = Timeline::now(), c0 = thread_cpu_seconds();
-  timeline->write_chrome_trace(MPI_COMM_WORLD, path);
+  timeline->write_chrome_trace(world, path);
   rows.push_back({"write_chrome_trace, per span",
                   {(Timeline::now() - w0) / double(spans) * 1e9,
                    (thread_cpu_seconds() - c0) / double(spans) * 1e9}});

@@ -44,9 +44,6 @@ bool mpi_finalized() {
   return finalized != 0;
 }
 
-// Largest element count passed to one MPI collective call (MPI counts are int).
-constexpr size_t kMaxPiece = size_t(1) << 30;
-
 }  // namespace
 
 // ---- mpi_check.hpp --------------------------------------------------------------------------
@@ -77,6 +74,19 @@ CommHandle split_shared_memory(MPI_Comm comm) {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   return CommHandle(node);
+}
+
+uint64_t broadcast_size(MPI_Comm comm, uint64_t size, int root) {
+  MPI_CHECK(MPI_Bcast(&size, 1, MPI_UINT64_T, root, comm));
+  return size;
+}
+
+void broadcast_raw(MPI_Comm comm, void* data, size_t size, int root) {
+  auto* bytes = static_cast<char*>(data);
+  for (size_t done = 0; done < size; done += kMaxMpiPiece) {
+    const int piece = static_cast<int>(std::min<size_t>(kMaxMpiPiece, size - done));
+    MPI_CHECK(MPI_Bcast(bytes + done, piece, MPI_BYTE, root, comm));
+  }
 }
 
 CommHandle duplicate(MPI_Comm comm) {
@@ -203,8 +213,8 @@ bool Communicator::all_ok(bool mine) const {
 }
 
 void Communicator::allreduce_sum(double* values, size_t n) const {
-  for (size_t done = 0; done < n; done += kMaxPiece) {
-    const int piece = static_cast<int>(std::min(kMaxPiece, n - done));
+  for (size_t done = 0; done < n; done += kMaxMpiPiece) {
+    const int piece = static_cast<int>(std::min(kMaxMpiPiece, n - done));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values + done, piece, MPI_DOUBLE, MPI_SUM, world_.get()));
   }
 }
@@ -246,13 +256,7 @@ std::vector<std::string> Communicator::gather_strings_to_root(const std::string&
 
 void Communicator::broadcast(std::vector<uint8_t>& bytes, int root) const {
   RT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of ", size_);
-  unsigned long long size = bytes.size();
-  MPI_CHECK(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, world_.get()));
-  bytes.resize(size);
-  for (size_t done = 0; done < size; done += kMaxPiece) {
-    const int piece = static_cast<int>(std::min<size_t>(kMaxPiece, size - done));
-    MPI_CHECK(MPI_Bcast(bytes.data() + done, piece, MPI_BYTE, root, world_.get()));
-  }
+  broadcast_bytes(world_.get(), bytes, root);
 }
 
 void Communicator::abort(int code) const {

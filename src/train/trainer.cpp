@@ -13,10 +13,9 @@
 
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/devices.hpp"
-#include "ringtrain/comm/allreduce.hpp"
-#include "ringtrain/comm/fusion_engine.hpp"
-#include "ringtrain/comm/timeline.hpp"
-#include "ringtrain/comm/wiring.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/comm/fusion/timeline.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -58,8 +57,8 @@ std::string utc_now() {
 // The fusion engine's buckets (where backward writes the gradients) in the backend's device
 // memory, zeroed by its kernels; each bucket waits for a ready mark recorded when
 // its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels.
-comm::BufferOps device_buffer_ops(backend::Backend& be) {
-  comm::BufferOps ops;
+comm::fusion::BufferOps device_buffer_ops(backend::Backend& be) {
+  comm::fusion::BufferOps ops;
   ops.alloc = [&be](size_t bytes) {
     auto owner = std::make_shared<backend::Tensor>(be.alloc({int64_t(bytes / sizeof(float))}));
     return std::shared_ptr<float>(owner, owner->f32());
@@ -102,9 +101,9 @@ class Trainer {
   std::unique_ptr<data::Loader> train_loader_, eval_loader_, test_loader_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<nn::Model> model_;
-  std::unique_ptr<comm::Allreducer> grad_reducer_, stat_reducer_;
-  std::unique_ptr<comm::Timeline> timeline_;
-  std::unique_ptr<comm::FusionEngine> engine_;
+  std::unique_ptr<comm::allreduce::Allreducer> grad_reducer_, stat_reducer_;
+  std::unique_ptr<comm::fusion::Timeline> timeline_;
+  std::unique_ptr<comm::fusion::FusionEngine> engine_;
   std::vector<size_t> slot_of_param_;  // parameter index -> fusion engine slot
   std::unique_ptr<nn::Sgd> sgd_;
   std::unique_ptr<nn::LRSchedule> schedule_;
@@ -196,7 +195,7 @@ void Trainer::build_model() {
   const auto& info = train_loader_->info();
   model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width}, info.classes,
                           *backend_, cfg_.train.seed);
-  timeline_ = std::make_unique<comm::Timeline>(cfg_.output.timeline, comm_.rank());
+  timeline_ = std::make_unique<comm::fusion::Timeline>(cfg_.output.timeline, comm_.rank());
   if (timeline_->enabled()) {
     model_->set_layer_timer([this](const std::string& layer, bool backward, double seconds) {
       auto& names = layer_names_[&layer];
@@ -204,7 +203,7 @@ void Trainer::build_model() {
         names.first = timeline_->intern("forward " + layer);
         names.second = timeline_->intern("backward " + layer);
       }
-      double t1 = comm::Timeline::now();
+      double t1 = comm::fusion::Timeline::now();
       timeline_->span(backward ? names.second : names.first, backward ? "backward" : "forward",
                       t1 - seconds, t1);
     });
@@ -212,17 +211,19 @@ void Trainer::build_model() {
 }
 
 void Trainer::build_comm() {
-  comm::AllreduceOptions options;
-  options.wire = comm::parse_wire(cfg_.comm.wire);
+  comm::allreduce::AllreduceOptions options;
+  options.wire = comm::allreduce::parse_wire(cfg_.comm.wire);
   options.chunk_bytes = size_t(cfg_.comm.chunk_kib) * 1024;
   options.ranks_per_node = cfg_.comm.ranks_per_node;
   options.shared_memory = cfg_.comm.shared_memory;
-  grad_reducer_ = comm::make_allreducer(comm_, comm::parse_algorithm(cfg_.comm.algorithm), options);
-  stat_reducer_ = comm::make_allreducer(comm_, comm::Algorithm::mpi, comm::AllreduceOptions{});
+  grad_reducer_ = comm::allreduce::make_allreducer(
+      comm_, comm::allreduce::parse_algorithm(cfg_.comm.algorithm), options);
+  stat_reducer_ = comm::allreduce::make_allreducer(comm_, comm::allreduce::Algorithm::mpi,
+                                                   comm::allreduce::AllreduceOptions{});
   if (cfg_.comm.sync_bn && comm_.size() > 1)
     model_->set_stat_reducer([this](float* v, size_t n) { stat_reducer_->sum(v, n); });
 
-  comm::FusionOptions fusion;
+  comm::fusion::FusionOptions fusion;
   fusion.fusion_mib = cfg_.comm.fusion_mib;
   fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
   fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
@@ -230,8 +231,8 @@ void Trainer::build_comm() {
   fusion.local_gate = cfg_.comm.local_gate;
   // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
   if (backend_->name() == "cuda") fusion.buffer_ops = device_buffer_ops(*backend_);
-  comm::Allreducer* reducer = grad_reducer_.get();
-  engine_ = comm::make_fusion_engine(
+  comm::allreduce::Allreducer* reducer = grad_reducer_.get();
+  engine_ = std::make_unique<comm::fusion::FusionEngine>(
       comm_,
       [reducer](float* data, size_t count, float divisor) {
         reducer->sum_and_divide(data, count, divisor);
@@ -241,7 +242,7 @@ void Trainer::build_comm() {
 
   // Gradients live in the engine's buckets, in the order backward completes them.
   const auto& params = model_->parameters();
-  std::vector<comm::GradSpec> specs;
+  std::vector<comm::fusion::GradSpec> specs;
   for (size_t index : model_->backward_order())
     specs.push_back({params[index]->name + ".grad", params[index]->shape});
   std::vector<float*> slots = engine_->plan(specs);
@@ -308,19 +309,19 @@ const backend::Tensor& Trainer::upload(const data::Batch& batch) {
 
 StepTimes Trainer::train_step(const data::Batch& batch, Sums& sums) {
   StepTimes t;
-  comm::Timeline& tl = *timeline_;
-  double t0 = comm::Timeline::now();
+  comm::fusion::Timeline& tl = *timeline_;
+  double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
   sums.add(model_->loss(batch.labels.data()));
-  double t1 = comm::Timeline::now();
+  double t1 = comm::fusion::Timeline::now();
   model_->backward([this](size_t index) { engine_->enqueue(slot_of_param_[index]); });
-  double t2 = comm::Timeline::now();
+  double t2 = comm::fusion::Timeline::now();
   engine_->synchronize();
-  double t3 = comm::Timeline::now();
+  double t3 = comm::fusion::Timeline::now();
   sgd_->step(schedule_->lr(global_step_));
   backend_->synchronize();
-  double t4 = comm::Timeline::now();
+  double t4 = comm::fusion::Timeline::now();
   tl.span("forward", "step", t0, t1);
   tl.span("backward", "step", t1, t2);
   tl.span("optimizer", "step", t3, t4);
@@ -343,17 +344,17 @@ void Trainer::train_epoch(int epoch) {
   }
   skip_steps_ = 0;
   while (!stop_ && global_step_ < total_steps_) {
-    double t0 = comm::Timeline::now();
+    double t0 = comm::fusion::Timeline::now();
     if (!loader.next(batch)) break;
     if (comm_.rank() == cfg_.train.straggler_rank)
       std::this_thread::sleep_for(
           std::chrono::duration<double, std::milli>(cfg_.train.straggler_ms));
-    double t1 = comm::Timeline::now();
+    double t1 = comm::fusion::Timeline::now();
     timeline_->span("data", "step", t0, t1);
     Sums step_sums;
     StepTimes t = train_step(batch, step_sums);
     t.data = t1 - t0;
-    t.step = comm::Timeline::now() - t0;
+    t.step = comm::fusion::Timeline::now() - t0;
     phases_.add(t);
     epoch_sums.loss += step_sums.loss;
     epoch_sums.correct += step_sums.correct;
@@ -463,8 +464,8 @@ void Trainer::average_bn_buffers() {
 
 // ---- results ----------------------------------------------------------------------------
 
-std::vector<double> column_of(const std::vector<comm::BucketRecord>& records,
-                              double (*get)(const comm::BucketRecord&)) {
+std::vector<double> column_of(const std::vector<comm::fusion::BucketRecord>& records,
+                              double (*get)(const comm::fusion::BucketRecord&)) {
   std::vector<double> out;
   out.reserve(records.size());
   for (const auto& r : records) out.push_back(get(r));
@@ -502,17 +503,20 @@ void Trainer::write_results(double test_loss, double test_acc,
   for (auto& [phase, values] : phases_.columns())
     r.timings.phases[phase] = comm_.gather_to_root(values);
   const auto& records = engine_->records();
-  auto gather = [&](double (*get)(const comm::BucketRecord&)) {
+  auto gather = [&](double (*get)(const comm::fusion::BucketRecord&)) {
     return comm_.gather_to_root(column_of(records, get));
   };
-  std::vector<double> step = gather([](const comm::BucketRecord& b) { return double(b.step); });
-  std::vector<double> bucket = gather([](const comm::BucketRecord& b) { return double(b.bucket); });
-  std::vector<double> bytes = gather([](const comm::BucketRecord& b) { return double(b.bytes); });
+  std::vector<double> step =
+      gather([](const comm::fusion::BucketRecord& b) { return double(b.step); });
+  std::vector<double> bucket =
+      gather([](const comm::fusion::BucketRecord& b) { return double(b.bucket); });
+  std::vector<double> bytes =
+      gather([](const comm::fusion::BucketRecord& b) { return double(b.bytes); });
   std::vector<double> tensors =
-      gather([](const comm::BucketRecord& b) { return double(b.tensors); });
-  r.comm.start_s = gather([](const comm::BucketRecord& b) { return b.start_s; });
-  r.comm.seconds = gather([](const comm::BucketRecord& b) { return b.seconds; });
-  r.comm.cpu_seconds = gather([](const comm::BucketRecord& b) { return b.cpu_seconds; });
+      gather([](const comm::fusion::BucketRecord& b) { return double(b.tensors); });
+  r.comm.start_s = gather([](const comm::fusion::BucketRecord& b) { return b.start_s; });
+  r.comm.seconds = gather([](const comm::fusion::BucketRecord& b) { return b.seconds; });
+  r.comm.cpu_seconds = gather([](const comm::fusion::BucketRecord& b) { return b.cpu_seconds; });
   std::vector<std::string> hosts = comm_.gather_strings_to_root(comm_.hostname());
   if (comm_.rank() != 0) return;
 
@@ -596,7 +600,7 @@ void Trainer::run() {
   agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });
   if (timeline_->enabled()) {
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
-    comm::write_timeline(comm_, *timeline_, path);
+    timeline_->write_chrome_trace(comm_, path);
     log::info(str("timeline: ", path, " (chrome://tracing or ui.perfetto.dev)"));
   }
 }

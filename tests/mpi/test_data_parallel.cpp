@@ -8,9 +8,9 @@
 
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
-#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
-#include "ringtrain/comm/wiring.hpp"
+#include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 
@@ -80,26 +80,28 @@ struct Replica {
 
 // The data-parallel replica: gradients live in the fusion engine's buckets.
 struct ParallelReplica : Replica {
-  std::unique_ptr<comm::Allreducer> reducer;
-  std::unique_ptr<comm::Allreducer> stats;
-  std::unique_ptr<comm::FusionEngine> engine;
+  std::unique_ptr<comm::allreduce::Allreducer> reducer;
+  std::unique_ptr<comm::allreduce::Allreducer> stats;
+  std::unique_ptr<comm::fusion::FusionEngine> engine;
   std::vector<size_t> slot_of_param;
 
   ParallelReplica(const comm::Communicator& comm, const std::string& name, bool sync_bn)
       : Replica(name, 42) {
-    reducer = comm::make_allreducer(comm, comm::Algorithm::ring, comm::AllreduceOptions{});
-    stats = comm::make_allreducer(comm, comm::Algorithm::mpi, comm::AllreduceOptions{});
+    reducer = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::ring,
+                                               comm::allreduce::AllreduceOptions{});
+    stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi,
+                                             comm::allreduce::AllreduceOptions{});
     if (sync_bn) model->set_stat_reducer([this](float* v, size_t n) { stats->sum(v, n); });
-    comm::FusionOptions fusion;
+    comm::fusion::FusionOptions fusion;
     fusion.fusion_mib = 0.05;  // several buckets even for these small models
     fusion.first_bucket_mib = 0.01;
     fusion.stall_timeout_s = 60;
-    comm::Allreducer* r = reducer.get();
-    engine = comm::make_fusion_engine(
+    comm::allreduce::Allreducer* r = reducer.get();
+    engine = std::make_unique<comm::fusion::FusionEngine>(
         comm, [r](float* d, size_t n, float divisor) { r->sum_and_divide(d, n, divisor); }, fusion,
         nullptr);
     const auto& params = model->parameters();
-    std::vector<comm::GradSpec> specs;
+    std::vector<comm::fusion::GradSpec> specs;
     for (size_t i : model->backward_order()) specs.push_back({params[i]->name, params[i]->shape});
     std::vector<float*> slots = engine->plan(specs);
     slot_of_param.resize(params.size());

@@ -22,25 +22,32 @@
 #include <thread>
 
 #include "mpi_test.hpp"
-#include "ringtrain/comm/fusion_engine.hpp"
-#include "ringtrain/comm/timeline.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/comm/fusion/timeline.hpp"
 #include "ringtrain/core/error.hpp"
 
 RT_MPI_TEST_MAIN
 
 using namespace ringtrain;
 using namespace ringtrain::comm;
+using namespace ringtrain::comm::fusion;
 using rt_test::all_ok;
 
 namespace {
 
+// Every engine runs over the world; made once, by the first test, on every rank together.
+const Communicator& world_comm() {
+  static const Communicator communicator;
+  return communicator;
+}
+
 // The reduction the engine is given: MPI's own allreduce on a communicator of its own.
 class MpiSum {
  public:
-  MpiSum() { MPI_Comm_dup(MPI_COMM_WORLD, &comm_); }
-  ~MpiSum() { MPI_Comm_free(&comm_); }
+  MpiSum() : comm_(duplicate(MPI_COMM_WORLD)) {}
   ReduceFn fn() const {
-    MPI_Comm comm = comm_;
+    MPI_Comm comm = comm_.get();
     return [comm](float* data, size_t count, float divisor) {
       for (size_t done = 0; done < count; done += INT_MAX) {
         int n = int(std::min<size_t>(INT_MAX, count - done));
@@ -52,7 +59,7 @@ class MpiSum {
   }
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  CommHandle comm_;
 };
 
 // In backward order; with small_buckets() they make a 10 KiB first bucket, a bucket exactly at
@@ -196,7 +203,7 @@ BOOST_AUTO_TEST_SUITE(fusion_engine)
 BOOST_AUTO_TEST_CASE(means_are_exact_and_identical_on_every_rank_whatever_the_ready_order) {
   MpiSum sum;
   auto specs = model_specs();
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   auto where = engine.plan(specs);
   for (int64_t step = 0; step < 3; ++step) {
     run_step(engine, where, specs, step);
@@ -220,7 +227,7 @@ BOOST_AUTO_TEST_CASE(overlap_off_reduces_only_in_synchronize_and_gives_the_same_
   int rank = rt_test::world_rank();
   std::map<bool, uint64_t> sums;
   for (bool overlap : {true, false}) {
-    FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets(overlap));
+    FusionEngine engine(world_comm(), sum.fn(), small_buckets(overlap));
     auto where = engine.plan(specs);
     for (int64_t step = 0; step < 2; ++step) {
       for (size_t i : random_order(specs.size(), rank, step)) {
@@ -255,7 +262,7 @@ BOOST_AUTO_TEST_CASE(with_overlap_a_full_bucket_is_reduced_before_synchronize) {
   };
   auto specs = model_specs();
   int rank = rt_test::world_rank();
-  FusionEngine engine(MPI_COMM_WORLD, watched, small_buckets());
+  FusionEngine engine(world_comm(), watched, small_buckets());
   auto where = engine.plan(specs);
   const BucketLayout first = engine.buckets().front();
   for (size_t i = first.first_tensor; i < first.first_tensor + first.tensor_count; ++i) {
@@ -278,7 +285,7 @@ BOOST_AUTO_TEST_CASE(buckets_respect_the_caps_and_never_split_a_tensor) {
   MpiSum sum;
   auto specs = model_specs();
   FusionOptions options = small_buckets();
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  FusionEngine engine(world_comm(), sum.fn(), options);
   auto where = engine.plan(specs);
   const auto& buckets = engine.buckets();
   auto padded_bytes = [&](size_t i) { return (numel(specs[i]) + 15) / 16 * 64; };
@@ -326,7 +333,7 @@ BOOST_AUTO_TEST_CASE(a_rank_with_another_name_is_named_on_every_rank) {
   int last = rt_test::world_size() - 1;
   auto specs = model_specs();
   if (rt_test::world_rank() == last) specs[3].name = "fc1.weight_t";
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   expect_on_every_rank(
       error_of([&] { engine.plan(specs); }),
       str("fusion plan mismatch: rank ", last, " differs from rank 0 at gradient 3: rank ", last,
@@ -339,7 +346,7 @@ BOOST_AUTO_TEST_CASE(ranks_with_another_shape_are_named_on_every_rank) {
   int world = rt_test::world_size();
   auto specs = model_specs();
   if (rt_test::world_rank() > 0) specs[9].shape = {16, 3, 3, 3};
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   std::string others;
   if (world > 2) {
     others = str(" (", world - 1, " ranks differ from rank 0: ranks 1");
@@ -358,7 +365,7 @@ BOOST_AUTO_TEST_CASE(a_rank_with_fewer_gradients_is_named_on_every_rank) {
   MpiSum sum;
   auto specs = model_specs();
   if (rt_test::world_rank() == 1) specs.pop_back();
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   expect_on_every_rank(error_of([&] { engine.plan(specs); }),
                        "fusion plan mismatch: rank 1 differs from rank 0 at gradient 11: rank 1 "
                        "has no gradient 11 (only 11) but rank 0 has odd.weight [7, 3] (every rank "
@@ -370,7 +377,7 @@ BOOST_AUTO_TEST_CASE(a_name_twice_on_one_rank_is_an_error_on_every_rank) {
   auto specs = model_specs();
   int last = rt_test::world_size() - 1;
   if (rt_test::world_rank() == last) specs[4].name = "fc1.bias";
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   std::string got = error_of([&] { engine.plan(specs); });
   std::string want_start = str("fusion plan: rank ", last, ": ");
   std::string want_end =
@@ -384,7 +391,7 @@ BOOST_AUTO_TEST_CASE(different_fusion_sizes_are_named_on_every_rank) {
   MpiSum sum;
   FusionOptions options = small_buckets();
   if (rt_test::world_rank() == 1) options.fusion_mib = 2;
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  FusionEngine engine(world_comm(), sum.fn(), options);
   expect_on_every_rank(error_of([&] { engine.plan(model_specs()); }),
                        "fusion options differ across ranks: rank 1 has comm.fusion_mib = 2 but "
                        "rank 0 has 0.5 (every rank must read the same deck)");
@@ -395,7 +402,7 @@ BOOST_AUTO_TEST_CASE(a_different_local_gate_setting_is_named_on_every_rank) {
   MpiSum sum;
   FusionOptions options = small_buckets();
   if (rt_test::world_rank() == 1) options.local_gate = false;
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  FusionEngine engine(world_comm(), sum.fn(), options);
   expect_on_every_rank(error_of([&] { engine.plan(model_specs()); }),
                        "fusion options differ across ranks: rank 1 has comm.local_gate = 0 but "
                        "rank 0 has 1 (every rank must read the same deck)");
@@ -405,7 +412,7 @@ BOOST_AUTO_TEST_CASE(a_gradient_enqueued_twice_is_named_and_the_step_still_compl
   MpiSum sum;
   auto specs = model_specs();
   int rank = rt_test::world_rank();
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   auto where = engine.plan(specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     fill_gradient(where[i], specs[i], rank, 0, i);
@@ -421,7 +428,7 @@ BOOST_AUTO_TEST_CASE(a_gradient_enqueued_twice_is_named_and_the_step_still_compl
 BOOST_AUTO_TEST_CASE(synchronize_names_the_gradients_never_enqueued) {
   MpiSum sum;
   auto specs = model_specs();
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   engine.plan(specs);
   for (size_t i = 0; i < specs.size(); ++i)
     if (i != 6 && i != 11) engine.enqueue(i);
@@ -440,7 +447,7 @@ BOOST_AUTO_TEST_CASE(a_failing_reduction_is_rethrown_by_synchronize) {
   ReduceFn failing = [&](float*, size_t, float) {
     if (++calls == 2) throw Error("injected reduce failure");
   };
-  FusionEngine engine(MPI_COMM_WORLD, failing, small_buckets(false));  // fails in synchronize()
+  FusionEngine engine(world_comm(), failing, small_buckets(false));  // fails in synchronize()
   engine.plan(specs);
   for (size_t i = 0; i < specs.size(); ++i) engine.enqueue(i);
   expect_on_every_rank(error_of([&] { engine.synchronize(); }), "injected reduce failure");
@@ -450,7 +457,7 @@ BOOST_AUTO_TEST_CASE(a_failing_reduction_is_rethrown_by_synchronize) {
 
 BOOST_AUTO_TEST_CASE(the_layout_summary_names_every_bucket) {
   MpiSum sum;
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets());
+  FusionEngine engine(world_comm(), sum.fn(), small_buckets());
   engine.plan(model_specs());
   BOOST_TEST(engine.layout_summary() ==
              "4 buckets (first <= 0.01 MiB, then <= 0.5 MiB) for 12 gradients: 0.00543, 0.5, "
@@ -461,7 +468,7 @@ BOOST_AUTO_TEST_CASE(a_first_bucket_of_zero_mib_is_as_large_as_the_others) {
   MpiSum sum;
   FusionOptions options = small_buckets();
   options.first_bucket_mib = 0;
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  FusionEngine engine(world_comm(), sum.fn(), options);
   engine.plan(model_specs());
   BOOST_TEST(engine.buckets().front().tensor_count == 3u);  // fc1.weight (0.5 MiB) did not fit
   BOOST_TEST(engine.layout_summary() ==
@@ -475,7 +482,7 @@ BOOST_AUTO_TEST_CASE(bad_options_are_input_errors) {
   options.fusion_mib = 0;
   std::string got;
   try {
-    FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+    FusionEngine engine(world_comm(), sum.fn(), options);
   } catch (const InputError& e) {
     got = e.what();
   }
@@ -604,8 +611,8 @@ BOOST_AUTO_TEST_CASE(every_touch_of_bucket_memory_goes_through_the_ops_and_means
       {
         FusionOptions options = small_buckets(overlap);
         options.buffer_ops = memory.ops();
-        FusionEngine guarded(MPI_COMM_WORLD, memory.staged(guarded_sum.fn()), options);
-        FusionEngine plain(MPI_COMM_WORLD, plain_sum.fn(), small_buckets(overlap));
+        FusionEngine guarded(world_comm(), memory.staged(guarded_sum.fn()), options);
+        FusionEngine plain(world_comm(), plain_sum.fn(), small_buckets(overlap));
         auto where = guarded.plan(specs);
         auto plain_where = plain.plan(specs);
         const size_t buckets = guarded.bucket_count();
@@ -670,7 +677,7 @@ BOOST_AUTO_TEST_CASE(an_unset_op_is_an_error) {
   MpiSum sum;
   FusionOptions options;
   options.buffer_ops.wait_ready = nullptr;
-  expect_on_every_rank(error_of([&] { FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options); }),
+  expect_on_every_rank(error_of([&] { FusionEngine engine(world_comm(), sum.fn(), options); }),
                        "FusionEngine: every BufferOps member must be set (start from "
                        "host_buffer_ops())");
 }
@@ -691,7 +698,7 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
   size_t buckets = 0;
   std::vector<size_t> bucket_bytes;
   {
-    FusionEngine engine(MPI_COMM_WORLD, sum.fn(), small_buckets(), &timeline);
+    FusionEngine engine(world_comm(), sum.fn(), small_buckets(), &timeline);
     auto where = engine.plan(specs);
     for (int64_t step = 0; step < 2; ++step) {
       run_step(engine, where, specs, step);
@@ -700,7 +707,7 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
     buckets = engine.bucket_count();
     for (const auto& b : engine.buckets()) bucket_bytes.push_back(b.bytes);
   }
-  timeline.write_chrome_trace(MPI_COMM_WORLD, path);
+  timeline.write_chrome_trace(world_comm(), path);
 
   bool ok = true;
   std::string why;
@@ -745,8 +752,7 @@ BOOST_AUTO_TEST_CASE(writes_one_trace_for_all_ranks) {
 BOOST_AUTO_TEST_CASE(an_unwritable_path_is_an_error_on_every_rank) {
   Timeline timeline(true, rt_test::world_rank());
   timeline.span("step", "train", Timeline::now(), Timeline::now() + 1e-3);
-  std::string got =
-      error_of([&] { timeline.write_chrome_trace(MPI_COMM_WORLD, "/proc/rt/t.json"); });
+  std::string got = error_of([&] { timeline.write_chrome_trace(world_comm(), "/proc/rt/t.json"); });
   std::string want = "timeline: rank 0: cannot create /proc/rt/t.json.tmp.";
   BOOST_TEST(all_ok(got.rfind(want, 0) == 0), "got: " << got);
 }
@@ -771,7 +777,7 @@ void stall_in_step_one(size_t stuck_enqueues, Stuck how = Stuck::computing) {
   auto specs = model_specs();
   FusionOptions options = small_buckets();
   options.stall_timeout_s = 2;
-  FusionEngine engine(MPI_COMM_WORLD, sum.fn(), options);
+  FusionEngine engine(world_comm(), sum.fn(), options);
   auto where = engine.plan(specs);
   run_step(engine, where, specs, 0);
   bool stuck = rt_test::world_rank() == kStuckRank;

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "mpi_test.hpp"
-#include "ringtrain/comm/local_gate.hpp"
+#include "ringtrain/comm/shm/local_gate.hpp"
 
 RT_MPI_TEST_MAIN
 
-using ringtrain::comm::LocalGate;
+using ringtrain::comm::shm::LocalGate;
 
 namespace {
 

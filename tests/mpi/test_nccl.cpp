@@ -10,7 +10,7 @@
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
-#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -45,7 +45,7 @@ BOOST_AUTO_TEST_CASE(nccl_without_a_gpu_is_the_same_input_error_on_every_rank,
   comm::Communicator world;
   std::string message;
   try {
-    comm::make_allreducer(world, comm::Algorithm::nccl, {});
+    comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, {});
   } catch (const InputError& e) {
     message = e.what();
   }
@@ -68,11 +68,12 @@ BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
   options.device = backend::select_local_device(world.local_rank(), world.local_size(),
                                                 backend::cuda_device_count(), false);
   auto be = backend::make_cuda_backend(options);
-  for (comm::Wire wire : {comm::Wire::fp32, comm::Wire::bf16, comm::Wire::fp16}) {
-    comm::AllreduceOptions ao;
+  for (comm::allreduce::Wire wire :
+       {comm::allreduce::Wire::fp32, comm::allreduce::Wire::bf16, comm::allreduce::Wire::fp16}) {
+    comm::allreduce::AllreduceOptions ao;
     ao.wire = wire;
     ao.validate_counts = true;
-    auto reducer = comm::make_allreducer(world, comm::Algorithm::nccl, ao);
+    auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, ao);
     for (size_t count : {size_t(1), size_t(7), size_t(1000003)}) {
       std::vector<float> data = rt_test::small_int_data(world.rank(), count);
       backend::Tensor t = be->alloc({int64_t(count)});
@@ -96,7 +97,7 @@ BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(G
   options.device = backend::select_local_device(world.local_rank(), world.local_size(),
                                                 backend::cuda_device_count(), false);
   auto be = backend::make_cuda_backend(options);
-  auto reducer = comm::make_allreducer(world, comm::Algorithm::nccl, {});
+  auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, {});
   std::vector<float> host(16, 1.0f);
   std::string message;
   try {
@@ -115,9 +116,9 @@ BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
   options.device = backend::select_local_device(world.local_rank(), world.local_size(),
                                                 backend::cuda_device_count(), false);
   auto be = backend::make_cuda_backend(options);
-  for (auto algorithm :
-       {comm::Algorithm::ring, comm::Algorithm::mpi, comm::Algorithm::hierarchical}) {
-    auto reducer = comm::make_allreducer(world, algorithm, {});
+  for (auto algorithm : {comm::allreduce::Algorithm::ring, comm::allreduce::Algorithm::mpi,
+                         comm::allreduce::Algorithm::hierarchical}) {
+    auto reducer = comm::allreduce::make_allreducer(world, algorithm, {});
     for (size_t count : {size_t(3), size_t(300007)}) {
       std::vector<float> data = rt_test::small_int_data(world.rank(), count);
       backend::Tensor t = be->alloc({int64_t(count)});
@@ -148,9 +149,10 @@ BOOST_AUTO_TEST_CASE(every_algorithm_means_device_memory,
                                                 backend::cuda_device_count(), false);
   auto be = backend::make_cuda_backend(options);
   const float p = float(world.size());
-  for (auto algorithm : {comm::Algorithm::nccl, comm::Algorithm::ring, comm::Algorithm::mpi,
-                         comm::Algorithm::hierarchical}) {
-    auto reducer = comm::make_allreducer(world, algorithm, {});
+  for (auto algorithm :
+       {comm::allreduce::Algorithm::nccl, comm::allreduce::Algorithm::ring,
+        comm::allreduce::Algorithm::mpi, comm::allreduce::Algorithm::hierarchical}) {
+    auto reducer = comm::allreduce::make_allreducer(world, algorithm, {});
     const size_t count = 300007;
     std::vector<float> data = rt_test::small_int_data(world.rank(), count);
     backend::Tensor t = be->alloc({int64_t(count)});

@@ -12,28 +12,29 @@
 #include "mpi_test.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
-#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
 
 RT_MPI_TEST_MAIN
 
 using namespace ringtrain;
-using comm::Algorithm;
+using comm::allreduce::Algorithm;
 
 namespace {
 
 struct Setup {
   std::string label;
   Algorithm algorithm;
-  comm::AllreduceOptions options;
+  comm::allreduce::AllreduceOptions options;
 };
 
-comm::AllreduceOptions opts(comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 0,
-                            int in_flight = 4, int ranks_per_node = 0,
-                            size_t doubling_max_bytes = comm::AllreduceOptions{}.doubling_max_bytes,
-                            bool shared_memory = true) {
-  comm::AllreduceOptions o;
+comm::allreduce::AllreduceOptions opts(
+    comm::allreduce::Wire wire = comm::allreduce::Wire::fp32, size_t chunk_bytes = 0,
+    int in_flight = 4, int ranks_per_node = 0,
+    size_t doubling_max_bytes = comm::allreduce::AllreduceOptions{}.doubling_max_bytes,
+    bool shared_memory = true) {
+  comm::allreduce::AllreduceOptions o;
   o.shared_memory = shared_memory;
   o.doubling_max_bytes = doubling_max_bytes;
   o.wire = wire;
@@ -45,9 +46,10 @@ comm::AllreduceOptions opts(comm::Wire wire = comm::Wire::fp32, size_t chunk_byt
 }
 
 // The ring through MPI point-to-point rather than shared memory.
-comm::AllreduceOptions over_mpi(comm::Wire wire = comm::Wire::fp32, size_t chunk_bytes = 0,
-                                int in_flight = 4) {
-  return opts(wire, chunk_bytes, in_flight, 0, comm::AllreduceOptions{}.doubling_max_bytes, false);
+comm::allreduce::AllreduceOptions over_mpi(comm::allreduce::Wire wire = comm::allreduce::Wire::fp32,
+                                           size_t chunk_bytes = 0, int in_flight = 4) {
+  return opts(wire, chunk_bytes, in_flight, 0,
+              comm::allreduce::AllreduceOptions{}.doubling_max_bytes, false);
 }
 
 // Every algorithm and the settings that change its code path. These tests run on one node, so
@@ -56,32 +58,36 @@ comm::AllreduceOptions over_mpi(comm::Wire wire = comm::Wire::fp32, size_t chunk
 std::vector<Setup> fp32_setups() {
   return {
       {"ring", Algorithm::ring, opts()},
-      {"ring chunk 64 B x2", Algorithm::ring, opts(comm::Wire::fp32, 64, 2)},
-      {"ring chunk 4 B x1", Algorithm::ring, opts(comm::Wire::fp32, 4, 1)},
-      {"ring chunk 4 KiB x3", Algorithm::ring, opts(comm::Wire::fp32, 4096, 3)},
+      {"ring chunk 64 B x2", Algorithm::ring, opts(comm::allreduce::Wire::fp32, 64, 2)},
+      {"ring chunk 4 B x1", Algorithm::ring, opts(comm::allreduce::Wire::fp32, 4, 1)},
+      {"ring chunk 4 KiB x3", Algorithm::ring, opts(comm::allreduce::Wire::fp32, 4096, 3)},
       {"ring over MPI", Algorithm::ring, over_mpi()},
-      {"ring over MPI chunk 64 B x2", Algorithm::ring, over_mpi(comm::Wire::fp32, 64, 2)},
-      {"ring over MPI chunk 4 B x1", Algorithm::ring, over_mpi(comm::Wire::fp32, 4, 1)},
+      {"ring over MPI chunk 64 B x2", Algorithm::ring,
+       over_mpi(comm::allreduce::Wire::fp32, 64, 2)},
+      {"ring over MPI chunk 4 B x1", Algorithm::ring, over_mpi(comm::allreduce::Wire::fp32, 4, 1)},
       {"mpi", Algorithm::mpi, opts()},
       {"hierarchical real nodes", Algorithm::hierarchical, opts()},
-      {"hierarchical 2 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 256, 3, 2)},
-      {"hierarchical 1 per node", Algorithm::hierarchical, opts(comm::Wire::fp32, 1 << 20, 4, 1)},
-      {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 128, 3)},
-      {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16)},
-      {"ring over MPI bf16", Algorithm::ring, over_mpi(comm::Wire::bf16, 128, 3)},
-      {"ring over MPI fp16", Algorithm::ring, over_mpi(comm::Wire::fp16)},
+      {"hierarchical 2 per node", Algorithm::hierarchical,
+       opts(comm::allreduce::Wire::fp32, 256, 3, 2)},
+      {"hierarchical 1 per node", Algorithm::hierarchical,
+       opts(comm::allreduce::Wire::fp32, 1 << 20, 4, 1)},
+      {"ring bf16", Algorithm::ring, opts(comm::allreduce::Wire::bf16, 128, 3)},
+      {"ring fp16", Algorithm::ring, opts(comm::allreduce::Wire::fp16)},
+      {"ring over MPI bf16", Algorithm::ring, over_mpi(comm::allreduce::Wire::bf16, 128, 3)},
+      {"ring over MPI fp16", Algorithm::ring, over_mpi(comm::allreduce::Wire::fp16)},
       // rhd: halving-doubling only, then with tiny chunks, then whole-vector doubling for
       // everything up to 64 KiB (counts past it still go by halving in the same instance).
-      {"rhd", Algorithm::rhd, opts(comm::Wire::fp32, 1 << 20, 4, 0, 0)},
-      {"rhd chunk 64 B x2", Algorithm::rhd, opts(comm::Wire::fp32, 64, 2, 0, 0)},
-      {"rhd chunk 4 B x1", Algorithm::rhd, opts(comm::Wire::fp32, 4, 1, 0, 0)},
-      {"rhd doubling <= 64 KiB", Algorithm::rhd, opts(comm::Wire::fp32, 4096, 2, 0, 64 << 10)},
-      {"rhd bf16", Algorithm::rhd, opts(comm::Wire::bf16, 128, 3, 0, 0)},
+      {"rhd", Algorithm::rhd, opts(comm::allreduce::Wire::fp32, 1 << 20, 4, 0, 0)},
+      {"rhd chunk 64 B x2", Algorithm::rhd, opts(comm::allreduce::Wire::fp32, 64, 2, 0, 0)},
+      {"rhd chunk 4 B x1", Algorithm::rhd, opts(comm::allreduce::Wire::fp32, 4, 1, 0, 0)},
+      {"rhd doubling <= 64 KiB", Algorithm::rhd,
+       opts(comm::allreduce::Wire::fp32, 4096, 2, 0, 64 << 10)},
+      {"rhd bf16", Algorithm::rhd, opts(comm::allreduce::Wire::bf16, 128, 3, 0, 0)},
       {"rhd fp16 doubling <= 64 KiB", Algorithm::rhd,
-       opts(comm::Wire::fp16, 1 << 20, 4, 0, 64 << 10)},
+       opts(comm::allreduce::Wire::fp16, 1 << 20, 4, 0, 64 << 10)},
       {"auto", Algorithm::automatic, opts()},
-      {"auto chunk 64 B x2", Algorithm::automatic, opts(comm::Wire::fp32, 64, 2)},
-      {"auto bf16", Algorithm::automatic, opts(comm::Wire::bf16, 256, 2)}};
+      {"auto chunk 64 B x2", Algorithm::automatic, opts(comm::allreduce::Wire::fp32, 64, 2)},
+      {"auto bf16", Algorithm::automatic, opts(comm::allreduce::Wire::bf16, 256, 2)}};
 }
 
 // Counts 0, 1, p-1, p, p+1, a prime, 2^20+3, then small again (scratch reused, not regrown).
@@ -98,7 +104,7 @@ BOOST_AUTO_TEST_CASE(exact_sums_at_awkward_counts) {
   comm::Communicator world;
   const int p = world.size();
   for (const Setup& setup : fp32_setups()) {
-    auto reducer = comm::make_allreducer(world, setup.algorithm, setup.options);
+    auto reducer = comm::allreduce::make_allreducer(world, setup.algorithm, setup.options);
     const bool tiny_chunks = setup.options.chunk_bytes < 128;
     for (size_t count : awkward_counts(p, tiny_chunks)) {
       std::vector<float> data = rt_test::small_int_data(world.rank(), count);
@@ -119,20 +125,20 @@ BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the
   const int p = world.size();
   const size_t count = 100003;
   std::vector<Setup> setups = {
-      {"ring fp32", Algorithm::ring, opts(comm::Wire::fp32, 4096)},
-      {"ring bf16", Algorithm::ring, opts(comm::Wire::bf16, 4096)},
-      {"ring fp16", Algorithm::ring, opts(comm::Wire::fp16, 4096)},
-      {"ring over MPI fp32", Algorithm::ring, over_mpi(comm::Wire::fp32, 4096)},
-      {"ring over MPI bf16", Algorithm::ring, over_mpi(comm::Wire::bf16, 4096)},
-      {"rhd fp32", Algorithm::rhd, opts(comm::Wire::fp32, 4096)},
-      {"rhd bf16", Algorithm::rhd, opts(comm::Wire::bf16, 4096, 4, 0, 0)},
-      {"rhd fp16", Algorithm::rhd, opts(comm::Wire::fp16, 4096, 4, 0, 0)},
-      {"rhd bf16 doubling", Algorithm::rhd, opts(comm::Wire::bf16, 4096, 4, 0, 1 << 20)},
-      {"auto bf16", Algorithm::automatic, opts(comm::Wire::bf16, 4096)},
+      {"ring fp32", Algorithm::ring, opts(comm::allreduce::Wire::fp32, 4096)},
+      {"ring bf16", Algorithm::ring, opts(comm::allreduce::Wire::bf16, 4096)},
+      {"ring fp16", Algorithm::ring, opts(comm::allreduce::Wire::fp16, 4096)},
+      {"ring over MPI fp32", Algorithm::ring, over_mpi(comm::allreduce::Wire::fp32, 4096)},
+      {"ring over MPI bf16", Algorithm::ring, over_mpi(comm::allreduce::Wire::bf16, 4096)},
+      {"rhd fp32", Algorithm::rhd, opts(comm::allreduce::Wire::fp32, 4096)},
+      {"rhd bf16", Algorithm::rhd, opts(comm::allreduce::Wire::bf16, 4096, 4, 0, 0)},
+      {"rhd fp16", Algorithm::rhd, opts(comm::allreduce::Wire::fp16, 4096, 4, 0, 0)},
+      {"rhd bf16 doubling", Algorithm::rhd, opts(comm::allreduce::Wire::bf16, 4096, 4, 0, 1 << 20)},
+      {"auto bf16", Algorithm::automatic, opts(comm::allreduce::Wire::bf16, 4096)},
       {"hierarchical 2 per node bf16", Algorithm::hierarchical,
-       opts(comm::Wire::bf16, 4096, 2, 2)}};
+       opts(comm::allreduce::Wire::bf16, 4096, 2, 2)}};
   for (const Setup& setup : setups) {
-    auto reducer = comm::make_allreducer(world, setup.algorithm, setup.options);
+    auto reducer = comm::allreduce::make_allreducer(world, setup.algorithm, setup.options);
     std::vector<float> data(count);
     for (size_t i = 0; i < count; ++i) data[i] = rt_test::noise(world.rank(), i);
     reducer->sum(data.data(), count);
@@ -145,8 +151,8 @@ BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the
       }
       const double error = std::fabs(double(data[i]) - exact);
       max_error = std::max(max_error, error);
-      worst_ratio =
-          std::max(worst_ratio, error / comm::wire_error_bound(setup.options.wire, p, abs_sum));
+      worst_ratio = std::max(
+          worst_ratio, error / comm::allreduce::wire_error_bound(setup.options.wire, p, abs_sum));
     }
     BOOST_TEST_MESSAGE(setup.label << ": max |error| " << max_error << ", worst error/bound "
                                    << worst_ratio);
@@ -154,7 +160,7 @@ BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the
     // A narrow wire in use must really round: with noise data some element differs.
     const int rpn = setup.options.ranks_per_node;
     const int ring_members = setup.algorithm == Algorithm::hierarchical ? (p + rpn - 1) / rpn : p;
-    if (setup.options.wire != comm::Wire::fp32 && ring_members > 1)
+    if (setup.options.wire != comm::allreduce::Wire::fp32 && ring_members > 1)
       BOOST_TEST(rt_test::all_ok(max_error > 1e-4), setup.label << " rounds on the wire");
     BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)),
                setup.label << " identical on every rank");
@@ -167,7 +173,7 @@ BOOST_AUTO_TEST_CASE(sum_and_divide_gives_the_bits_of_sum_then_divide) {
   comm::Communicator world;
   const int p = world.size();
   for (const Setup& setup : fp32_setups()) {
-    auto reducer = comm::make_allreducer(world, setup.algorithm, setup.options);
+    auto reducer = comm::allreduce::make_allreducer(world, setup.algorithm, setup.options);
     const bool tiny_chunks = setup.options.chunk_bytes < 128;
     for (float divisor : {float(p), 3.0f}) {
       for (size_t count : awkward_counts(p, tiny_chunks)) {
@@ -192,21 +198,27 @@ BOOST_AUTO_TEST_CASE(sum_and_divide_gives_the_bits_of_sum_then_divide) {
 BOOST_AUTO_TEST_CASE(ring_transport_is_shared_memory_on_one_node_unless_turned_off) {
   comm::Communicator world;
   const bool many = world.size() > 1;
-  BOOST_TEST(comm::make_allreducer(world, Algorithm::ring, opts())->name() ==
+  BOOST_TEST(comm::allreduce::make_allreducer(world, Algorithm::ring, opts())->name() ==
              (many ? "ring/shm" : "ring"));
-  BOOST_TEST(comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::bf16))->name() ==
-             (many ? "ring/shm/bf16" : "ring/bf16"));
-  BOOST_TEST(comm::make_allreducer(world, Algorithm::ring, over_mpi())->name() == "ring");
+  BOOST_TEST(
+      comm::allreduce::make_allreducer(world, Algorithm::ring, opts(comm::allreduce::Wire::bf16))
+          ->name() == (many ? "ring/shm/bf16" : "ring/bf16"));
+  BOOST_TEST(comm::allreduce::make_allreducer(world, Algorithm::ring, over_mpi())->name() ==
+             "ring");
 }
 
 BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi) {
   comm::Communicator world;
-  auto ring = comm::make_allreducer(world, Algorithm::ring, opts(comm::Wire::fp32, 8192));
-  auto ring_mpi = comm::make_allreducer(world, Algorithm::ring, over_mpi(comm::Wire::fp32, 8192));
-  auto hier =
-      comm::make_allreducer(world, Algorithm::hierarchical, opts(comm::Wire::fp32, 8192, 4, 2));
-  auto rhd = comm::make_allreducer(world, Algorithm::rhd, opts(comm::Wire::fp32, 8192, 4, 0, 0));
-  auto automatic = comm::make_allreducer(world, Algorithm::automatic, opts(comm::Wire::fp32, 8192));
+  auto ring = comm::allreduce::make_allreducer(world, Algorithm::ring,
+                                               opts(comm::allreduce::Wire::fp32, 8192));
+  auto ring_mpi = comm::allreduce::make_allreducer(world, Algorithm::ring,
+                                                   over_mpi(comm::allreduce::Wire::fp32, 8192));
+  auto hier = comm::allreduce::make_allreducer(world, Algorithm::hierarchical,
+                                               opts(comm::allreduce::Wire::fp32, 8192, 4, 2));
+  auto rhd = comm::allreduce::make_allreducer(world, Algorithm::rhd,
+                                              opts(comm::allreduce::Wire::fp32, 8192, 4, 0, 0));
+  auto automatic = comm::allreduce::make_allreducer(world, Algorithm::automatic,
+                                                    opts(comm::allreduce::Wire::fp32, 8192));
   const size_t count = 50021;
   std::vector<float> a = rt_test::small_int_data(world.rank(), count), b = a, c = a, d = a, e = a;
   std::string failure;
@@ -249,7 +261,8 @@ BOOST_AUTO_TEST_CASE(different_counts_fail_on_every_rank_naming_each_count) {
         std::pair{Algorithm::automatic, "auto allreduce"},
         std::pair{Algorithm::mpi, "mpi allreduce"},
         std::pair{Algorithm::hierarchical, "hierarchical allreduce"}}) {
-    auto reducer = comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 1 << 20, 4, 2));
+    auto reducer = comm::allreduce::make_allreducer(
+        world, algorithm, opts(comm::allreduce::Wire::fp32, 1 << 20, 4, 2));
     const size_t count = 10 + (world.rank() == p - 1 ? 3 : 0);
     std::vector<float> data(count, 1.0f);
     std::string message;
@@ -276,7 +289,7 @@ BOOST_AUTO_TEST_CASE(bad_choices_are_errors) {
   if (!RINGTRAIN_HAS_CUDA || backend::cuda_device_count() == 0) {
     std::string message;
     try {
-      comm::make_allreducer(world, Algorithm::nccl, opts());
+      comm::allreduce::make_allreducer(world, Algorithm::nccl, opts());
     } catch (const InputError& e) {
       message = e.what();
     }
@@ -287,12 +300,15 @@ BOOST_AUTO_TEST_CASE(bad_choices_are_errors) {
               "CUDA=1); use ring, mpi or hierarchical on CPUs";
     BOOST_TEST(message == expected);
   }
-  BOOST_CHECK_THROW(comm::make_allreducer(world, Algorithm::mpi, opts(comm::Wire::bf16)),
-                    InputError);
+  BOOST_CHECK_THROW(
+      comm::allreduce::make_allreducer(world, Algorithm::mpi, opts(comm::allreduce::Wire::bf16)),
+      InputError);
   for (Algorithm algorithm : {Algorithm::ring, Algorithm::rhd, Algorithm::automatic}) {
-    BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 2)),
-                      InputError);
-    BOOST_CHECK_THROW(comm::make_allreducer(world, algorithm, opts(comm::Wire::fp32, 4096, 0)),
+    BOOST_CHECK_THROW(
+        comm::allreduce::make_allreducer(world, algorithm, opts(comm::allreduce::Wire::fp32, 2)),
+        InputError);
+    BOOST_CHECK_THROW(comm::allreduce::make_allreducer(world, algorithm,
+                                                       opts(comm::allreduce::Wire::fp32, 4096, 0)),
                       InputError);
   }
 }

@@ -6,7 +6,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include "allreduce_test_data.hpp"
 #include "mpi_test.hpp"
-#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 
 RT_MPI_TEST_MAIN
@@ -16,7 +16,7 @@ using namespace ringtrain;
 BOOST_AUTO_TEST_CASE(sixty_four_mebi_floats_sum_exactly) {
   comm::Communicator world;
   const size_t count = size_t(64) << 20;
-  comm::AllreduceOptions options;
+  comm::allreduce::AllreduceOptions options;
   options.validate_counts = true;
   options.ranks_per_node = 2;
   // The inputs and the exact sums, computed once for every algorithm.
@@ -24,15 +24,17 @@ BOOST_AUTO_TEST_CASE(sixty_four_mebi_floats_sum_exactly) {
   std::vector<float> expected(count, 0.0f);
   for (int r = 0; r < world.size(); ++r)
     for (size_t i = 0; i < count; ++i) expected[i] += rt_test::small_int(r, i);
-  for (auto algorithm : {comm::Algorithm::ring, comm::Algorithm::rhd, comm::Algorithm::automatic,
-                         comm::Algorithm::hierarchical, comm::Algorithm::mpi}) {
-    auto reducer = comm::make_allreducer(world, algorithm, options);
+  for (auto algorithm :
+       {comm::allreduce::Algorithm::ring, comm::allreduce::Algorithm::rhd,
+        comm::allreduce::Algorithm::automatic, comm::allreduce::Algorithm::hierarchical,
+        comm::allreduce::Algorithm::mpi}) {
+    auto reducer = comm::allreduce::make_allreducer(world, algorithm, options);
     std::vector<float> data = input;
     reducer->sum(data.data(), count);
     size_t wrong = 0;
     for (size_t i = 0; i < count; ++i) wrong += data[i] != expected[i];
     BOOST_TEST(rt_test::all_ok(wrong == 0), reducer->name() << ": " << wrong << " wrong sums");
-    if (algorithm != comm::Algorithm::mpi)
+    if (algorithm != comm::allreduce::Algorithm::mpi)
       BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)), reducer->name()
                                                                           << " identical");
   }

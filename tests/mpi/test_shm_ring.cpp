@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "mpi_test.hpp"
-#include "ringtrain/comm/shm_ring.hpp"
+#include "ringtrain/comm/shm/shm_ring.hpp"
 #include "ringtrain/core/error.hpp"
 
 RT_MPI_TEST_MAIN
 
-using ringtrain::comm::ShmRing;
+using ringtrain::comm::shm::ShmRing;
 
 namespace {
 

@@ -6,7 +6,8 @@
 #include <functional>
 #include <limits>
 
-#include "ringtrain/comm/allreduce.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/allreduce/auto_allreduce.hpp"
 #include "ringtrain/comm/cpu_share.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -26,41 +27,46 @@ std::string input_error(const std::function<void()>& f) {
 BOOST_AUTO_TEST_SUITE(comm_options)
 
 BOOST_AUTO_TEST_CASE(algorithms_and_wires_parse_or_name_the_choices) {
-  BOOST_TEST((comm::parse_algorithm("ring") == comm::Algorithm::ring));
-  BOOST_TEST((comm::parse_algorithm("mpi") == comm::Algorithm::mpi));
-  BOOST_TEST((comm::parse_algorithm("hierarchical") == comm::Algorithm::hierarchical));
-  BOOST_TEST((comm::parse_algorithm("nccl") == comm::Algorithm::nccl));
-  BOOST_TEST((comm::parse_algorithm("rhd") == comm::Algorithm::rhd));
-  BOOST_TEST((comm::parse_algorithm("auto") == comm::Algorithm::automatic));
-  for (auto a : {comm::Algorithm::ring, comm::Algorithm::rhd, comm::Algorithm::automatic,
-                 comm::Algorithm::mpi, comm::Algorithm::hierarchical, comm::Algorithm::nccl})
-    BOOST_TEST((comm::parse_algorithm(comm::to_string(a)) == a));
-  BOOST_TEST(input_error([] { comm::parse_algorithm("Ring"); }) ==
+  BOOST_TEST((comm::allreduce::parse_algorithm("ring") == comm::allreduce::Algorithm::ring));
+  BOOST_TEST((comm::allreduce::parse_algorithm("mpi") == comm::allreduce::Algorithm::mpi));
+  BOOST_TEST((comm::allreduce::parse_algorithm("hierarchical") ==
+              comm::allreduce::Algorithm::hierarchical));
+  BOOST_TEST((comm::allreduce::parse_algorithm("nccl") == comm::allreduce::Algorithm::nccl));
+  BOOST_TEST((comm::allreduce::parse_algorithm("rhd") == comm::allreduce::Algorithm::rhd));
+  BOOST_TEST((comm::allreduce::parse_algorithm("auto") == comm::allreduce::Algorithm::automatic));
+  for (auto a : {comm::allreduce::Algorithm::ring, comm::allreduce::Algorithm::rhd,
+                 comm::allreduce::Algorithm::automatic, comm::allreduce::Algorithm::mpi,
+                 comm::allreduce::Algorithm::hierarchical, comm::allreduce::Algorithm::nccl})
+    BOOST_TEST((comm::allreduce::parse_algorithm(comm::allreduce::to_string(a)) == a));
+  BOOST_TEST(input_error([] { comm::allreduce::parse_algorithm("Ring"); }) ==
              "unknown allreduce algorithm 'Ring': choose ring, rhd, auto, mpi, hierarchical or "
              "nccl");
-  BOOST_TEST((comm::parse_wire("bf16") == comm::Wire::bf16));
-  BOOST_TEST(comm::to_string(comm::parse_wire("fp16")) == "fp16");
-  BOOST_TEST(input_error([] { comm::parse_wire("fp8"); }) ==
+  BOOST_TEST((comm::allreduce::parse_wire("bf16") == comm::allreduce::Wire::bf16));
+  BOOST_TEST(comm::allreduce::to_string(comm::allreduce::parse_wire("fp16")) == "fp16");
+  BOOST_TEST(input_error([] { comm::allreduce::parse_wire("fp8"); }) ==
              "unknown allreduce wire format 'fp8': choose fp32, bf16 or fp16");
 }
 
 BOOST_AUTO_TEST_CASE(wire_conversions_round_to_nearest_even) {
-  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(1.0f)) == 1.0f);
-  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(256.0f)) == 256.0f);
+  BOOST_TEST(comm::allreduce::bf16_to_float(comm::allreduce::float_to_bf16(1.0f)) == 1.0f);
+  BOOST_TEST(comm::allreduce::bf16_to_float(comm::allreduce::float_to_bf16(256.0f)) == 256.0f);
   // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
-  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);
-  BOOST_TEST(comm::bf16_to_float(comm::float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))) ==
-             1.0f + std::ldexp(1.0f, -6));
-  BOOST_TEST(std::isnan(comm::bf16_to_float(comm::float_to_bf16(std::nanf("")))));
-  BOOST_TEST(comm::fp16_to_float(comm::float_to_fp16(2048.0f)) == 2048.0f);
-  BOOST_TEST(comm::fp16_to_float(comm::float_to_fp16(1.0f + std::ldexp(1.0f, -11))) == 1.0f);
-  BOOST_TEST(std::isinf(comm::fp16_to_float(comm::float_to_fp16(70000.0f))));
+  BOOST_TEST(comm::allreduce::bf16_to_float(
+                 comm::allreduce::float_to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);
+  BOOST_TEST(comm::allreduce::bf16_to_float(comm::allreduce::float_to_bf16(
+                 1.0f + 3 * std::ldexp(1.0f, -8))) == 1.0f + std::ldexp(1.0f, -6));
+  BOOST_TEST(
+      std::isnan(comm::allreduce::bf16_to_float(comm::allreduce::float_to_bf16(std::nanf("")))));
+  BOOST_TEST(comm::allreduce::fp16_to_float(comm::allreduce::float_to_fp16(2048.0f)) == 2048.0f);
+  BOOST_TEST(comm::allreduce::fp16_to_float(
+                 comm::allreduce::float_to_fp16(1.0f + std::ldexp(1.0f, -11))) == 1.0f);
+  BOOST_TEST(std::isinf(comm::allreduce::fp16_to_float(comm::allreduce::float_to_fp16(70000.0f))));
   // Every bf16 and fp16 value survives the trip to fp32 and back: forwarding is exact.
   for (uint32_t bits = 0; bits < 65536; ++bits) {
     const uint16_t h = static_cast<uint16_t>(bits);
-    const float b = comm::bf16_to_float(h), f = comm::fp16_to_float(h);
-    if (!std::isnan(b)) BOOST_REQUIRE(comm::float_to_bf16(b) == h);
-    if (!std::isnan(f)) BOOST_REQUIRE(comm::float_to_fp16(f) == h);
+    const float b = comm::allreduce::bf16_to_float(h), f = comm::allreduce::fp16_to_float(h);
+    if (!std::isnan(b)) BOOST_REQUIRE(comm::allreduce::float_to_bf16(b) == h);
+    if (!std::isnan(f)) BOOST_REQUIRE(comm::allreduce::float_to_fp16(f) == h);
   }
 }
 
@@ -72,14 +78,16 @@ BOOST_AUTO_TEST_CASE(bulk_wire_kernels_match_the_scalar_conversions) {
   std::vector<float> floats(halves.size());
   for (size_t i = 0; i < floats.size(); ++i)
     floats[i] = std::ldexp(1.0f + float(i % 977) / 512.0f, int(i % 61) - 40) * (i % 2 ? -1 : 1);
-  for (comm::Wire wire : {comm::Wire::bf16, comm::Wire::fp16}) {
-    auto to_float = wire == comm::Wire::bf16 ? comm::bf16_to_float : comm::fp16_to_float;
-    auto to_half = wire == comm::Wire::bf16 ? comm::float_to_bf16 : comm::float_to_fp16;
+  for (comm::allreduce::Wire wire : {comm::allreduce::Wire::bf16, comm::allreduce::Wire::fp16}) {
+    auto to_float = wire == comm::allreduce::Wire::bf16 ? comm::allreduce::bf16_to_float
+                                                        : comm::allreduce::fp16_to_float;
+    auto to_half = wire == comm::allreduce::Wire::bf16 ? comm::allreduce::float_to_bf16
+                                                       : comm::allreduce::float_to_fp16;
     std::vector<float> decoded(halves.size()), sums(halves.size(), 0.5f);
-    comm::decode_wire(wire, decoded.data(), halves.data(), halves.size());
-    comm::decode_add_wire(wire, sums.data(), halves.data(), halves.size());
+    comm::allreduce::decode_wire(wire, decoded.data(), halves.data(), halves.size());
+    comm::allreduce::decode_add_wire(wire, sums.data(), halves.data(), halves.size());
     std::vector<uint16_t> encoded(floats.size());
-    comm::encode_wire(wire, encoded.data(), floats.data(), floats.size());
+    comm::allreduce::encode_wire(wire, encoded.data(), floats.data(), floats.size());
     size_t mismatches = 0;
     for (size_t i = 0; i < halves.size(); ++i) {
       const float expect = to_float(halves[i]);
@@ -88,15 +96,17 @@ BOOST_AUTO_TEST_CASE(bulk_wire_kernels_match_the_scalar_conversions) {
       if (!std::isnan(expect) && std::memcmp(&sums[i], &expect_sum, 4) != 0) ++mismatches;
       if (encoded[i] != to_half(floats[i])) ++mismatches;
     }
-    BOOST_TEST(mismatches == 0u, comm::to_string(wire) << ": bulk and scalar kernels differ");
+    BOOST_TEST(mismatches == 0u, comm::allreduce::to_string(wire)
+                                     << ": bulk and scalar kernels differ");
   }
 }
 
 BOOST_AUTO_TEST_CASE(wire_error_bound_grows_with_ranks) {
-  BOOST_TEST(comm::wire_error_bound(comm::Wire::fp32, 4, 1.0) == 4 * std::ldexp(1.0, -24));
-  const double bf16_two = comm::wire_error_bound(comm::Wire::bf16, 2, 1.0);
+  BOOST_TEST(comm::allreduce::wire_error_bound(comm::allreduce::Wire::fp32, 4, 1.0) ==
+             4 * std::ldexp(1.0, -24));
+  const double bf16_two = comm::allreduce::wire_error_bound(comm::allreduce::Wire::bf16, 2, 1.0);
   BOOST_TEST(bf16_two > 2 * std::ldexp(1.0, -8));
-  BOOST_TEST(comm::wire_error_bound(comm::Wire::bf16, 4, 1.0) > bf16_two);
+  BOOST_TEST(comm::allreduce::wire_error_bound(comm::allreduce::Wire::bf16, 4, 1.0) > bf16_two);
 }
 
 BOOST_AUTO_TEST_CASE(cpu_share_divides_usable_cores_among_local_ranks) {
@@ -141,18 +151,18 @@ BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
   BOOST_TEST(share.warning == "OMP_NUM_THREADS=many is not a positive thread count; ignored");
 }
 
-// 0 picks by message size (the table in allreduce.cpp); anything else is taken as given.
+// 0 picks by message size (the table in docs/TUNING.md); anything else is taken as given.
 BOOST_AUTO_TEST_CASE(chunk_size_by_message_size_unless_configured) {
-  BOOST_TEST(comm::chunk_bytes_for(0, (16u << 20) - 4) == (1u << 20));
-  BOOST_TEST(comm::chunk_bytes_for(0, 16u << 20) == (256u << 10));
-  BOOST_TEST(comm::chunk_bytes_for(0, 4) == (1u << 20));
-  BOOST_TEST(comm::chunk_bytes_for(64, 256u << 20) == 64u);
+  BOOST_TEST(comm::allreduce::chunk_bytes_for(0, (16u << 20) - 4) == (1u << 20));
+  BOOST_TEST(comm::allreduce::chunk_bytes_for(0, 16u << 20) == (256u << 10));
+  BOOST_TEST(comm::allreduce::chunk_bytes_for(0, 4) == (1u << 20));
+  BOOST_TEST(comm::allreduce::chunk_bytes_for(64, 256u << 20) == 64u);
 }
 
-// The thresholds measured in allreduce.cpp (choose_automatic's comment), at their edges.
+// The thresholds of choose_automatic (measured: docs/TUNING.md), at their edges.
 BOOST_AUTO_TEST_CASE(auto_picks_by_size_and_world_at_the_measured_thresholds) {
-  using comm::Algorithm;
-  using comm::choose_automatic;
+  using comm::allreduce::Algorithm;
+  using comm::allreduce::choose_automatic;
   BOOST_TEST((choose_automatic(32u << 10, 2) == Algorithm::rhd));
   BOOST_TEST((choose_automatic((32u << 10) + 4, 2) == Algorithm::ring));
   BOOST_TEST((choose_automatic(16u << 20, 4) == Algorithm::rhd));

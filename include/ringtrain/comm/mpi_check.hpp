@@ -1,4 +1,5 @@
-// mpi_check.hpp — MPI_CHECK (rank, host, file:line, MPI's own error text) and an owning MPI_Comm.
+// mpi_check.hpp — MPI_CHECK (rank, host, file:line, MPI's own error text), an owning MPI_Comm,
+// and the byte broadcast every comm/ module shares.
 //
 // Only code inside comm/ includes this header: nothing else in ringtrain calls MPI.
 #pragma once
@@ -8,10 +9,15 @@
 #endif
 #include <mpi.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
 namespace ringtrain::comm {
+
+// Largest element count handed to one MPI call (MPI counts are int): longer buffers go in pieces.
+constexpr size_t kMaxMpiPiece = size_t(1) << 30;
 
 // MPI_Error_string of code, or "MPI error code N" when MPI cannot describe it.
 std::string mpi_error_text(int code);
@@ -48,6 +54,20 @@ CommHandle duplicate(MPI_Comm comm);
 // The ranks of comm that share this node's memory (MPI_COMM_TYPE_SHARED), ordered by their rank
 // in comm: where all of comm is on one node, local ranks are comm ranks. Collective.
 CommHandle split_shared_memory(MPI_Comm comm);
+
+// Collective: the root's size on every rank of comm.
+uint64_t broadcast_size(MPI_Comm comm, uint64_t size, int root);
+// Collective: bytes [data, data + size) of the root on every rank, in pieces that MPI's int
+// counts can carry.
+void broadcast_raw(MPI_Comm comm, void* data, size_t size, int root);
+
+// Collective: the root's bytes (a std::string or std::vector<uint8_t>) on every rank of comm;
+// receivers are resized.
+template <typename Bytes>
+void broadcast_bytes(MPI_Comm comm, Bytes& bytes, int root) {
+  bytes.resize(broadcast_size(comm, bytes.size(), root));
+  broadcast_raw(comm, bytes.data(), bytes.size(), root);
+}
 
 }  // namespace ringtrain::comm
 

@@ -63,7 +63,7 @@ struct CommConfig {
   bool local_gate = true;
   bool shared_memory = true;
   std::string wire = "fp32";  // fp32 | bf16 | fp16
-  int chunk_kib = 0;          // 0: by message size (comm::chunk_bytes_for)
+  int chunk_kib = 0;          // 0: by message size (comm::allreduce::chunk_bytes_for)
   int ranks_per_node = 0;     // 0: the real nodes
   bool sync_bn = false;
 };

@@ -1,5 +1,5 @@
-// handles.hpp — RAII owners of CUDA streams and events, the cuDNN and cuBLAS handles and
-// cuDNN descriptors. Destructors never throw: a failure while tearing down is ignored.
+// handles.hpp — RAII owners of CUDA events, the cuDNN and cuBLAS handles and cuDNN descriptors
+// (streams are in the public backend/cuda_runtime.hpp). Destructors never throw.
 #pragma once
 
 #include <cublas_v2.h>
@@ -60,12 +60,6 @@ using PoolDesc =
     Owned<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 using ActivationDesc = Owned<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
                              cudnnDestroyActivationDescriptor>;
-
-inline cudaError_t create_nonblocking_stream(cudaStream_t* s) {
-  return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
-}
-// A stream that does not synchronise with the legacy default stream.
-using Stream = Owned<cudaStream_t, create_nonblocking_stream, cudaStreamDestroy>;
 
 inline cudaError_t create_timing_event(cudaEvent_t* e) {
   return cudaEventCreateWithFlags(e, cudaEventDefault);

@@ -9,13 +9,13 @@
 
 #include <cstdint>
 
+#include "ringtrain/backend/cuda_runtime.hpp"  // divide and the precision conversions
+
 namespace ringtrain::backend::cuda::kernels {
 
 void fill(float* t, int64_t n, float value, cudaStream_t s);
 // y = a*x + b*y; x may be null when a == 0.
 void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s);
-// t[i] /= divisor (IEEE division: nvcc's default -prec-div=true).
-void divide(float* t, int64_t n, float divisor, cudaStream_t s);
 // out = a + b, then max(0, .) when relu.
 void add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s);
 // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
@@ -49,11 +49,6 @@ void bn_backward_dx(const float* x, const float* dy, const float* gamma, const f
                     const float* inv_std, const float* sum_dgamma, const float* sum_dbeta,
                     float count, int64_t n, int64_t c, int64_t hw, float* dx, cudaStream_t s);
 
-// Precision conversion (round to nearest even) and the dynamic loss scaler's check.
-void f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t s);
-void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s);
-void f32_to_f16(const float* in, uint16_t* out, int64_t n, cudaStream_t s);
-void f16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s);
 // Sets *flag (device int, zeroed by the caller) to 1 when any value is inf or NaN.
 void flag_nonfinite(const float* x, int64_t n, int32_t* flag, cudaStream_t s);
 

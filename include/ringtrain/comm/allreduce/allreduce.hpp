@@ -1,0 +1,84 @@
+// allreduce.hpp — the selectable allreduce: ring and rhd (ours), auto (ours, by size), mpi
+// (MPI_Allreduce, the reference), hierarchical (node-local reduce, ring across node leaders,
+// node-local broadcast), nccl.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ringtrain/comm/allreduce/wire_format.hpp"
+
+namespace ringtrain::comm {
+class Communicator;
+}
+
+namespace ringtrain::comm::allreduce {
+
+// ring: RingAllreduce. rhd: HalvingDoubling (recursive halving-doubling). automatic ("auto"):
+// rhd or ring per call by message size and world size (AutoAllreduce, choose_automatic).
+// mpi: MpiAllreduce. hierarchical: HierarchicalAllreduce. Each in its own file beside this one.
+enum class Algorithm { ring, rhd, automatic, mpi, hierarchical, nccl };
+
+// "ring", "rhd", "auto", "mpi", "hierarchical" or "nccl"; anything else throws InputError
+// naming the value and the choices.
+Algorithm parse_algorithm(const std::string& text);
+std::string to_string(Algorithm algorithm);
+// The message size ring and rhd cut a call of message_bytes into: `configured` when it is not
+// 0, else 256 KiB from 16 MiB up and 1 MiB below (measured: docs/TUNING.md, "Chunk size").
+size_t chunk_bytes_for(size_t configured, size_t message_bytes);
+
+struct AllreduceOptions {
+  Wire wire = Wire::fp32;      // ring, rhd, auto and hierarchical; mpi sends fp32
+  size_t chunk_bytes = 0;      // fp32 bytes per pipelined ring (or rhd) message; 0: chunk_bytes_for
+  int chunks_in_flight = 4;    // ring messages posted ahead in each direction
+  bool post_all_ready = true;  // fp32: post every ready send at once (see run_phase)
+  // ring: when every rank is on one node, calls up to 512 KiB go through a shared-memory
+  // segment whose waits sleep (ShmRing) instead of polling in MPI point-to-point.
+  bool shared_memory = true;
+  // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of
+  // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured, see choose_automatic.
+  size_t doubling_max_bytes = 32 << 10;
+  bool validate_counts = false;  // check every rank passes the same count (one tiny allreduce)
+  int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks
+};
+
+// InputError unless chunk_bytes is 0 or 4 B..1 GiB and chunks_in_flight 1..64 (ring and rhd).
+void check_pipeline_options(const AllreduceOptions& options);
+
+// In-place sum over every rank of a communicator. One call at a time per instance, from any
+// one thread; every rank calls sum() with the same count, in the same order.
+class Allreducer {
+ public:
+  virtual ~Allreducer() = default;
+  virtual void sum(float* data, size_t count) = 0;
+  // In-place sum over every rank divided by `divisor` (the mean, for divisor = world size),
+  // rounded as sum() followed by a division; same memory contract as sum(). The default is
+  // sum() and a pass of divisions on the host; ring on the fp32 wire folds the division into
+  // the last add of its reduce-scatter (no extra pass over the data); nccl and staged device
+  // memory divide with a kernel.
+  virtual void sum_and_divide(float* data, size_t count, float divisor);
+  virtual std::string name() const = 0;
+  // While *hint is true the caller's process has nothing else for this core to run (the
+  // fusion engine: the main thread waits in synchronize), so the allreduce may wait for its
+  // peers by spinning rather than sleeping. Used by the ring over shared memory; null turns it
+  // off. Set before the first call; *hint must outlive the calls.
+  virtual void set_spin_hint(const std::atomic<bool>* hint) { (void)hint; }
+};
+
+// Collective (duplicates communicators): every rank calls it with the same arguments.
+// Throws InputError on bad options, and for nccl in a build without CUDA or on a rank
+// without a GPU.
+//
+// nccl sums GPU memory: data must be a device pointer (the cuda backend's tensors) on the
+// device current when the allreducer was made, its values complete on the device before
+// sum() (synchronise the compute stream first); sum() runs ncclAllReduce on its own
+// communication stream and returns when the result is in place. Host memory is an Error.
+// Where GPUs are visible, ring, mpi and hierarchical take device memory too: staged
+// through pinned host buffers (MPI_Allreduce gets device pointers when MPI is CUDA-aware);
+// the same contract holds (values complete before sum(), result in place after).
+std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
+                                            const AllreduceOptions& options);
+
+}  // namespace ringtrain::comm::allreduce
