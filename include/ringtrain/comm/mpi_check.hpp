@@ -19,6 +19,11 @@ namespace ringtrain::comm {
 // Largest element count handed to one MPI call (MPI counts are int): longer buffers go in pieces.
 constexpr size_t kMaxMpiPiece = size_t(1) << 30;
 
+// This machine's host name, for messages ("unknown-host" when it cannot be read).
+std::string this_host();
+// True once MPI_Finalize has run: nothing may call MPI any more.
+bool mpi_finalized();
+
 // MPI_Error_string of code, or "MPI error code N" when MPI cannot describe it.
 std::string mpi_error_text(int code);
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/comm/fusion/plan.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
 
 namespace ringtrain::comm::fusion {

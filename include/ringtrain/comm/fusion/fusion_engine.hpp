@@ -98,15 +98,6 @@ struct BucketRecord {
   double cpu_seconds;
 };
 
-// Where a bucket lives: gradients first_tensor .. first_tensor + tensor_count - 1, each at a
-// 64-byte aligned offset (the zero padding between them is reduced too and stays zero).
-struct BucketLayout {
-  size_t first_tensor;
-  size_t tensor_count;
-  size_t bytes;
-  float* data;
-};
-
 class FusionEngine {
  public:
   // Collective over comm's ranks (duplicates its communicator). The Communicator guarantees

@@ -1,5 +1,6 @@
-// plan.hpp — the fusion schedule every rank must share: gradient specs, their fingerprint and
-// serialisation, and the one-time agreement across ranks that turns a mismatch into an error.
+// plan.hpp — the fusion schedule every rank must share: gradient specs, the buckets they are
+// laid out in, the schedule's fingerprint and serialisation, and the one-time agreement
+// across ranks that turns a mismatch into an error.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,15 @@ namespace ringtrain::comm::fusion {
 struct GradSpec {  // an fp32 gradient
   std::string name;
   std::vector<int64_t> shape;
+};
+
+// Where a bucket lives: gradients first_tensor .. first_tensor + tensor_count - 1, each at a
+// 64-byte aligned offset (the zero padding between them is reduced too and stays zero).
+struct BucketLayout {
+  size_t first_tensor;
+  size_t tensor_count;
+  size_t bytes;
+  float* data;
 };
 
 // "conv1.weight [8, 3, 3, 3]": how messages name a gradient.
