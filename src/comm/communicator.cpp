@@ -41,8 +41,8 @@ Communicator::Session::Session() {
   if (!initialized) {
     // The fusion thread waits for the ring inside MPI, and OpenMPI waits by polling. With one
     // core per rank that poll shares the core with backprop and takes about half of it;
-    // yielding in the poll gives the core back (2-rank fibernet, one core per rank: backward
-    // 170-220 ms -> 110 ms, as fast as with comm.overlap=false). A value set outside wins.
+    // yielding in the poll gives the core back (docs/TUNING.md, "MPI yields when idle").
+    // A value set outside wins.
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level) != MPI_SUCCESS)
       throw Error(str("MPI_Init_thread failed on host ", this_host()));

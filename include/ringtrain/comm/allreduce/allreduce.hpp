@@ -38,7 +38,7 @@ struct AllreduceOptions {
   // segment whose waits sleep (ShmRing) instead of polling in MPI point-to-point.
   bool shared_memory = true;
   // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of
-  // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured, see choose_automatic.
+  // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured (docs/TUNING.md, "auto: ring or rhd").
   size_t doubling_max_bytes = 32 << 10;
   bool validate_counts = false;  // check every rank passes the same count (one tiny allreduce)
   int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks

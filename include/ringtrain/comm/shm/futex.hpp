@@ -34,13 +34,13 @@ inline void futex_wake_all(std::atomic<uint32_t>& word) {
 }
 
 // Loads of the word before a waiter goes to sleep: a few microseconds. A peer that is that close
-// behind is met without a sleep, whose wake-up took tens of microseconds on the development VM
-// (2-rank ShmRing, 256 KiB allreduce: 29-34 us with the spin, 30-78 us without). No PAUSE in
-// the loop: under a hypervisor a PAUSE loop can trap to the host (pause-loop exiting).
+// behind is met without a sleep, whose wake-up costs tens of microseconds (docs/TUNING.md,
+// "Futex spins"). No PAUSE in the loop: under a hypervisor a PAUSE loop can trap to the host
+// (pause-loop exiting).
 constexpr int kSpinsBeforeSleep = 4096;
 // While the caller says its core has nothing else to run (spin_hint), a wait spins this much
 // longer (about a millisecond) before it sleeps: a sleeping vCPU halts, and waking a halted
-// one took 0.1-0.2 ms on the development VM, against the 0.04 ms a 150 KiB bucket takes.
+// one can cost more than a small bucket's whole reduction (docs/TUNING.md, "Futex spins").
 constexpr int kSpinsWhileIdle = 1 << 20;
 
 // Sleeps until `word` reaches `want` (modulo 2^32), after a short spin (a long one while
