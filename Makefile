@@ -67,13 +67,19 @@ ifeq ($(HAVE_CUDA),1)
 endif
 
 # ---- sources -------------------------------------------------------------------------
-LIB_CPP   := $(shell find src -name '*.cpp' ! -path 'src/backend/cuda/*' ! -name main.cpp | sort)
+# The tools' library: what only the tools and tests use (the fiber generator, the dataset
+# converters, the shard writer, the link probe); bin/ringtrain does not carry it.
+TOOLS_LIB_CPP := $(sort $(wildcard src/fiber/*.cpp src/data/convert_*.cpp) src/data/shard_writer.cpp \
+                   $(shell find src/comm -name link_probe.cpp))
+LIB_CPP   := $(filter-out $(TOOLS_LIB_CPP),$(shell find src -name '*.cpp' ! -path 'src/backend/cuda/*' ! -name main.cpp | sort))
 ifeq ($(HAVE_CUDA),1)
   LIB_CPP += $(sort $(wildcard src/backend/cuda/*.cpp))
   LIB_CU  := $(sort $(wildcard src/backend/cuda/*.cu))
 endif
 LIB_OBJ   := $(LIB_CPP:%.cpp=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
 LIB       := $(BUILD)/libringtrain.a
+TOOLS_LIB_OBJ := $(TOOLS_LIB_CPP:%.cpp=$(BUILD)/%.o)
+TOOLS_LIB := $(BUILD)/libringtrain_tools.a
 
 TOOL_SRC  := $(sort $(wildcard tools/rt-*.cpp))
 TOOLS     := $(TOOL_SRC:tools/%.cpp=$(BIN)/%)
@@ -130,22 +136,27 @@ $(LIB): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR    $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+$(TOOLS_LIB): $(TOOLS_LIB_OBJ)
+	@$(if $(Q),echo "  AR    $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 $(BIN)/ringtrain: $(BUILD)/src/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
 	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS)
 
-$(BIN)/rt-%: $(BUILD)/tools/rt-%.o $(LIB)
+# The tools' library first: its objects call into the trainer's library.
+$(BIN)/rt-%: $(BUILD)/tools/rt-%.o $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
 	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS)
 
-$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/%.o) $(LIB)
+$(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/%.o) $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
 	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) -lboost_unit_test_framework
 
-$(BIN)/tests/mpi_%: $(BUILD)/tests/mpi/%.o $(LIB)
+$(BIN)/tests/mpi_%: $(BUILD)/tests/mpi/%.o $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
 	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) -lboost_unit_test_framework
@@ -179,5 +190,5 @@ format:
 clean:
 	rm -rf $(BUILD) $(BIN)
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(TOOL_SRC:%.cpp=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(TOOLS_LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(TOOL_SRC:%.cpp=$(BUILD)/%.d) \
          $(UNIT_SRC:%.cpp=$(BUILD)/%.d) $(MPI_SRC:%.cpp=$(BUILD)/%.d)

@@ -27,6 +27,7 @@
 #include "ringtrain/nn/optimizer.hpp"
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
+#include "ringtrain/train/data_parallel.hpp"
 #include "ringtrain/train/report.hpp"
 
 namespace ringtrain::train {
@@ -54,24 +55,6 @@ std::string utc_now() {
   return buf;
 }
 
-// The fusion engine's buckets (where backward writes the gradients) in the backend's device
-// memory, zeroed by its kernels; each bucket waits for a ready mark recorded when
-// its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels.
-comm::fusion::BufferOps device_buffer_ops(backend::Backend& be) {
-  comm::fusion::BufferOps ops;
-  ops.alloc = [&be](size_t bytes) {
-    auto owner = std::make_shared<backend::Tensor>(be.alloc({int64_t(bytes / sizeof(float))}));
-    return std::shared_ptr<float>(owner, owner->f32());
-  };
-  ops.zero = [&be](float* data, size_t count) {
-    backend::Tensor t = backend::Tensor::view(data, {int64_t(count)});
-    be.fill(t, 0.0f);
-  };
-  ops.mark_ready = [&be](size_t bucket) { be.record_ready(bucket); };
-  ops.wait_ready = [&be](size_t bucket) { be.wait_ready(bucket); };
-  return ops;
-}
-
 class Trainer {
  public:
   Trainer(const Config& config, comm::Communicator& comm) : cfg_(config), comm_(comm) {}
@@ -90,7 +73,6 @@ class Trainer {
   Sums evaluate(data::Loader& loader, bool confusion = false);
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
-  void average_bn_buffers();
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
 
@@ -103,8 +85,7 @@ class Trainer {
   std::unique_ptr<nn::Model> model_;
   std::unique_ptr<comm::allreduce::Allreducer> grad_reducer_, stat_reducer_;
   std::unique_ptr<comm::fusion::Timeline> timeline_;
-  std::unique_ptr<comm::fusion::FusionEngine> engine_;
-  std::vector<size_t> slot_of_param_;  // parameter index -> fusion engine slot
+  std::unique_ptr<DataParallel> parallel_;
   std::unique_ptr<nn::Sgd> sgd_;
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<CheckpointState> checkpoint_;
@@ -229,29 +210,8 @@ void Trainer::build_comm() {
   fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
   fusion.overlap = cfg_.comm.overlap;
   fusion.local_gate = cfg_.comm.local_gate;
-  // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
-  if (backend_->name() == "cuda") fusion.buffer_ops = device_buffer_ops(*backend_);
-  comm::allreduce::Allreducer* reducer = grad_reducer_.get();
-  engine_ = std::make_unique<comm::fusion::FusionEngine>(
-      comm_,
-      [reducer](float* data, size_t count, float divisor) {
-        reducer->sum_and_divide(data, count, divisor);
-      },
-      fusion, timeline_.get());
-  grad_reducer_->set_spin_hint(engine_->main_thread_waiting());
-
-  // Gradients live in the engine's buckets, in the order backward completes them.
-  const auto& params = model_->parameters();
-  std::vector<comm::fusion::GradSpec> specs;
-  for (size_t index : model_->backward_order())
-    specs.push_back({params[index]->name + ".grad", params[index]->shape});
-  std::vector<float*> slots = engine_->plan(specs);
-  slot_of_param_.assign(params.size(), 0);
-  for (size_t k = 0; k < slots.size(); ++k) {
-    size_t index = model_->backward_order()[k];
-    params[index]->bind_grad(slots[k]);
-    slot_of_param_[index] = k;
-  }
+  parallel_ = std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_,
+                                             *stat_reducer_, fusion, timeline_.get());
 }
 
 void Trainer::build_optimizer() {
@@ -294,7 +254,7 @@ void Trainer::print_start() const {
                     : std::string()));
   log::info(str("model: ", model_->name(), ", ", model_->parameter_count(), " parameters, ",
                 model_->train_flops_per_image() / 1e9, " GFLOP per training image; ",
-                engine_->bucket_count(), " fusion bucket(s)"));
+                parallel_->engine().bucket_count(), " fusion bucket(s)"));
 }
 
 // ---- training ---------------------------------------------------------------------------
@@ -315,9 +275,9 @@ StepTimes Trainer::train_step(const data::Batch& batch, Sums& sums) {
   model_->forward(x, true);
   sums.add(model_->loss(batch.labels.data()));
   double t1 = comm::fusion::Timeline::now();
-  model_->backward([this](size_t index) { engine_->enqueue(slot_of_param_[index]); });
+  parallel_->backward();
   double t2 = comm::fusion::Timeline::now();
-  engine_->synchronize();
+  parallel_->synchronize();
   double t3 = comm::fusion::Timeline::now();
   sgd_->step(schedule_->lr(global_step_));
   backend_->synchronize();
@@ -374,7 +334,7 @@ void Trainer::train_epoch(int epoch) {
   }
   double seconds = epoch_clock.seconds();
   Sums total = reduce(epoch_sums);
-  average_bn_buffers();
+  parallel_->average_bn_buffers();
   Sums eval;
   if (eval_loader_) eval = reduce(evaluate(*eval_loader_));
   io::EpochRow row;
@@ -447,21 +407,6 @@ Sums Trainer::reduce(Sums s) const {
   return Sums{v[0], v[1], v[2], std::move(s.confusion)};
 }
 
-// Per-rank batch norm leaves each rank its own running statistics; evaluation and the
-// saved model use their mean over ranks.
-void Trainer::average_bn_buffers() {
-  if (comm_.size() == 1) return;
-  std::vector<float> host;
-  for (const auto& buffer : model_->buffers()) {
-    backend::Tensor& t = *buffer.tensor;
-    host.resize(size_t(t.numel()));
-    backend_->download(t, host.data());
-    stat_reducer_->sum(host.data(), host.size());
-    for (float& v : host) v /= float(comm_.size());
-    backend_->upload(host.data(), t);
-  }
-}
-
 // ---- results ----------------------------------------------------------------------------
 
 std::vector<double> column_of(const std::vector<comm::fusion::BucketRecord>& records,
@@ -502,7 +447,7 @@ void Trainer::write_results(double test_loss, double test_acc,
   r.timings.steps = int64_t(phases_.steps());
   for (auto& [phase, values] : phases_.columns())
     r.timings.phases[phase] = comm_.gather_to_root(values);
-  const auto& records = engine_->records();
+  const auto& records = parallel_->engine().records();
   auto gather = [&](double (*get)(const comm::fusion::BucketRecord&)) {
     return comm_.gather_to_root(column_of(records, get));
   };

@@ -13,6 +13,7 @@
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
+#include "ringtrain/train/data_parallel.hpp"
 
 RT_MPI_TEST_MAIN
 
@@ -78,12 +79,12 @@ struct Replica {
   }
 };
 
-// The data-parallel replica: gradients live in the fusion engine's buckets.
+// The data-parallel replica: the trainer's own DataParallel binds the gradients into the
+// fusion engine's buckets.
 struct ParallelReplica : Replica {
   std::unique_ptr<comm::allreduce::Allreducer> reducer;
   std::unique_ptr<comm::allreduce::Allreducer> stats;
-  std::unique_ptr<comm::fusion::FusionEngine> engine;
-  std::vector<size_t> slot_of_param;
+  std::unique_ptr<train::DataParallel> parallel;
 
   ParallelReplica(const comm::Communicator& comm, const std::string& name, bool sync_bn)
       : Replica(name, 42) {
@@ -96,26 +97,13 @@ struct ParallelReplica : Replica {
     fusion.fusion_mib = 0.05;  // several buckets even for these small models
     fusion.first_bucket_mib = 0.01;
     fusion.stall_timeout_s = 60;
-    comm::allreduce::Allreducer* r = reducer.get();
-    engine = std::make_unique<comm::fusion::FusionEngine>(
-        comm, [r](float* d, size_t n, float divisor) { r->sum_and_divide(d, n, divisor); }, fusion,
-        nullptr);
-    const auto& params = model->parameters();
-    std::vector<comm::fusion::GradSpec> specs;
-    for (size_t i : model->backward_order()) specs.push_back({params[i]->name, params[i]->shape});
-    std::vector<float*> slots = engine->plan(specs);
-    slot_of_param.resize(params.size());
-    for (size_t k = 0; k < slots.size(); ++k) {
-      size_t i = model->backward_order()[k];
-      params[i]->bind_grad(slots[k]);
-      slot_of_param[i] = k;
-    }
+    parallel = std::make_unique<train::DataParallel>(comm, *model, *be, *reducer, *stats, fusion);
   }
 
   void step(const std::vector<float>& images, const std::vector<int32_t>& labels, double lr) {
     forward_loss(images, labels);
-    model->backward([this](size_t i) { engine->enqueue(slot_of_param[i]); });
-    engine->synchronize();
+    parallel->backward();
+    parallel->synchronize();
     sgd->step(lr);
   }
 };
@@ -197,4 +185,51 @@ BOOST_AUTO_TEST_CASE(per_rank_bn_keeps_weights_identical_across_ranks) {
   // Per-rank BN statistics differ between ranks, but the reduced gradients and so the
   // weights must not: only the 1-rank comparison is off here.
   train_and_compare("fibernet", false);
+}
+
+// DataParallel::average_bn_buffers: after per-rank BN steps every rank holds the mean of the
+// ranks' running statistics, bitwise equal across ranks, and within float rounding of the mean
+// computed here in double from every rank's values (the reducer's summation order is MPI's).
+BOOST_AUTO_TEST_CASE(bn_buffer_average_is_the_mean_over_ranks) {
+  comm::Communicator comm;
+  const int world = comm.size(), rank = comm.rank();
+  ParallelReplica replica(comm, "fibernet", false);
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+  make_batch(0, rank * kBatch, kBatch, images, labels);
+  replica.step(images, labels, 0.05);
+
+  auto buffers = [&] {
+    std::vector<float> all;
+    for (const auto& buffer : replica.model->buffers()) {
+      std::vector<float> host(size_t(buffer.tensor->numel()));
+      replica.be->download(*buffer.tensor, host.data());
+      all.insert(all.end(), host.begin(), host.end());
+    }
+    return all;
+  };
+  std::vector<float> before = buffers();
+  BOOST_TEST_REQUIRE(!before.empty());
+  std::vector<float> every(before.size() * size_t(world));
+  MPI_Allgather(before.data(), int(before.size()), MPI_FLOAT, every.data(), int(before.size()),
+                MPI_FLOAT, MPI_COMM_WORLD);
+  if (world > 1)  // the ranks saw different samples, so their statistics differ before
+    BOOST_TEST(!rt_test::all_ok(bitwise_equal_across_ranks(before)));
+
+  replica.parallel->average_bn_buffers();
+  std::vector<float> after = buffers();
+  BOOST_TEST(rt_test::all_ok(bitwise_equal_across_ranks(after)),
+             "BN buffers bitwise identical on every rank after the average");
+  double worst = 0;  // in units of the float rounding the sum and the division may add
+  for (size_t i = 0; i < before.size(); ++i) {
+    double sum = 0, magnitude = 0;
+    for (int r = 0; r < world; ++r) {
+      sum += every[size_t(r) * before.size() + i];
+      magnitude += std::fabs(every[size_t(r) * before.size() + i]);
+    }
+    const double allowed = double(world + 1) * std::ldexp(1.0, -24) * magnitude / world + 1e-30;
+    worst = std::max(worst, std::fabs(double(after[i]) - sum / world) / allowed);
+  }
+  BOOST_TEST_MESSAGE("BN average: worst error " << worst << " of the float rounding allowed");
+  BOOST_TEST(rt_test::all_ok(worst <= 1.0), "BN buffers are the mean over ranks: " << worst);
 }

@@ -1,0 +1,88 @@
+// data_parallel.cpp — the fusion engine bound to a model: bucket memory on the model's device,
+// gradients planned in backward order and bound into their buckets, the backward hook.
+#include "ringtrain/train/data_parallel.hpp"
+
+#include "ringtrain/backend/backend.hpp"
+#include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/nn/model.hpp"
+
+namespace ringtrain::train {
+namespace {
+
+// The fusion engine's buckets (where backward writes the gradients) in the backend's device
+// memory, zeroed by its kernels; each bucket waits for a ready mark recorded when
+// its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels.
+comm::fusion::BufferOps device_buffer_ops(backend::Backend& be) {
+  comm::fusion::BufferOps ops;
+  ops.alloc = [&be](size_t bytes) {
+    auto owner = std::make_shared<backend::Tensor>(be.alloc({int64_t(bytes / sizeof(float))}));
+    return std::shared_ptr<float>(owner, owner->f32());
+  };
+  ops.zero = [&be](float* data, size_t count) {
+    backend::Tensor t = backend::Tensor::view(data, {int64_t(count)});
+    be.fill(t, 0.0f);
+  };
+  ops.mark_ready = [&be](size_t bucket) { be.record_ready(bucket); };
+  ops.wait_ready = [&be](size_t bucket) { be.wait_ready(bucket); };
+  return ops;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
+                           backend::Backend& backend, comm::allreduce::Allreducer& grad_reducer,
+                           comm::allreduce::Allreducer& stat_reducer,
+                           comm::fusion::FusionOptions options, comm::fusion::Timeline* timeline)
+    : model_(model), backend_(backend), stat_reducer_(stat_reducer), world_size_(comm.size()) {
+  // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
+  if (backend_.name() == "cuda") options.buffer_ops = device_buffer_ops(backend_);
+  comm::allreduce::Allreducer* reducer = &grad_reducer;
+  engine_ = std::make_unique<comm::fusion::FusionEngine>(
+      comm,
+      [reducer](float* data, size_t count, float divisor) {
+        reducer->sum_and_divide(data, count, divisor);
+      },
+      options, timeline);
+  grad_reducer.set_spin_hint(engine_->main_thread_waiting());
+  bind_gradients();
+}
+
+DataParallel::~DataParallel() = default;
+
+// Gradients live in the engine's buckets, in the order backward completes them.
+void DataParallel::bind_gradients() {
+  const auto& params = model_.parameters();
+  const std::vector<size_t>& order = model_.backward_order();
+  std::vector<comm::fusion::GradSpec> specs;
+  for (size_t index : order) specs.push_back({params[index]->name + ".grad", params[index]->shape});
+  std::vector<float*> slots = engine_->plan(specs);
+  slot_of_param_.assign(params.size(), 0);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    params[order[k]]->bind_grad(slots[k]);
+    slot_of_param_[order[k]] = k;
+  }
+}
+
+void DataParallel::backward() {
+  model_.backward([this](size_t index) { engine_->enqueue(slot_of_param_[index]); });
+}
+
+void DataParallel::synchronize() {
+  engine_->synchronize();
+}
+
+void DataParallel::average_bn_buffers() {
+  if (world_size_ == 1) return;
+  std::vector<float> host;
+  for (const auto& buffer : model_.buffers()) {
+    backend::Tensor& t = *buffer.tensor;
+    host.resize(size_t(t.numel()));
+    backend_.download(t, host.data());
+    stat_reducer_.sum(host.data(), host.size());
+    for (float& v : host) v /= float(world_size_);
+    backend_.upload(host.data(), t);
+  }
+}
+
+}  // namespace ringtrain::train
