@@ -94,7 +94,7 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Objects of tools and tests are intermediate to make; keep them, so a relink recompiles nothing.
 .SECONDARY:
 
-.PHONY: all deps test run bench bench-compute bench-allreduce bench-scaling clean found format FORCE
+.PHONY: all deps bench-deps test run bench bench-compute bench-allreduce bench-scaling clean found format FORCE
 .DEFAULT_GOAL := all
 
 all: $(BIN)/ringtrain $(TOOLS)
@@ -105,6 +105,10 @@ found:
 
 deps:
 	@PYTHON=$(PYTHON) HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) tools/deps.sh --install
+
+# The benchmarks' peers too (PyTorch and its BLAS).
+bench-deps:
+	@PYTHON=$(PYTHON) HAVE_CUDA=$(HAVE_CUDA) CUDA_HOME=$(CUDA_HOME) tools/deps.sh --install --bench
 
 # The generated header changes only when a setting does, so it never forces a rebuild.
 $(CONFIG_H): FORCE
@@ -172,15 +176,15 @@ run: deps
 
 bench: bench-allreduce bench-compute bench-scaling
 
-bench-allreduce: deps
+bench-allreduce: bench-deps
 	@$(MAKE) --no-print-directory all
 	@BIN=$(BIN) tools/bench-allreduce.sh
 
-bench-compute: deps
+bench-compute: bench-deps
 	@$(MAKE) --no-print-directory all
 	@PYTHON=$(PYTHON) BIN=$(BIN) tools/bench-compute.sh
 
-bench-scaling: deps
+bench-scaling: bench-deps
 	@$(MAKE) --no-print-directory all
 	@PYTHON=$(PYTHON) BIN=$(BIN) tools/bench-scaling.sh
 

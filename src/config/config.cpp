@@ -57,7 +57,12 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "images per rank per step (weak scaling); or set train.global_batch", {}},
       {"train.global_batch", &c.train.global_batch,
        "images per step over all ranks (strong scaling); divisible by the world size", {}},
-      {"train.max_steps", &c.train.max_steps, "stop after this many steps (0 = no limit)", {}},
+      {"train.max_steps", &c.train.max_steps,
+       "stop after this many optimizer steps (0 = no limit)", {}},
+      {"train.accumulate_steps", &c.train.accumulate_steps,
+       "micro-batches of batch_per_rank per optimizer step (gradient accumulation; the "
+       "effective global batch is accumulate_steps x batch_per_rank x world size)",
+       {}},
       {"train.lr", &c.train.lr, "base learning rate", {}},
       {"train.momentum", &c.train.momentum, "SGD momentum", {}},
       {"train.nesterov", &c.train.nesterov, "Nesterov momentum", {}},
@@ -253,6 +258,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
           "positive");
   require(t.global_batch >= 0, "train.global_batch", std::to_string(t.global_batch), "positive");
   require(t.max_steps >= 0, "train.max_steps", std::to_string(t.max_steps), "0 or more");
+  require(t.accumulate_steps >= 1, "train.accumulate_steps", std::to_string(t.accumulate_steps),
+          "at least 1");
   require(t.lr > 0 && std::isfinite(t.lr), "train.lr", format_number(t.lr), "a positive number");
   require(t.momentum >= 0 && t.momentum < 1, "train.momentum", format_number(t.momentum),
           "in [0, 1)");
@@ -407,10 +414,18 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
 
 void validate_for_world(const Config& c, int world_size) {
   const std::string where = c.deck_path.empty() ? "command line" : c.deck_path;
-  if (c.train.global_batch > 0 && c.train.global_batch % world_size != 0)
+  if (c.train.global_batch > 0 && c.train.accumulate_steps == 1 &&
+      c.train.global_batch % world_size != 0)
     throw InputError(str(where, ": train.global_batch = ", c.train.global_batch,
                          " does not divide over ", world_size,
                          " ranks; use a multiple of the world size or train.batch_per_rank"));
+  if (c.train.global_batch > 0 && c.train.accumulate_steps > 1 &&
+      c.train.global_batch % (int64_t(world_size) * c.train.accumulate_steps) != 0)
+    throw InputError(
+        str(where, ": train.global_batch = ", c.train.global_batch,
+            " does not divide into train.accumulate_steps = ", c.train.accumulate_steps,
+            " micro-batches over ", world_size, " ranks; use a multiple of ",
+            int64_t(world_size) * c.train.accumulate_steps, " or train.batch_per_rank"));
   if (c.comm.ranks_per_node > 0 && world_size % c.comm.ranks_per_node != 0)
     throw InputError(str(where, ": comm.ranks_per_node = ", c.comm.ranks_per_node,
                          " does not divide the world size ", world_size));

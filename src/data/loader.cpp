@@ -16,7 +16,7 @@ Loader::Loader(ShardSet shards, const LoaderOptions& options)
       sampler_(
           options.max_samples > 0 ? std::min(info_.samples, options.max_samples) : info_.samples,
           options.batch_per_rank, options.world_size, options.remainder, options.shuffle,
-          options.seed),
+          options.seed, options.accumulate_steps),
       normaliser_(info_.mean, info_.std) {
   RT_REQUIRE_INPUT(options.prefetch_batches >= 1, "prefetch_batches ", options.prefetch_batches,
                    ": must be at least 1");

@@ -69,20 +69,27 @@ const char* remainder_name(Remainder remainder) {
 }
 
 Sampler::Sampler(int64_t samples, int batch_per_rank, int world_size, Remainder remainder,
-                 bool shuffle, uint64_t seed)
+                 bool shuffle, uint64_t seed, int group_steps)
     : samples_(samples),
       batch_(batch_per_rank),
       world_size_(world_size),
+      group_(group_steps),
       remainder_(remainder),
       shuffle_(shuffle),
       seed_(seed) {
   RT_REQUIRE_INPUT(samples > 0, "the split holds no samples");
   RT_REQUIRE_INPUT(batch_per_rank > 0, "batch per rank ", batch_per_rank, ": must be positive");
   RT_CHECK(world_size > 0, "world size ", world_size);
+  RT_REQUIRE_INPUT(group_steps >= 1, "train.accumulate_steps = ", group_steps,
+                   ": must be an integer >= 1");
   const int64_t global = int64_t(batch_) * world_size_;
   RT_REQUIRE_INPUT(remainder != Remainder::kDrop || samples >= global, "the split holds ", samples,
                    " samples, fewer than one global batch of ", global, " (", world_size_,
                    " ranks x ", batch_, "); lower the batch or use remainder pad");
+  RT_REQUIRE_INPUT(remainder != Remainder::kDrop || samples >= global * group_, "the split holds ",
+                   samples, " samples, fewer than one optimizer step of ", global * group_, " (",
+                   group_, " accumulated steps x ", world_size_, " ranks x ", batch_,
+                   "); lower the batch or train.accumulate_steps, or use remainder pad");
 }
 
 void Sampler::check_rank(int rank) const {
@@ -98,12 +105,12 @@ int64_t Sampler::rank_samples(int rank) const {
 
 int64_t Sampler::steps_per_epoch(int rank) const {
   check_rank(rank);
-  const int64_t global = int64_t(batch_) * world_size_;
+  const int64_t group = int64_t(batch_) * world_size_ * group_;
   switch (remainder_) {
     case Remainder::kDrop:
-      return samples_ / global;
+      return samples_ / group * group_;
     case Remainder::kPad:
-      return (samples_ + global - 1) / global;
+      return (samples_ + group - 1) / group * group_;
     case Remainder::kAll:
       return (rank_samples(rank) + batch_ - 1) / batch_;
   }

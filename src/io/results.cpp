@@ -45,6 +45,8 @@ void write_root_attributes(h5::Group& root, const RunInfo& info) {
   root.set_attr("threads_per_rank", int32_t(info.threads_per_rank));
   root.set_attr("batch_per_rank", int32_t(info.batch_per_rank));
   root.set_attr("global_batch", int32_t(info.global_batch));
+  root.set_attr("accumulate_steps", int32_t(info.accumulate_steps));
+  root.set_attr("effective_batch", int64_t(info.effective_batch));
   root.set_attr("slurm_job_id", info.slurm_job_id);
 }
 

@@ -67,7 +67,7 @@ const Tensor& Conv2d::backward(const Tensor& dy, const GradReady& ready) {
     relu_->backward(y_, dy, dy_pre_);
     g = &dy_pre_;
   }
-  op_->backward_weights(x_, *g, weight_.grad, spec_.bias ? &bias_.grad : nullptr);
+  op_->backward_weights(x_, *g, weight_.grad_target(), spec_.bias ? &bias_.grad_target() : nullptr);
   ready(weight_);
   if (spec_.bias) ready(bias_);
   if (!needs_input_grad_) return empty_;
@@ -116,8 +116,8 @@ const Tensor& BatchNorm2d::forward(const Tensor& x, bool training) {
 }
 
 const Tensor& BatchNorm2d::backward(const Tensor& dy, const GradReady& ready) {
-  op_->backward(x_, dy, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad, beta_.grad,
-                reducer_ ? &reducer_ : nullptr);
+  op_->backward(x_, dy, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad_target(),
+                beta_.grad_target(), reducer_ ? &reducer_ : nullptr);
   ready(gamma_);
   ready(beta_);
   return dx_;
@@ -222,7 +222,7 @@ const Tensor& Linear::forward(const Tensor& x, bool) {
 }
 
 const Tensor& Linear::backward(const Tensor& dy, const GradReady& ready) {
-  op_->backward_weights(x_, dy, weight_.grad, spec_.bias ? &bias_.grad : nullptr);
+  op_->backward_weights(x_, dy, weight_.grad_target(), spec_.bias ? &bias_.grad_target() : nullptr);
   ready(weight_);
   if (spec_.bias) ready(bias_);
   if (!needs_input_grad_) return empty_;

@@ -44,9 +44,15 @@ LossResult Model::loss(const int32_t* labels) {
   return be_.softmax_cross_entropy(*logits_, labels, dlogits_);
 }
 
-void Model::backward(const std::function<void(size_t)>& on_grad_ready) {
+void Model::backward(const std::function<void(size_t)>& on_grad_ready, bool accumulate) {
   RT_CHECK(!dlogits_.empty(), "model ", name_, ": backward() before loss()");
+  for (Parameter* p : params_) {
+    p->accumulating = accumulate;
+    if (accumulate && p->grad_scratch.empty()) p->grad_scratch = be_.alloc(p->shape);
+  }
   net_->backward(dlogits_, [&](Parameter& p) {
+    // In fp32, in place: the sum over micro-batches is grad itself, before anyone reads it.
+    if (accumulate) be_.axpby(1.0f, p.grad_scratch, 1.0f, p.grad);
     if (on_grad_ready) on_grad_ready(index_.at(&p));
   });
 }

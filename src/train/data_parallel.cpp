@@ -5,6 +5,7 @@
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/model.hpp"
 
 namespace ringtrain::train {
@@ -33,15 +34,25 @@ comm::fusion::BufferOps device_buffer_ops(backend::Backend& be) {
 DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
                            backend::Backend& backend, comm::allreduce::Allreducer& grad_reducer,
                            comm::allreduce::Allreducer& stat_reducer,
-                           comm::fusion::FusionOptions options, comm::fusion::Timeline* timeline)
-    : model_(model), backend_(backend), stat_reducer_(stat_reducer), world_size_(comm.size()) {
+                           comm::fusion::FusionOptions options, comm::fusion::Timeline* timeline,
+                           int accumulate_steps)
+    : model_(model),
+      backend_(backend),
+      stat_reducer_(stat_reducer),
+      world_size_(comm.size()),
+      accumulate_steps_(accumulate_steps) {
+  RT_REQUIRE_INPUT(accumulate_steps >= 1, "train.accumulate_steps = ", accumulate_steps,
+                   ": must be an integer >= 1");
   // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
   if (backend_.name() == "cuda") options.buffer_ops = device_buffer_ops(backend_);
   comm::allreduce::Allreducer* reducer = &grad_reducer;
+  // The engine divides by the world size; the buckets hold the sum of K micro-batches too,
+  // and one division by world x K rounds once, like the mean of a single batch.
+  const float micro_batches = float(accumulate_steps);
   engine_ = std::make_unique<comm::fusion::FusionEngine>(
       comm,
-      [reducer](float* data, size_t count, float divisor) {
-        reducer->sum_and_divide(data, count, divisor);
+      [reducer, micro_batches](float* data, size_t count, float divisor) {
+        reducer->sum_and_divide(data, count, divisor * micro_batches);
       },
       options, timeline);
   grad_reducer.set_spin_hint(engine_->main_thread_waiting());
@@ -64,8 +75,15 @@ void DataParallel::bind_gradients() {
   }
 }
 
-void DataParallel::backward() {
-  model_.backward([this](size_t index) { engine_->enqueue(slot_of_param_[index]); });
+void DataParallel::backward(int micro) {
+  RT_CHECK(micro >= 0 && micro < accumulate_steps_, "DataParallel::backward: micro-batch ", micro,
+           " of ", accumulate_steps_);
+  const bool accumulate = micro > 0;
+  if (micro + 1 < accumulate_steps_) {
+    model_.backward({}, accumulate);
+    return;
+  }
+  model_.backward([this](size_t index) { engine_->enqueue(slot_of_param_[index]); }, accumulate);
 }
 
 void DataParallel::synchronize() {

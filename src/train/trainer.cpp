@@ -68,7 +68,8 @@ class Trainer {
   void build_optimizer();
   void print_start() const;
   void train_epoch(int epoch);
-  StepTimes train_step(const data::Batch& batch, Sums& sums);
+  bool train_step(data::Loader& loader, Sums& sums, StepTimes& t);
+  void train_micro_step(const data::Batch& batch, int micro, Sums& sums, StepTimes& t);
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
   Sums evaluate(data::Loader& loader, bool confusion = false);
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
@@ -79,6 +80,7 @@ class Trainer {
   const Config& cfg_;
   comm::Communicator& comm_;
   int batch_per_rank_ = 0;
+  int accumulate_steps_ = 1;  // micro-batches per optimizer step
   int threads_ = 1;
   std::unique_ptr<data::Loader> train_loader_, eval_loader_, test_loader_;
   std::unique_ptr<backend::Backend> backend_;
@@ -91,6 +93,7 @@ class Trainer {
   std::unique_ptr<CheckpointState> checkpoint_;
   std::unordered_map<const std::string*, std::pair<const char*, const char*>> layer_names_;
   backend::Tensor input_;
+  data::Batch batch_;  // the micro-batch being trained on; its memory is reused
   PhaseLog phases_;
   std::vector<io::EpochRow> epochs_;
   std::string start_time_;
@@ -104,8 +107,10 @@ class Trainer {
 
 void Trainer::set_up() {
   start_time_ = utc_now();
-  batch_per_rank_ = cfg_.train.batch_per_rank > 0 ? cfg_.train.batch_per_rank
-                                                  : cfg_.train.global_batch / comm_.size();
+  accumulate_steps_ = cfg_.train.accumulate_steps;
+  batch_per_rank_ = cfg_.train.batch_per_rank > 0
+                        ? cfg_.train.batch_per_rank
+                        : cfg_.train.global_batch / (comm_.size() * accumulate_steps_);
   threads_ = cfg_.train.threads > 0 ? cfg_.train.threads : comm_.cpu_threads_per_rank();
   agree(comm_, [&] {
     if (comm_.rank() == 0) h5::require_writable_dir(cfg_.output.dir, "output.dir");
@@ -137,6 +142,7 @@ void Trainer::open_data() {
   train.remainder = data::parse_remainder(cfg_.data.remainder);
   train.rank = comm_.rank();
   train.world_size = comm_.size();
+  train.accumulate_steps = accumulate_steps_;
   train.max_samples = cfg_.data.samples_per_rank > 0 ? cfg_.data.samples_per_rank * comm_.size()
                                                      : cfg_.data.max_train_samples;
   data::ShardSet train_shards = data::ShardSet::open(cfg_.data.dir, cfg_.data.train_split);
@@ -152,6 +158,7 @@ void Trainer::open_data() {
   eval.augment = false;
   eval.remainder = data::Remainder::kAll;
   eval.max_samples = 0;
+  eval.accumulate_steps = 1;
   if (!cfg_.data.eval_split.empty())
     eval_loader_ = std::make_unique<data::Loader>(
         data::ShardSet::open(cfg_.data.dir, cfg_.data.eval_split), eval);
@@ -159,7 +166,7 @@ void Trainer::open_data() {
     test_loader_ = std::make_unique<data::Loader>(
         data::ShardSet::open(cfg_.data.dir, cfg_.data.test_split), eval);
 
-  steps_per_epoch_ = train_loader_->steps_per_epoch();
+  steps_per_epoch_ = train_loader_->steps_per_epoch() / accumulate_steps_;  // whole groups
   total_steps_ = steps_per_epoch_ * cfg_.train.epochs;
   if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
 }
@@ -210,8 +217,9 @@ void Trainer::build_comm() {
   fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
   fusion.overlap = cfg_.comm.overlap;
   fusion.local_gate = cfg_.comm.local_gate;
-  parallel_ = std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_,
-                                             *stat_reducer_, fusion, timeline_.get());
+  parallel_ =
+      std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_, *stat_reducer_,
+                                     fusion, timeline_.get(), accumulate_steps_);
 }
 
 void Trainer::build_optimizer() {
@@ -222,7 +230,7 @@ void Trainer::build_optimizer() {
   sgd.decay_bn_and_bias = cfg_.train.decay_bn_and_bias;
   sgd_ = std::make_unique<nn::Sgd>(model_->parameters(), sgd, *backend_);
 
-  const int64_t global_batch = int64_t(batch_per_rank_) * comm_.size();
+  const int64_t global_batch = int64_t(batch_per_rank_) * comm_.size() * accumulate_steps_;
   nn::LRScheduleOptions lr;
   lr.base_lr = cfg_.train.scale_lr
                    ? nn::scaled_lr(cfg_.train.lr, global_batch, cfg_.train.base_batch)
@@ -247,8 +255,10 @@ void Trainer::print_start() const {
   log::info(str("threads: ", comm_.cpu_threads_description()));
   log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width, ", ",
                 info.classes, " classes; train ", t.sampler().samples(), " samples, ",
-                steps_per_epoch_, " steps/epoch of ", batch_per_rank_, " per rank x ", comm_.size(),
-                " = ", batch_per_rank_ * comm_.size(), " global",
+                steps_per_epoch_, " steps/epoch of ",
+                accumulate_steps_ > 1 ? str(accumulate_steps_, " micro-batches x ") : std::string(),
+                batch_per_rank_, " per rank x ", comm_.size(), " = ",
+                int64_t(batch_per_rank_) * comm_.size() * accumulate_steps_, " global",
                 t.sampler().unseen_per_epoch()
                     ? str(" (", t.sampler().unseen_per_epoch(), " dropped per epoch)")
                     : std::string()));
@@ -267,29 +277,52 @@ const backend::Tensor& Trainer::upload(const data::Batch& batch) {
   return input_;
 }
 
-StepTimes Trainer::train_step(const data::Batch& batch, Sums& sums) {
-  StepTimes t;
+// One optimizer step: K micro-batches, each read, forwarded and backpropagated (gradients
+// add up in the fusion buckets); the last one's backward reduces them, then the optimizer
+// runs. Phases are summed over the micro-batches. False when the epoch has no step left.
+bool Trainer::train_step(data::Loader& loader, Sums& sums, StepTimes& t) {
+  data::Batch& batch = batch_;
+  for (int micro = 0; micro < accumulate_steps_; ++micro) {
+    double t0 = comm::fusion::Timeline::now();
+    if (!loader.next(batch)) {
+      // The sampler counts whole groups: an epoch never ends inside one.
+      RT_CHECK(micro == 0, "the epoch ended after ", micro, " of ", accumulate_steps_,
+               " micro-batches of an optimizer step");
+      return false;
+    }
+    if (comm_.rank() == cfg_.train.straggler_rank)
+      std::this_thread::sleep_for(
+          std::chrono::duration<double, std::milli>(cfg_.train.straggler_ms));
+    double t1 = comm::fusion::Timeline::now();
+    timeline_->span("data", "step", t0, t1);
+    t.data += t1 - t0;
+    train_micro_step(batch, micro, sums, t);
+  }
+  return true;
+}
+
+void Trainer::train_micro_step(const data::Batch& batch, int micro, Sums& sums, StepTimes& t) {
   comm::fusion::Timeline& tl = *timeline_;
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
   sums.add(model_->loss(batch.labels.data()));
   double t1 = comm::fusion::Timeline::now();
-  parallel_->backward();
+  parallel_->backward(micro);
   double t2 = comm::fusion::Timeline::now();
+  tl.span("forward", "step", t0, t1);
+  tl.span("backward", "step", t1, t2);
+  t.forward += t1 - t0;
+  t.backward += t2 - t1;
+  if (micro + 1 < accumulate_steps_) return;
   parallel_->synchronize();
   double t3 = comm::fusion::Timeline::now();
   sgd_->step(schedule_->lr(global_step_));
   backend_->synchronize();
   double t4 = comm::fusion::Timeline::now();
-  tl.span("forward", "step", t0, t1);
-  tl.span("backward", "step", t1, t2);
   tl.span("optimizer", "step", t3, t4);
-  t.forward = t1 - t0;
-  t.backward = t2 - t1;
   t.allreduce_wait = t3 - t2;
   t.optimizer = t4 - t3;
-  return t;
 }
 
 void Trainer::train_epoch(int epoch) {
@@ -299,21 +332,15 @@ void Trainer::train_epoch(int epoch) {
   Stopwatch epoch_clock;
   size_t interval_first = phases_.steps();
   int64_t step = 0;
-  data::Batch batch;
-  for (; step < skip_steps_ && loader.next(batch); ++step) {
-  }
+  // A resumed epoch skips the optimizer steps already taken: K micro-batches each.
+  for (; step < skip_steps_; ++step)
+    for (int micro = 0; micro < accumulate_steps_; ++micro) loader.next(batch_);
   skip_steps_ = 0;
   while (!stop_ && global_step_ < total_steps_) {
     double t0 = comm::fusion::Timeline::now();
-    if (!loader.next(batch)) break;
-    if (comm_.rank() == cfg_.train.straggler_rank)
-      std::this_thread::sleep_for(
-          std::chrono::duration<double, std::milli>(cfg_.train.straggler_ms));
-    double t1 = comm::fusion::Timeline::now();
-    timeline_->span("data", "step", t0, t1);
     Sums step_sums;
-    StepTimes t = train_step(batch, step_sums);
-    t.data = t1 - t0;
+    StepTimes t;
+    if (!train_step(loader, step_sums, t)) break;
     t.step = comm::fusion::Timeline::now() - t0;
     phases_.add(t);
     epoch_sums.loss += step_sums.loss;
@@ -367,7 +394,8 @@ void Trainer::log_interval(int epoch, int64_t step, int64_t steps, Sums& interva
   p.steps = steps;
   p.loss = all.count ? all.loss / all.count : kNaN;
   p.acc = all.count ? all.correct / all.count : kNaN;
-  p.images_per_s = mean.step > 0 ? double(batch_per_rank_) * comm_.size() / mean.step : 0;
+  p.images_per_s =
+      mean.step > 0 ? double(batch_per_rank_) * comm_.size() * accumulate_steps_ / mean.step : 0;
   p.eta_s = mean.step * double(total_steps_ - global_step_);
   p.ms = {mean.data * 1e3,           mean.forward * 1e3,   mean.backward * 1e3,
           mean.allreduce_wait * 1e3, mean.optimizer * 1e3, mean.step * 1e3};
@@ -489,9 +517,12 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.threads_per_rank = threads_;
   info.batch_per_rank = batch_per_rank_;
   info.global_batch = batch_per_rank_ * world;
+  info.accumulate_steps = accumulate_steps_;
+  info.effective_batch = int64_t(info.global_batch) * accumulate_steps_;
   if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
   r.epochs = epochs_;
-  r.summary = summarise(r.timings, r.comm, warmup_steps(phases_.steps()), info.global_batch);
+  r.summary =
+      summarise(r.timings, r.comm, warmup_steps(phases_.steps()), int(info.effective_batch));
   double epoch_seconds = 0;
   for (const auto& e : epochs_) epoch_seconds += e.seconds;
   r.summary.time_per_epoch_s = epochs_.empty() ? 0 : epoch_seconds / double(epochs_.size());

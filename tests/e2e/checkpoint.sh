@@ -55,6 +55,26 @@ PY
 }
 compare "$work/out/whole.ckpt.h5" "$work/out/parts.ckpt.h5"
 
+# With gradient accumulation (K = 2 micro-batches of 8): steps count optimizer steps, so 320 /
+# (2 x 8 x 2) = 10 steps an epoch; stopped at step 7 and resumed, bitwise again, and the
+# results file records K and the effective batch.
+run --output.name=whole_k2 --train.accumulate_steps=2 >"$work/whole_k2.log" 2>&1 \
+  || { cat "$work/whole_k2.log"; fail "uninterrupted run, K = 2"; }
+run --output.name=parts_k2 --train.accumulate_steps=2 --train.max_steps=7 >"$work/k2a.log" 2>&1 \
+  || fail "first part, K = 2"
+run --output.name=parts_k2 --train.accumulate_steps=2 --resume >"$work/k2b.log" 2>&1 \
+  || { cat "$work/k2b.log"; fail "resume, K = 2"; }
+grep -q "resumed from .* at step 7 (epoch 1, step 7)" "$work/k2b.log" || fail "K = 2 resume line: $(head "$work/k2b.log")"
+compare "$work/out/whole_k2.ckpt.h5" "$work/out/parts_k2.ckpt.h5"
+"$PYTHON" - "$work/out/whole_k2.h5" <<'PY' || fail "K = 2 results file"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+a = f.attrs
+assert a["accumulate_steps"] == 2 and a["effective_batch"] == 2 * 8 * 2, dict(a)
+assert f["timings/step"].shape == (2, 20), f["timings/step"].shape  # a row per optimizer step
+assert list(f["epochs/steps"][()]) == [10, 10], list(f["epochs/steps"][()])
+PY
+
 # SIGTERM mid-run: a checkpoint, "stopped by signal", exit 0; then --resume finishes.
 BIN=$BIN jobs/local/train.sh "$work/ckpt.deck" 2 --output.name=term --train.epochs=30 >"$work/term.log" 2>&1 &
 job=$!

@@ -116,6 +116,12 @@ expect_bad nodata "shard directory $work/none does not exist; create the shards 
   --data.dir="$work/none"
 expect_bad world "$work/tiny.deck: train.global_batch = 33 does not divide over 2 ranks; use a multiple of the world size or train.batch_per_rank" \
   --train.batch_per_rank=0 --train.global_batch=33
+expect_bad accumulate0 "command line: bad value '0' for train.accumulate_steps (at least 1)" \
+  --train.accumulate_steps=0
+expect_bad accumulate_negative "command line: bad value '-2' for train.accumulate_steps (at least 1)" \
+  --train.accumulate_steps=-2
+expect_bad accumulate_world "$work/tiny.deck: train.global_batch = 36 does not divide into train.accumulate_steps = 4 micro-batches over 2 ranks; use a multiple of 8 or train.batch_per_rank" \
+  --train.batch_per_rank=0 --train.global_batch=36 --train.accumulate_steps=4
 expect_bad straggler "$work/tiny.deck: train.straggler_rank = 2 but the world has ranks 0..1" \
   --train.straggler_rank=2 --train.straggler_ms=5
 echo "train e2e: ok"

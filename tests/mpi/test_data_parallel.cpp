@@ -1,7 +1,7 @@
 // test_data_parallel.cpp — training on N ranks through the fusion engine: weights stay
 // bitwise identical across ranks after every step, and N ranks x batch b match 1 rank x
 // batch N*b (no BN; synchronized BN) within a stated float tolerance.
-// np: 2 3 4
+// np: 1 2 3 4
 #define BOOST_TEST_MODULE data_parallel
 #include <cmath>
 #include <cstring>
@@ -86,24 +86,48 @@ struct ParallelReplica : Replica {
   std::unique_ptr<comm::allreduce::Allreducer> stats;
   std::unique_ptr<train::DataParallel> parallel;
 
-  ParallelReplica(const comm::Communicator& comm, const std::string& name, bool sync_bn)
-      : Replica(name, 42) {
+  int accumulate_steps;
+  bool quiet_micro_steps = true;  // no bucket reduced before a step's last micro-batch
+
+  ParallelReplica(const comm::Communicator& comm, const std::string& name, bool sync_bn,
+                  int accumulate = 1)
+      : Replica(name, 42), accumulate_steps(accumulate) {
     reducer = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::ring,
                                                comm::allreduce::AllreduceOptions{});
     stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi,
                                              comm::allreduce::AllreduceOptions{});
-    if (sync_bn) model->set_stat_reducer([this](float* v, size_t n) { stats->sum(v, n); });
+    // As the trainer: one rank has nothing to synchronise with.
+    if (sync_bn && comm.size() > 1)
+      model->set_stat_reducer([this](float* v, size_t n) { stats->sum(v, n); });
     comm::fusion::FusionOptions fusion;
     fusion.fusion_mib = 0.05;  // several buckets even for these small models
     fusion.first_bucket_mib = 0.01;
     fusion.stall_timeout_s = 60;
-    parallel = std::make_unique<train::DataParallel>(comm, *model, *be, *reducer, *stats, fusion);
+    parallel = std::make_unique<train::DataParallel>(comm, *model, *be, *reducer, *stats, fusion,
+                                                     nullptr, accumulate_steps);
   }
 
-  void step(const std::vector<float>& images, const std::vector<int32_t>& labels, double lr) {
-    forward_loss(images, labels);
-    parallel->backward();
+  // One optimizer step; micro-batch m of rank r holds the global samples the sampler gives it:
+  // [m*N*b + r*b, m*N*b + (r+1)*b) of the step's N*K*b.
+  void step(int step_index, int rank, int world, double lr) {
+    const auto& engine = parallel->engine();
+    const size_t records_before = engine.records().size();
+    const int64_t engine_step = engine.step();
+    for (int micro = 0; micro < accumulate_steps; ++micro) {
+      std::vector<float> images;
+      std::vector<int32_t> labels;
+      make_batch(step_index, (micro * world + rank) * kBatch, kBatch, images, labels);
+      forward_loss(images, labels);
+      parallel->backward(micro);
+      if (micro + 1 < accumulate_steps)
+        quiet_micro_steps = quiet_micro_steps && engine.records().size() == records_before &&
+                            engine.step() == engine_step;
+    }
     parallel->synchronize();
+    // Exactly one reduction per bucket per optimizer step, none on the micro-batches before.
+    quiet_micro_steps = quiet_micro_steps &&
+                        engine.records().size() == records_before + engine.bucket_count() &&
+                        engine.step() == engine_step + 1;
     sgd->step(lr);
   }
 };
@@ -132,25 +156,24 @@ bool bitwise_equal_across_ranks(const std::vector<float>& mine) {
 
 // Trains kSteps on every rank and on a 1-rank reference; returns the max abs difference
 // between the N-rank weights and the reference's, and checks bitwise equality each step.
-double train_and_compare(const std::string& model, bool sync_bn) {
+double train_and_compare(const std::string& model, bool sync_bn, int accumulate = 1) {
   comm::Communicator comm;
   const int world = comm.size(), rank = comm.rank();
-  ParallelReplica replica(comm, model, sync_bn);
+  ParallelReplica replica(comm, model, sync_bn, accumulate);
   Replica reference(model, 42);
   const double lr = 0.05;
   bool identical = true;
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<float> images;
-    std::vector<int32_t> labels;
-    make_batch(step, rank * kBatch, kBatch, images, labels);
-    replica.step(images, labels, lr);
-    reference_step(reference, step, world * kBatch, lr);
+    replica.step(step, rank, world, lr);
+    reference_step(reference, step, world * accumulate * kBatch, lr);
     bool same = bitwise_equal_across_ranks(replica.weights());
     if (!same) BOOST_TEST_MESSAGE("rank weights differ after step " << step);
     identical = identical && same;
   }
   BOOST_TEST(rt_test::all_ok(identical),
              "weights bitwise identical on every rank after every step");
+  BOOST_TEST(rt_test::all_ok(replica.quiet_micro_steps),
+             "one reduction per bucket per optimizer step, none before its last micro-batch");
   std::vector<float> mine = replica.weights(), ref = reference.weights();
   double max_diff = 0, max_weight = 0;
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -159,7 +182,8 @@ double train_and_compare(const std::string& model, bool sync_bn) {
   }
   if (rank == 0)
     BOOST_TEST_MESSAGE(model << (sync_bn ? " (sync BN)" : "") << ": " << world << " ranks x "
-                             << kBatch << " vs 1 rank x " << world * kBatch << " after " << kSteps
+                             << accumulate << " micro-batches x " << kBatch << " vs 1 rank x "
+                             << world * accumulate * kBatch << " after " << kSteps
                              << " steps: max |w_N - w_1| = " << max_diff
                              << " (max |w| = " << max_weight << ")");
   return max_diff;
@@ -174,6 +198,17 @@ constexpr double kTolerance = 2e-5;
 BOOST_AUTO_TEST_CASE(no_bn_model_matches_one_rank_with_the_global_batch) {
   double diff = train_and_compare("cnn_small", false);
   BOOST_TEST(rt_test::all_ok(diff <= kTolerance), "max |w_N - w_1| = " << diff);
+}
+
+// Gradient accumulation: N ranks x K micro-batches of b reach the weights of 1 rank x batch
+// N*K*b (no BN: batch statistics would differ per micro-batch); on 1 rank this is K micro-
+// batches against one batch of K*b.
+BOOST_AUTO_TEST_CASE(accumulated_micro_batches_match_one_rank_with_the_whole_batch) {
+  for (int accumulate : {2, 3}) {
+    double diff = train_and_compare("cnn_small", false, accumulate);
+    BOOST_TEST(rt_test::all_ok(diff <= kTolerance),
+               "K = " << accumulate << ": max |w_N - w_1| = " << diff);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(sync_bn_model_matches_one_rank_with_the_global_batch) {
@@ -194,10 +229,7 @@ BOOST_AUTO_TEST_CASE(bn_buffer_average_is_the_mean_over_ranks) {
   comm::Communicator comm;
   const int world = comm.size(), rank = comm.rank();
   ParallelReplica replica(comm, "fibernet", false);
-  std::vector<float> images;
-  std::vector<int32_t> labels;
-  make_batch(0, rank * kBatch, kBatch, images, labels);
-  replica.step(images, labels, 0.05);
+  replica.step(0, rank, world, 0.05);
 
   auto buffers = [&] {
     std::vector<float> all;

@@ -174,6 +174,39 @@ BOOST_AUTO_TEST_CASE(the_permutation_is_pinned_across_platforms) {
   for (int count : histogram) BOOST_TEST(std::abs(count - 10000) < 400);
 }
 
+// Gradient accumulation: epochs hold whole groups of K steps, and the K micro-batches of all
+// ranks of an optimizer step are exactly the one batch a single rank would take.
+BOOST_AUTO_TEST_CASE(accumulation_groups_are_whole_and_match_one_rank) {
+  // 100 samples, 2 ranks x 4, K = 3: a group is 24 samples.
+  Sampler drop(100, 4, 2, Remainder::kDrop, true, 5, 3);
+  BOOST_TEST(drop.steps_per_epoch(0) == 12);  // 4 groups (96 samples)
+  BOOST_TEST(drop.unseen_per_epoch() == 4);
+  Sampler pad(100, 4, 2, Remainder::kPad, true, 5, 3);
+  BOOST_TEST(pad.steps_per_epoch(1) == 15);  // 5 groups (120 positions)
+  BOOST_TEST(pad.duplicates_per_epoch() == 20);
+  Sampler one(100, 24, 1, Remainder::kDrop, true, 5);
+  const auto order = drop.epoch_order(2);
+  BOOST_TEST(order == one.epoch_order(2));
+  for (int64_t group = 0; group < 4; ++group) {
+    std::vector<int64_t> micro;
+    for (int m = 0; m < 3; ++m)
+      for (int r = 0; r < 2; ++r) {
+        auto ids = drop.step_ids(order, r, group * 3 + m);
+        micro.insert(micro.end(), ids.begin(), ids.end());
+      }
+    BOOST_TEST(micro == one.step_ids(order, 0, group), "group " << group);
+  }
+  try {
+    Sampler(30, 4, 2, Remainder::kDrop, true, 0, 4);
+    BOOST_FAIL("no throw");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               "the split holds 30 samples, fewer than one optimizer step of 32 (4 accumulated "
+               "steps x 2 ranks x 4); lower the batch or train.accumulate_steps, or use remainder "
+               "pad");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(bad_settings_are_refused) {
   try {
     Sampler(10, 4, 3, Remainder::kDrop, true, 0);

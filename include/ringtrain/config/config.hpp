@@ -35,7 +35,8 @@ struct TrainConfig {
   int epochs = 1;
   int batch_per_rank = 0;  // exactly one of batch_per_rank and global_batch
   int global_batch = 0;
-  int64_t max_steps = 0;  // 0: no limit (benchmarks set it)
+  int64_t max_steps = 0;     // 0: no limit (benchmarks set it); counts optimizer steps
+  int accumulate_steps = 1;  // micro-batches per optimizer step (gradient accumulation)
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;

@@ -27,7 +27,8 @@ struct LoaderOptions {
   uint64_t seed = 0;
   Remainder remainder = Remainder::kDrop;  // kAll for evaluation
   int rank = 0, world_size = 1;
-  int64_t max_samples = 0;  // > 0: only the split's first max_samples samples (weak scaling)
+  int64_t max_samples = 0;   // > 0: only the split's first max_samples samples (weak scaling)
+  int accumulate_steps = 1;  // micro-steps per optimizer step: epochs hold whole groups of them
 };
 
 struct Batch {

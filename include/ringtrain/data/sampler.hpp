@@ -17,6 +17,10 @@
 // "partial" (a short last training step) is not offered: ranks would need equal step
 // counts but unequal batches, which breaks 1/world gradient averaging and leaves empty
 // batches when S mod G < W.
+// Gradient accumulation (K micro-steps per optimizer step): drop and pad count whole groups of
+// K steps, K*G samples each, so an epoch never ends inside a group: drop leaves out the last
+// S mod (K*G) samples, pad wraps to fill the last group. Step s still takes positions
+// [s*G, (s+1)*G), so N ranks x K micro-batches of b see what 1 rank x batch N*K*b sees.
 #pragma once
 
 #include <cstdint>
@@ -56,16 +60,19 @@ const char* remainder_name(Remainder remainder);
 
 class Sampler {
  public:
-  // Throws InputError when drop leaves no step (fewer samples than one global batch).
+  // Throws InputError when drop leaves no step (fewer samples than one global batch, or one
+  // group of group_steps global batches). group_steps: micro-steps per optimizer step.
   Sampler(int64_t samples, int batch_per_rank, int world_size, Remainder remainder, bool shuffle,
-          uint64_t seed);
+          uint64_t seed, int group_steps = 1);
 
   int64_t samples() const { return samples_; }
   int world_size() const { return world_size_; }
   int batch_per_rank() const { return batch_; }
   Remainder remainder() const { return remainder_; }
 
-  // Steps of one epoch on rank; the same on every rank for drop and pad.
+  int group_steps() const { return group_; }
+  // Steps of one epoch on rank; the same on every rank for drop and pad, where they are a
+  // whole number of groups.
   int64_t steps_per_epoch(int rank) const;
   // Samples rank sees per epoch (pad: duplicates included).
   int64_t rank_samples(int rank) const;
@@ -84,6 +91,7 @@ class Sampler {
   void check_rank(int rank) const;
   int64_t samples_;
   int batch_, world_size_;
+  int group_;
   Remainder remainder_;
   bool shuffle_;
   uint64_t seed_;

@@ -19,8 +19,10 @@ struct RunInfo {
   double fusion_mib = 0, first_bucket_mib = 0;
   bool overlap = true;
   int threads_per_rank = 1;
-  int batch_per_rank = 0, global_batch = 0;
-  std::string slurm_job_id;  // "" outside Slurm
+  int batch_per_rank = 0, global_batch = 0;  // global_batch: one micro-step, all ranks
+  int accumulate_steps = 1;                  // micro-steps per optimizer step
+  int64_t effective_batch = 0;               // samples per optimizer step: K x global_batch
+  std::string slurm_job_id;                  // "" outside Slurm
 };
 
 // One row of /epochs per epoch.

@@ -39,8 +39,11 @@ class Model {
   // (one per image); sets the logits' gradient for backward().
   LossResult loss(const int32_t* labels);
   // Backprop of the last loss(). Calls on_grad_ready(i) the moment parameters()[i]'s
-  // gradient is final, in backward_order(). Gradients are overwritten, not accumulated.
-  void backward(const std::function<void(size_t param_index)>& on_grad_ready = {});
+  // gradient is final, in backward_order(). Gradients are overwritten, or with `accumulate`
+  // this batch's gradient is added to them in fp32 (gradient accumulation's later
+  // micro-batches; each parameter keeps a scratch gradient for it).
+  void backward(const std::function<void(size_t param_index)>& on_grad_ready = {},
+                bool accumulate = false);
   void zero_grad();
 
   // Parameters in forward (PyTorch state_dict) order.

@@ -28,6 +28,14 @@ struct Parameter {
   // buffer, so backward writes the gradient straight into it. The memory must outlive
   // model's use of it.
   void bind_grad(float* external) { grad = Tensor::view(external, shape); }
+
+  // Gradient accumulation: while `accumulating`, backward writes this micro-batch's gradient
+  // into grad_scratch and the model adds it to grad (Model::backward), so grad sums the
+  // micro-batches in fp32 where it lives (a fusion bucket).
+  bool accumulating = false;
+  Tensor grad_scratch;
+  // Where a layer's backward writes the gradient of the current micro-batch.
+  Tensor& grad_target() { return accumulating ? grad_scratch : grad; }
 };
 
 // A named non-trainable tensor saved with the model (BN running statistics).

@@ -34,17 +34,23 @@ class DataParallel {
   // the device for the cuda backend), plans every parameter's gradient in the order backward
   // completes them (named "<parameter>.grad"), and points each parameter's gradient at its
   // place in a bucket. grad_reducer reduces the buckets (its spin hint is wired to the
-  // engine); stat_reducer sums the batch-norm buffers. model, backend, both reducers and the
-  // timeline (may be null) must outlive this object.
+  // engine); stat_reducer sums the batch-norm buffers. An optimizer step runs
+  // accumulate_steps (K) micro-batches, and the buckets end up with the mean over ranks and
+  // micro-batches (divided by world size x K). model, backend, both reducers and the timeline
+  // (may be null) must outlive this object.
   DataParallel(const comm::Communicator& comm, nn::Model& model, backend::Backend& backend,
                comm::allreduce::Allreducer& grad_reducer, comm::allreduce::Allreducer& stat_reducer,
-               comm::fusion::FusionOptions options, comm::fusion::Timeline* timeline = nullptr);
+               comm::fusion::FusionOptions options, comm::fusion::Timeline* timeline = nullptr,
+               int accumulate_steps = 1);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // model.backward(), each gradient handed to the engine the moment backward has written it.
-  void backward();
+  // model.backward() of micro-batch `micro` (0..K-1) of an optimizer step. The first overwrites
+  // the gradients, the later ones add to them in their buckets; only the last hands each
+  // gradient to the engine the moment it is final, so the engine reduces (overlapped with
+  // that backward) once per optimizer step and launches nothing on the micro-batches before.
+  void backward(int micro = 0);
   // Blocks until every bucket of the step holds the mean over ranks (see FusionEngine).
   void synchronize();
   // Per-rank batch norm leaves each rank its own running statistics; evaluation and the saved
@@ -60,6 +66,7 @@ class DataParallel {
   backend::Backend& backend_;
   comm::allreduce::Allreducer& stat_reducer_;
   int world_size_;
+  int accumulate_steps_;
   std::unique_ptr<comm::fusion::FusionEngine> engine_;
   std::vector<size_t> slot_of_param_;  // parameter index -> the engine's gradient slot
 };
