@@ -4,6 +4,8 @@
 #
 # PyTorch at its best on this CPU: torch.set_num_threads set explicitly (it defaults to 1
 # here), channels_last memory format, Debian's python3-torch with libopenblas0 installed.
+# --precision bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16),
+# PyTorch's mixed precision on CPUs (fp32 weights, optimizer and gradients).
 import argparse
 import json
 import os
@@ -87,6 +89,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
     text = a.input or ("1x28x28" if a.model == "cnn_small" else "3x32x32")
     c, h, w = (int(v) for v in text.split("x"))
@@ -100,9 +103,12 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     model.train()
 
+    autocast = a.precision == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
 
@@ -118,7 +124,7 @@ def main():
     wall = time.perf_counter() - wall0
     other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
     print(json.dumps({"tool": "pytorch", "model": a.model, "batch": a.batch,
-                      "threads": a.threads, "precision": "fp32",
+                      "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),
                       "windows": [round(r, 3) for r in rates],
                       "torch": torch.__version__, "other_cores": round(other, 3)}))

@@ -2,7 +2,8 @@
 // loss, backward, SGD), in timed windows after warm-up; one JSON line per window set.
 //
 //   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
-//                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5]
+//                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5] [--precision bf16]
+//   rt-bench-compute --peak --threads 2 --precision bf16   (a large matmul: the machine's limit)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <sys/resource.h>
 
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ringtrain/backend/peak.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/nn/model.hpp"
@@ -58,7 +60,7 @@ double median(std::vector<double> v) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_name, input_text;
+  std::string model_name, input_text, precision_text;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
   po::options_description opts("rt-bench-compute options");
   opts.add_options()("help", "this text")("model",
@@ -70,7 +72,9 @@ int run(int argc, char** argv) {
       "classes", po::value(&classes)->default_value(10), "classes")(
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "windows", po::value(&windows)->default_value(5), "timed windows")(
-      "steps", po::value(&steps)->default_value(5), "steps per window");
+      "steps", po::value(&steps)->default_value(5), "steps per window")(
+      "precision", po::value(&precision_text)->default_value("fp32"), "fp32 or bf16")(
+      "peak", "time a 2048^3 matmul in this precision instead of a model");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, opts), vm);
   po::notify(vm);
@@ -80,10 +84,16 @@ int run(int argc, char** argv) {
   }
   RT_REQUIRE_INPUT(batch > 0 && windows > 0 && steps > 0 && warmup >= 0,
                    "--batch, --windows and --steps must be > 0 and --warmup >= 0");
+  if (vm.count("peak")) {
+    const auto precision = backend::parse_precision(precision_text);
+    std::printf("{\"tool\":\"peak\",\"threads\":%d,\"precision\":\"%s\",\"gflops\":%.2f}\n",
+                threads, precision_text.c_str(), backend::matmul_peak_gflops(precision, threads));
+    return 0;
+  }
   if (input_text.empty()) input_text = model_name == "cnn_small" ? "1x28x28" : "3x32x32";
   nn::ModelInput in = parse_input(input_text);
 
-  auto be = backend::make_backend("cpu", threads);
+  auto be = backend::make_backend("cpu", threads, backend::parse_precision(precision_text));
   auto model = nn::make_model(model_name, in, classes, *be, 1);
   nn::Sgd sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
   std::mt19937 rng(7);
@@ -118,12 +128,12 @@ int run(int argc, char** argv) {
   std::ostringstream windows_json;
   for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
   std::printf(
-      "{\"tool\":\"ringtrain\",\"model\":\"%s\",\"batch\":%d,\"threads\":%d,\"precision\":\"fp32\","
-      "\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%.6f,\"gflops\":%.2f,"
-      "\"other_cores\":%.3f}\n",
-      model_name.c_str(), batch, threads, img_s, windows_json.str().c_str(),
-      model->train_flops_per_image() / 1e9, img_s * model->train_flops_per_image() / 1e9,
-      other_cores);
+      "{\"tool\":\"ringtrain\",\"model\":\"%s\",\"batch\":%d,\"threads\":%d,\"precision\":\"%s\","
+      "\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%.6f,"
+      "\"gflops\":%.2f,\"other_cores\":%.3f}\n",
+      model_name.c_str(), batch, threads, precision_text.c_str(), be->instruction_set().c_str(),
+      img_s, windows_json.str().c_str(), model->train_flops_per_image() / 1e9,
+      img_s * model->train_flops_per_image() / 1e9, other_cores);
   return 0;
 }
 

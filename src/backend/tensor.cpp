@@ -55,10 +55,28 @@ std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
   return std::shared_ptr<void>(p, std::free);
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+Precision parse_precision(const std::string& text) {
+  if (text == "fp32") return Precision::kF32;
+  if (text == "bf16") return Precision::kBF16;
+  throw InputError(str("unknown precision '", text, "': choose fp32 or bf16"));
+}
+
+const char* precision_name(Precision precision) {
+  return precision == Precision::kF32 ? "fp32" : "bf16";
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Precision precision) {
   RT_REQUIRE_INPUT(threads >= 1, "backend ", name, ": threads must be >= 1, got ", threads);
-  if (name == "cpu") return make_cpu_backend(threads);
-  if (name == "ref") return make_ref_backend(threads);
+  if (name != "cpu" && name != "ref" && name != "cuda")
+    throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
+  if (name == "cpu") return make_cpu_backend(threads, precision);
+  if (name == "ref") {
+    if (precision == Precision::kBF16) return make_bf16_reference(make_ref_backend(threads));
+    return make_ref_backend(threads);
+  }
+  RT_REQUIRE_INPUT(precision == Precision::kF32, "train.precision = bf16: the ", name,
+                   " backend has no bf16 path yet; use train.backend = cpu or "
+                   "train.precision = fp32");
   if (name == "cuda") return make_cuda_backend(CudaOptions{});
   throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
 }

@@ -50,7 +50,9 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.backend", &c.train.backend, "device library: cpu (oneDNN), cuda (cuDNN), ref (plain loops)",
        {"cpu", "cuda", "ref"}},
       {"train.precision", &c.train.precision,
-       "arithmetic precision (fp32 only for now: bf16 compute is not built yet)", {"fp32"}},
+       "activations and convolutions: fp32, or bf16 (cpu backend on AVX512-BF16 or AMX; "
+       "weights, gradients, optimizer and reduction stay fp32)",
+       {"fp32", "bf16"}},
       {"train.threads", &c.train.threads, "threads per rank (0 = this rank's share of its cores)", {}},
       {"train.epochs", &c.train.epochs, "epochs to train", {}},
       {"train.batch_per_rank", &c.train.batch_per_rank,

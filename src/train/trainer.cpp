@@ -172,13 +172,17 @@ void Trainer::open_data() {
 }
 
 void Trainer::build_model() {
+  const backend::Precision precision = backend::parse_precision(cfg_.train.precision);
   if (cfg_.train.backend == "cuda" && backend::cuda_device_count() > 0) {
     backend::CudaOptions cuda;  // one GPU per rank of this node
     cuda.device = backend::select_local_device(comm_.local_rank(), comm_.local_size(),
                                                backend::cuda_device_count(), false);
+    RT_REQUIRE_INPUT(precision == backend::Precision::kF32,
+                     "train.precision = bf16: the cuda backend has no bf16 path yet; use "
+                     "train.precision = fp32 on GPUs");
     backend_ = backend::make_cuda_backend(cuda);
   } else {
-    backend_ = backend::make_backend(cfg_.train.backend, threads_);  // says why not cuda
+    backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
   }
   const auto& info = train_loader_->info();
   model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width}, info.classes,
@@ -248,9 +252,11 @@ void Trainer::build_optimizer() {
 void Trainer::print_start() const {
   const auto& info = train_loader_->info();
   const auto& t = *train_loader_;
-  std::string header = str("ringtrain | ", comm_.size(), " rank(s) on ", comm_.node_count(),
-                           " node(s) | ", backend_->name(), " x ", threads_,
-                           " thread(s) per rank | ", cfg_.comm.algorithm, " allreduce");
+  std::string header = str(
+      "ringtrain | ", comm_.size(), " rank(s) on ", comm_.node_count(), " node(s) | ",
+      backend_->name(), " x ", threads_, " thread(s) per rank | ", cfg_.train.precision,
+      backend_->instruction_set().empty() ? std::string() : " on " + backend_->instruction_set(),
+      " | ", cfg_.comm.algorithm, " allreduce");
   log::info(deck_box(header, cfg_.effective_deck));
   log::info(str("threads: ", comm_.cpu_threads_description()));
   log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width, ", ",
@@ -508,6 +514,7 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.backend = backend_->name();
   info.algorithm = grad_reducer_->name();
   info.precision = cfg_.train.precision;
+  info.instruction_set = backend_->instruction_set();
   info.wire = cfg_.comm.wire;
   info.model = model_->name();
   info.dataset = train_loader_->info().dataset;

@@ -75,6 +75,27 @@ assert f["timings/step"].shape == (2, 20), f["timings/step"].shape  # a row per 
 assert list(f["epochs/steps"][()]) == [10, 10], list(f["epochs/steps"][()])
 PY
 
+# In bf16 (where the CPU has AVX512-BF16 or AMX): stop and resume is bitwise too, and the
+# results name the precision and the instruction set oneDNN ran on.
+if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  run --output.name=whole_bf16 --train.precision=bf16 >"$work/whole_bf16.log" 2>&1 \
+    || { cat "$work/whole_bf16.log"; fail "uninterrupted run, bf16"; }
+  grep -q "| bf16 on avx512_core" "$work/whole_bf16.log" || fail "bf16 start line: $(head -3 "$work/whole_bf16.log")"
+  run --output.name=parts_bf16 --train.precision=bf16 --train.max_steps=13 >"$work/b1.log" 2>&1 \
+    || fail "first part, bf16"
+  run --output.name=parts_bf16 --train.precision=bf16 --resume >"$work/b2.log" 2>&1 \
+    || { cat "$work/b2.log"; fail "resume, bf16"; }
+  compare "$work/out/whole_bf16.ckpt.h5" "$work/out/parts_bf16.ckpt.h5"
+  "$PYTHON" - "$work/out/whole_bf16.h5" <<'PY' || fail "bf16 results file"
+import sys, h5py
+a = h5py.File(sys.argv[1], "r").attrs
+assert a["precision"] == "bf16", a["precision"]
+assert a["instruction_set"] in ("avx512_core_bf16", "avx512_core_amx"), a["instruction_set"]
+PY
+else
+  echo "bf16 checkpoint: skipped (no AVX512-BF16 or AMX on this CPU)"
+fi
+
 # SIGTERM mid-run: a checkpoint, "stopped by signal", exit 0; then --resume finishes.
 BIN=$BIN jobs/local/train.sh "$work/ckpt.deck" 2 --output.name=term --train.epochs=30 >"$work/term.log" 2>&1 &
 job=$!

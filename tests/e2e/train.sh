@@ -122,6 +122,10 @@ expect_bad accumulate_negative "command line: bad value '-2' for train.accumulat
   --train.accumulate_steps=-2
 expect_bad accumulate_world "$work/tiny.deck: train.global_batch = 36 does not divide into train.accumulate_steps = 4 micro-batches over 2 ranks; use a multiple of 8 or train.batch_per_rank" \
   --train.batch_per_rank=0 --train.global_batch=36 --train.accumulate_steps=4
+expect_bad precision "command line: bad value 'fp16' for train.precision (one of: fp32, bf16)" \
+  --train.precision=fp16
+expect_bad ref_bf16_cuda "train.precision = bf16: the cuda backend has no bf16 path yet; use train.backend = cpu or train.precision = fp32 (every rank)" \
+  --train.precision=bf16 --train.backend=cuda
 expect_bad straggler "$work/tiny.deck: train.straggler_rank = 2 but the world has ranks 0..1" \
   --train.straggler_rank=2 --train.straggler_ms=5
 echo "train e2e: ok"

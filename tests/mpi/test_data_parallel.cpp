@@ -11,6 +11,7 @@
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 #include "ringtrain/train/data_parallel.hpp"
@@ -51,8 +52,9 @@ struct Replica {
   std::unique_ptr<nn::Sgd> sgd;
   backend::Tensor input;
 
-  Replica(const std::string& name, uint64_t seed) {
-    be = backend::make_backend("cpu", 1);
+  Replica(const std::string& name, uint64_t seed,
+          backend::Precision precision = backend::Precision::kF32) {
+    be = backend::make_backend("cpu", 1, precision);
     model = nn::make_model(name, {1, kSide, kSide}, kClasses, *be, seed);
     nn::SgdOptions options;
     options.momentum = 0.9;
@@ -90,8 +92,8 @@ struct ParallelReplica : Replica {
   bool quiet_micro_steps = true;  // no bucket reduced before a step's last micro-batch
 
   ParallelReplica(const comm::Communicator& comm, const std::string& name, bool sync_bn,
-                  int accumulate = 1)
-      : Replica(name, 42), accumulate_steps(accumulate) {
+                  int accumulate = 1, backend::Precision precision = backend::Precision::kF32)
+      : Replica(name, 42, precision), accumulate_steps(accumulate) {
     reducer = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::ring,
                                                comm::allreduce::AllreduceOptions{});
     stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi,
@@ -264,4 +266,28 @@ BOOST_AUTO_TEST_CASE(bn_buffer_average_is_the_mean_over_ranks) {
   }
   BOOST_TEST_MESSAGE("BN average: worst error " << worst << " of the float rounding allowed");
   BOOST_TEST(rt_test::all_ok(worst <= 1.0), "BN buffers are the mean over ranks: " << worst);
+}
+
+// In bf16 (activations and convolutions; fp32 weights, gradients and reduction) the weights
+// stay bitwise identical on every rank after every step, with per-rank and synchronized BN.
+BOOST_AUTO_TEST_CASE(bf16_weights_identical_across_ranks_after_every_step) {
+  comm::Communicator comm;
+  const int world = comm.size(), rank = comm.rank();
+  for (bool sync_bn : {false, true}) {
+    std::unique_ptr<ParallelReplica> replica;
+    try {
+      replica = std::make_unique<ParallelReplica>(comm, "fibernet", sync_bn, 1,
+                                                  backend::Precision::kBF16);
+    } catch (const InputError& e) {  // the same CPU on every rank: all skip together
+      BOOST_TEST_MESSAGE("bf16 skipped: " << e.what());
+      return;
+    }
+    bool identical = true;
+    for (int step = 0; step < kSteps; ++step) {
+      replica->step(step, rank, world, 0.05);
+      identical = identical && bitwise_equal_across_ranks(replica->weights());
+    }
+    BOOST_TEST(rt_test::all_ok(identical),
+               "bf16, sync BN " << sync_bn << ": weights bitwise identical on every rank");
+  }
 }

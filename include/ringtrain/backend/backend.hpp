@@ -23,6 +23,13 @@
 
 namespace ringtrain::backend {
 
+// What activations are stored in and convolutions multiply: fp32, or bf16 with fp32
+// accumulation (parameters, gradients, optimizer state and the loss stay fp32 either way).
+enum class Precision { kF32, kBF16 };
+// "fp32" or "bf16"; anything else throws InputError naming the value.
+Precision parse_precision(const std::string& text);
+const char* precision_name(Precision precision);
+
 // Sums n per-channel floats (host memory) across ranks in place; set for synchronized BN.
 using StatReducer = std::function<void(float* values, size_t n)>;
 
@@ -136,6 +143,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int threads() const = 0;
+  virtual Precision precision() const { return Precision::kF32; }
+  // The instruction set the library kernels run on ("avx512_core_amx", "avx512_core_bf16",
+  // ...), for the start line and the results file; "" where it means nothing (ref).
+  virtual std::string instruction_set() const { return ""; }
 
   // Plain memory on the device, uninitialised.
   virtual Tensor alloc(const Shape& shape, DType dtype = DType::kF32) = 0;
@@ -180,6 +191,11 @@ class Backend {
 // "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). The CPU backends
 // set the OpenMP thread count (omp_set_num_threads: it applies to the calling thread, so
 // create the backend on the thread that runs the model); nothing is printed.
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
+// bf16: cpu needs a CPU with AVX512-BF16 or AMX (InputError naming the ISA oneDNN found
+// otherwise: emulated bf16 would train slower than fp32); ref rounds every stored activation
+// to bf16 (round to nearest even) around its fp32 loops, the reference the cpu path is
+// checked against; cuda has no bf16 yet (InputError).
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads,
+                                      Precision precision = Precision::kF32);
 
 }  // namespace ringtrain::backend

@@ -15,6 +15,7 @@ struct RunInfo {
   int nodes = 1;
   std::vector<std::string> hosts;  // one per rank
   std::string backend, algorithm, precision, wire;
+  std::string instruction_set;  // what the backend's kernels ran on ("avx512_core_bf16")
   std::string model, dataset;
   double fusion_mib = 0, first_bucket_mib = 0;
   bool overlap = true;

@@ -3,6 +3,9 @@
 //
 // Activations take the layout oneDNN picks (format_tag::any); weights and gradients stay
 // plain for the optimizer and the fusion engine and are reordered at the op's edge.
+// In bf16 (Context::act) activations are stored in bf16 and the fp32 weights are reordered
+// into bf16 for each pass; weight and bias gradients come out in fp32 (oneDNN accumulates
+// in fp32), straight into their fusion buckets. Linear writes fp32 logits for the loss.
 #include "ops.hpp"
 
 namespace ringtrain::backend::cpu {
@@ -15,8 +18,8 @@ using ip_fwd = dnnl::inner_product_forward;
 using ip_bwd_data = dnnl::inner_product_backward_data;
 using ip_bwd_weights = dnnl::inner_product_backward_weights;
 
-memory::desc any_desc(const memory::dims& dims) {
-  return {dims, dt::f32, tag::any};
+memory::desc any_desc(const memory::dims& dims, dt type) {
+  return {dims, type, tag::any};
 }
 
 void check_same_shape(const Tensor& t, const Shape& want, const char* op, const char* what) {
@@ -105,9 +108,10 @@ class Conv : public ConvOp {
     p->y_shape = {x.dim(0), s_.out_channels, oh, ow};
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any) : memory::desc();
-    auto d = conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                            any_desc(to_dims(x.shape())), any_desc(weight_dims()), bias_md,
-                            any_desc(to_dims(p->y_shape)), strides(), pads(), pads());
+    auto d =
+        conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                       any_desc(to_dims(x.shape()), ctx_.act), any_desc(weight_dims(), ctx_.act),
+                       bias_md, any_desc(to_dims(p->y_shape), ctx_.act), strides(), pads(), pads());
     dnnl::primitive_attr attr;
     if (s_.fuse_relu) {
       dnnl::post_ops ops;
@@ -133,8 +137,8 @@ class Conv : public ConvOp {
 
   void build_backward_data(Plan& p) {
     auto d = conv_bwd_data::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
-                                 any_desc(weight_dims()), p.fwd_pd.dst_desc(), strides(), pads(),
-                                 pads());
+                                 any_desc(weight_dims(), ctx_.act), p.fwd_pd.dst_desc(), strides(),
+                                 pads(), pads());
     p.bwd_data_pd = dnnl_try("conv backward data", [&] {
       return conv_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
     });
@@ -145,7 +149,7 @@ class Conv : public ConvOp {
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::a) : memory::desc();
     auto d = conv_bwd_weights::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
-                                    any_desc(weight_dims()), bias_md, p.fwd_pd.dst_desc(),
+                                    any_desc(weight_dims(), dt::f32), bias_md, p.fwd_pd.dst_desc(),
                                     strides(), pads(), pads());
     p.bwd_weights_pd = dnnl_try("conv backward weights", [&] {
       return conv_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
@@ -180,8 +184,8 @@ class Linear : public LinearOp {
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     Plan& p = current("linear backward_data", dy);
     if (!p.bwd_data) {
-      auto d =
-          ip_bwd_data::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)), p.fwd_pd.dst_desc());
+      auto d = ip_bwd_data::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape), ctx_.act),
+                                 diff_dst_desc(p));
       p.bwd_data_pd = dnnl_try("linear backward data", [&] {
         return ip_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
       });
@@ -201,8 +205,8 @@ class Linear : public LinearOp {
     if (!p.bwd_weights) {
       memory::desc bias_md =
           s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a) : memory::desc();
-      auto d = ip_bwd_weights::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape)), bias_md,
-                                    p.fwd_pd.dst_desc());
+      auto d = ip_bwd_weights::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape), dt::f32),
+                                    bias_md, diff_dst_desc(p));
       p.bwd_weights_pd = dnnl_try("linear backward weights", [&] {
         return ip_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
       });
@@ -250,8 +254,8 @@ class Linear : public LinearOp {
     p->w_plain = plain_desc(p->w_shape);
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a) : memory::desc();
-    auto d = ip_fwd::desc(dnnl::prop_kind::forward_training, any_desc(to_dims(x.shape())),
-                          any_desc(to_dims(p->w_shape)), bias_md, plain_desc(p->y_shape));
+    auto d = ip_fwd::desc(dnnl::prop_kind::forward_training, any_desc(to_dims(x.shape()), ctx_.act),
+                          any_desc(to_dims(p->w_shape), ctx_.act), bias_md, plain_desc(p->y_shape));
     p->fwd_pd = dnnl_try("linear forward", [&] { return ip_fwd::primitive_desc(d, ctx_.engine); });
     p->fwd = ip_fwd(p->fwd_pd);
     plans_.push_back(std::move(p));
@@ -262,6 +266,13 @@ class Linear : public LinearOp {
     RT_CHECK(current_ != nullptr, op, " before forward");
     check_same_shape(dy, current_->y_shape, op, "dy");
     return *current_;
+  }
+
+  // The output is fp32 (logits for the loss); in bf16 its gradient goes back in bf16, the
+  // data type oneDNN's bf16 backward passes take.
+  memory::desc diff_dst_desc(const Plan& p) const {
+    if (ctx_.act == dt::f32) return p.fwd_pd.dst_desc();
+    return any_desc(to_dims(p.y_shape), ctx_.act);
   }
 
   const Context& ctx_;

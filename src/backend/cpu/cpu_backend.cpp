@@ -3,26 +3,84 @@
 #include <cmath>
 #include <cstring>
 
+#include "../factories.hpp"
 #include "../host_backend.hpp"
 #include "ops.hpp"
+#include "ringtrain/core/bf16.hpp"
 
 namespace ringtrain::backend {
 namespace cpu {
 namespace {
 
+// oneDNN's name of the instruction set its kernels dispatch to on this CPU.
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "unknown";
+  }
+}
+
+bool has_bf16_instructions(dnnl::cpu_isa isa) {
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
 class CpuBackend : public HostBackend {
  public:
-  explicit CpuBackend(int threads) : HostBackend(threads) {}
+  CpuBackend(int threads, Precision precision)
+      : HostBackend(threads), precision_(precision), isa_(dnnl::get_effective_cpu_isa()) {
+    // Without AVX512-BF16 or AMX oneDNN would emulate bf16 through fp32, slower than fp32
+    // itself: stop instead of training slowly in silence (README, "Mixed precision").
+    RT_REQUIRE_INPUT(precision != Precision::kBF16 || has_bf16_instructions(isa_),
+                     "train.precision = bf16 needs a CPU with AVX512-BF16 or AMX, but oneDNN "
+                     "runs on ",
+                     isa_name(isa_), " here; use train.precision = fp32 on this machine");
+    ctx_.act = precision == Precision::kBF16 ? dt::bf16 : dt::f32;
+  }
 
   std::string name() const override { return "cpu"; }
+  Precision precision() const override { return precision_; }
+  std::string instruction_set() const override { return isa_name(isa_); }
 
+  // fp32, or bf16 activations (plain; ops take them in whatever layout they come).
+  Tensor alloc(const Shape& shape, DType dtype) override {
+    if (dtype == DType::kF32) return HostBackend::alloc(shape, dtype);
+    size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+    return Tensor(shape, dtype, aligned_host_alloc(bytes), bytes);
+  }
+
+  // Into a plain tensor; a bf16 one takes the values rounded to nearest even.
   void upload(const float* host, Tensor& t) override {
     RT_CHECK(t.is_plain(), "upload into a tensor with a backend layout");
+    if (t.dtype() == DType::kBF16) {
+      auto* out = static_cast<uint16_t*>(t.raw());
+      for (int64_t i = 0, n = t.numel(); i < n; ++i) out[i] = float_to_bf16(host[i]);
+      return;
+    }
     std::memcpy(t.raw(), host, size_t(t.numel()) * sizeof(float));
   }
 
   void download(const Tensor& t, float* host) override {
-    if (t.is_plain()) {
+    if (t.is_plain() && t.dtype() == DType::kF32) {
       std::memcpy(host, t.raw(), size_t(t.numel()) * sizeof(float));
       return;
     }
@@ -46,6 +104,8 @@ class CpuBackend : public HostBackend {
   }
 
  private:
+  Precision precision_;
+  dnnl::cpu_isa isa_;
   Context ctx_;
   CachedReorder download_reorder_;
 };
@@ -53,8 +113,8 @@ class CpuBackend : public HostBackend {
 }  // namespace
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<cpu::CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
+  return std::make_unique<cpu::CpuBackend>(threads, precision);
 }
 
 }  // namespace ringtrain::backend

@@ -9,23 +9,26 @@ memory::dims to_dims(const Shape& shape) {
   return memory::dims(shape.begin(), shape.end());
 }
 
-memory::desc plain_desc(const Shape& shape) {
+dt to_dnnl(DType dtype) {
+  return dtype == DType::kBF16 ? dt::bf16 : dt::f32;
+}
+
+memory::desc plain_desc(const Shape& shape, dt type) {
   switch (shape.size()) {
     case 1:
-      return {to_dims(shape), dt::f32, tag::a};
+      return {to_dims(shape), type, tag::a};
     case 2:
-      return {to_dims(shape), dt::f32, tag::ab};
+      return {to_dims(shape), type, tag::ab};
     case 4:
-      return {to_dims(shape), dt::f32, tag::abcd};
+      return {to_dims(shape), type, tag::abcd};
     default:
       RT_CHECK(false, "tensor of rank ", shape.size(), " ", shape_str(shape), " unsupported");
   }
 }
 
 memory::desc desc_of(const Tensor& t) {
-  RT_CHECK(t.dtype() == DType::kF32, "cpu backend: ", dtype_name(t.dtype()), " not yet supported");
   if (t.layout()) return static_cast<const DnnlLayout&>(*t.layout()).md;
-  return plain_desc(t.shape());
+  return plain_desc(t.shape(), to_dnnl(t.dtype()));
 }
 
 memory mem_of(const Context& ctx, const Tensor& t) {
@@ -37,9 +40,12 @@ void ensure(Tensor& t, const Shape& shape, const memory::desc& md) {
   if (!t.empty() && t.shape() == shape && desc_of(t) == md) return;
   RT_CHECK(!t.is_view(), "cpu backend: a view of shape ", shape_str(t.shape()),
            " cannot take shape ", shape_str(shape), " or another layout");
-  bool plain = md == plain_desc(shape);
+  const DType dtype = md.data_type() == dt::bf16 ? DType::kBF16 : DType::kF32;
+  RT_CHECK(md.data_type() == dt::bf16 || md.data_type() == dt::f32,
+           "cpu backend: tensors are f32 or bf16, not oneDNN data type ", int(md.data_type()));
+  bool plain = md == plain_desc(shape, md.data_type());
   size_t bytes = md.get_size();
-  t = Tensor(shape, DType::kF32, aligned_host_alloc(bytes), bytes,
+  t = Tensor(shape, dtype, aligned_host_alloc(bytes), bytes,
              plain ? nullptr : std::make_shared<DnnlLayout>(md));
 }
 

@@ -16,11 +16,16 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// The engine and stream every op of one backend uses.
+// The engine and stream every op of one backend uses, and what activations are stored in
+// (f32, or bf16 for train.precision = bf16: weights are then multiplied in bf16 too, while
+// parameters, gradients and statistics stay f32).
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+  dt act = dt::f32;
 };
+
+dt to_dnnl(DType dtype);
 
 // oneDNN's description of a tensor's memory, attached to Tensors in blocked layouts.
 struct DnnlLayout : Layout {
@@ -40,7 +45,7 @@ auto dnnl_try(const char* what, F&& f) -> decltype(f()) {
 
 memory::dims to_dims(const Shape& shape);
 // Plain row-major desc of a shape: x, nc, nchw.
-memory::desc plain_desc(const Shape& shape);
+memory::desc plain_desc(const Shape& shape, dt type = dt::f32);
 // The tensor's desc: its layout, or plain.
 memory::desc desc_of(const Tensor& t);
 memory mem_of(const Context& ctx, const Tensor& t);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops.hpp"
+#include "ringtrain/core/bf16.hpp"
 
 namespace ringtrain::backend::cpu {
 namespace {
@@ -16,6 +17,21 @@ using relu_fwd = dnnl::eltwise_forward;
 using relu_bwd = dnnl::eltwise_backward;
 using pool_fwd = dnnl::pooling_forward;
 using pool_bwd = dnnl::pooling_backward;
+
+// Element i of fp32 or bf16 activations as a float, and written back (bf16: rounded to
+// nearest even), so the synchronized-BN walks below serve both precisions.
+inline float element(const float* p, int64_t i) {
+  return p[i];
+}
+inline float element(const uint16_t* p, int64_t i) {
+  return bf16_to_float(p[i]);
+}
+inline void set_element(float* p, int64_t i, float v) {
+  p[i] = v;
+}
+inline void set_element(uint16_t* p, int64_t i, float v) {
+  p[i] = float_to_bf16(v);
+}
 
 void ensure_vector(Tensor& t, int64_t n) {
   ensure(t, Shape{n}, plain_desc(Shape{n}));
@@ -149,14 +165,22 @@ class BatchNorm : public BatchNormOp {
   // Mean, then variance about it (two passes, so no cancellation), over every rank.
   void global_statistics(const Plan& p, const Tensor& x, Tensor& mean, Tensor& var,
                          const StatReducer& reducer) {
+    if (x.dtype() == DType::kBF16)
+      global_statistics_of(p, static_cast<const uint16_t*>(x.raw()), mean, var, reducer);
+    else
+      global_statistics_of(p, x.f32(), mean, var, reducer);
+  }
+
+  template <typename T>
+  void global_statistics_of(const Plan& p, const T* data, Tensor& mean, Tensor& var,
+                            const StatReducer& reducer) {
     ChannelWalk walk(p.x_md);
-    const float* data = x.f32();
     const int64_t C = s_.channels;
     sums_.assign(C + 1, 0.0f);
 #pragma omp parallel for
     for (int64_t c = 0; c < C; ++c) {
       double s = 0;
-      walk.channel(c, [&](int64_t off) { s += data[off]; });
+      walk.channel(c, [&](int64_t off) { s += element(data, off); });
       sums_[c] = float(s);
     }
     sums_[C] = float(walk.count());
@@ -168,7 +192,7 @@ class BatchNorm : public BatchNormOp {
     for (int64_t c = 0; c < C; ++c) {
       double s = 0;
       walk.channel(c, [&](int64_t off) {
-        double d = data[off] - m[c];
+        double d = element(data, off) - m[c];
         s += d * d;
       });
       sums_[c] = float(s);
@@ -190,15 +214,27 @@ class BatchNorm : public BatchNormOp {
     std::copy(dgamma.f32(), dgamma.f32() + C, sums_.begin());
     std::copy(dbeta.f32(), dbeta.f32() + C, sums_.begin() + C);
     reducer(sums_.data(), 2 * C);
+    if (x.dtype() == DType::kBF16)
+      subtract_statistics_terms(p, static_cast<const uint16_t*>(x.raw()),
+                                static_cast<uint16_t*>(dx.raw()), gamma, mean, var);
+    else
+      subtract_statistics_terms(p, x.f32(), dx.f32(), gamma, mean, var);
+  }
+
+  template <typename T>
+  void subtract_statistics_terms(const Plan& p, const T* xs, T* out, const Tensor& gamma,
+                                 const Tensor& mean, const Tensor& var) {
+    const int64_t C = s_.channels;
     ChannelWalk walk(p.x_md);
-    const float* xs = x.f32();
-    float* out = dx.f32();
 #pragma omp parallel for
     for (int64_t c = 0; c < C; ++c) {
       float inv_std = 1.0f / std::sqrt(var.f32()[c] + s_.eps);
       float k = gamma.f32()[c] * inv_std / global_count_;
       float mu = mean.f32()[c], sg = sums_[c], sb = sums_[C + c];
-      walk.channel(c, [&](int64_t off) { out[off] -= k * (sb + (xs[off] - mu) * inv_std * sg); });
+      walk.channel(c, [&](int64_t off) {
+        set_element(out, off,
+                    element(out, off) - k * (sb + (element(xs, off) - mu) * inv_std * sg));
+      });
     }
   }
 
@@ -322,7 +358,7 @@ class Pool : public PoolOp {
                     std::max<int64_t>(0, (ow - 1) * st + kw - x.dim(3) - pad)};
     auto alg = s_.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
                                          : dnnl::algorithm::pooling_avg_include_padding;
-    memory::desc y_any(to_dims(p->y_shape), dt::f32, tag::any);
+    memory::desc y_any(to_dims(p->y_shape), x_md.data_type(), tag::any);
     dnnl_try("pooling", [&] {
       p->train_pd = pool_fwd::primitive_desc(pool_fwd::desc(dnnl::prop_kind::forward_training, alg,
                                                             x_md, y_any, strides, kernel, pl, pr),

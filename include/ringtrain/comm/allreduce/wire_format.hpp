@@ -13,6 +13,8 @@
 #include <cstring>
 #include <string>
 
+#include "ringtrain/core/bf16.hpp"
+
 namespace ringtrain::comm::allreduce {
 
 enum class Wire { fp32, bf16, fp16 };
@@ -28,19 +30,8 @@ double wire_unit_roundoff(Wire wire);
 // The bound above for n ranks whose inputs' absolute values sum to abs_sum.
 double wire_error_bound(Wire wire, int n, double abs_sum);
 
-inline uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-inline float bf16_to_float(uint16_t half) {
-  const uint32_t bits = static_cast<uint32_t>(half) << 16;
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
+using ringtrain::bf16_to_float;  // core/bf16.hpp: one definition for every bf16 user
+using ringtrain::float_to_bf16;
 inline uint16_t float_to_fp16(float value) {
   const _Float16 half = static_cast<_Float16>(value);
   uint16_t bits;
