@@ -106,8 +106,17 @@ set +e; wait "$job"; code=$?; set -e
 [ "$code" = 0 ] || { cat "$work/term.log"; fail "exit $code after SIGTERM"; }
 grep -q "stopped by signal at step" "$work/term.log" || fail "no stop line: $(tail "$work/term.log")"
 step=$(sed -n 's/.*stopped by signal at step \([0-9]*\);.*/\1/p' "$work/term.log")
-"$PYTHON" -c "import h5py,sys; f=h5py.File(sys.argv[1],'r'); assert f.attrs['global_step']==$step; assert len(f['params'])>0" \
-  "$work/out/term.ckpt.h5" || fail "checkpoint at step $step unreadable"
+"$PYTHON" - "$work/out/term.ckpt.h5" "$work/out/whole.ckpt.h5" "$step" <<'PY' || fail "checkpoint at step $step unreadable"
+import sys, h5py
+term, whole, step = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r"), int(sys.argv[3])
+assert term.attrs["global_step"] == step, (term.attrs["global_step"], step)
+# The same model and optimizer: every dataset of the uninterrupted run's checkpoint, same shapes.
+def shapes(f):
+    out = {}
+    f.visititems(lambda n, o: out.__setitem__(n, o.shape) if isinstance(o, h5py.Dataset) else None)
+    return out
+assert shapes(term) == shapes(whole), (sorted(shapes(term)), sorted(shapes(whole)))
+PY
 ls "$work/out" | grep -q tmp && fail "temp file left: $(ls "$work/out")"
 run --output.name=term --train.epochs=30 --train.max_steps=$((step + 5)) --resume >"$work/term2.log" 2>&1 \
   || { cat "$work/term2.log"; fail "resume after SIGTERM"; }

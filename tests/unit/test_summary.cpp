@@ -71,12 +71,16 @@ BOOST_AUTO_TEST_CASE(one_rank_exposes_nothing) {
   t.phases["step"] = {0.5, 0.5};
   t.phases["allreduce_wait"] = {0.001, 0.001};
   io::CommRecords c;
-  add_bucket(c, 0, 1, 0.01, 0.0);
+  add_bucket(c, 0, 0, 0.3, 0.2);  // warm-up: must not count
+  add_bucket(c, 0, 1, 0.01, 0.004);
   io::Summary s = train::summarise(t, c, 1, 32);
+  // One timed step of 0.5 s for 32 images.
   BOOST_TEST(s.images_per_s == 64.0, boost::test_tools::tolerance(kTolerance));
   BOOST_TEST(s.exposed_comm_fraction == 0.0);
   BOOST_TEST(s.exposed_comm_fraction_last_rank == 0.0);
   BOOST_TEST(s.load_imbalance == 1.0);
+  // Step 1's 0.004 s of comm thread CPU over its 0.5 s step.
+  BOOST_TEST(s.comm_cpu_fraction == 0.004 / 0.5, boost::test_tools::tolerance(kTolerance));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
