@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fusion_timeline.sh — the Chrome-trace file of a 3-rank run parses as JSON (Python's json) and
-# holds every rank as a process, with compute and comm threads and each bucket's allreduce.
+# holds every rank as a process, with compute and comm threads and each bucket's allreduce: one
+# at a time per rank, the same buckets in the same order on every rank.
 set -u
 BIN=${BIN:-bin}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -31,7 +32,18 @@ for r in range(np):
         problems.append(f"rank {r}: bad allreduce spans {comm[:2]}")
     if not any(e["pid"] == r and e["cat"] == "enqueue" for e in spans): problems.append(f"rank {r}: no enqueue spans")
     if not any(e["pid"] == r and e["cat"] == "wait" for e in spans): problems.append(f"rank {r}: no wait spans")
-if any(e["ts"] < 0 or e["dur"] < 0 for e in spans): problems.append("negative ts or dur")
+if any(e["ts"] < 0 or e["dur"] <= 0 for e in spans): problems.append("a span with ts < 0 or no duration")
+# One comm thread reduces one bucket at a time, in the order every rank agreed: per rank its
+# allreduce spans follow one another (ts and dur are rounded to the ns), and every rank lists the
+# same buckets, sizes and tensor counts in the same order.
+order = {}
+for r in range(np):
+    comm = sorted((e for e in spans if e["pid"] == r and e["cat"] == "comm"), key=lambda e: e["ts"])
+    if any(b["ts"] < a["ts"] + a["dur"] - 0.002 for a, b in zip(comm, comm[1:])):
+        problems.append(f"rank {r}: allreduce spans overlap")
+    order[r] = [(e["name"], e["args"]["bytes"], e["args"]["tensors"]) for e in comm]
+for r in range(1, np):
+    if order[r] != order[0]: problems.append(f"rank {r} reduced {order[r]}, rank 0 {order[0]}")
 print(f"{path}: {len(spans)} spans from {len(names)} ranks")
 if problems:
     print("FAIL:", *problems, sep="\n  ")
