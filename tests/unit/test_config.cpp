@@ -107,10 +107,13 @@ BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
                                  "batch_per_rank = 8\n[comm]\nfusion_mib = -2\n");
   BOOST_TEST(error_of({"--deck", deck4}) ==
              deck4 + ":8: bad value '-2' for comm.fusion_mib (a positive number of MiB)");
-  // bf16 compute is not built: the deck must not get fp32 while its results file says bf16.
+  // fp32 and bf16 are built; anything else is refused, naming both.
   std::string good = write_deck("precision.deck", kGoodDeck);
-  BOOST_TEST(error_of({"--deck", good, "--train.precision=bf16"}) ==
-             "command line: bad value 'bf16' for train.precision (one of: fp32)");
+  BOOST_TEST(error_of({"--deck", good, "--train.precision=fp16"}) ==
+             "command line: bad value 'fp16' for train.precision (one of: fp32, bf16)");
+  BOOST_TEST(error_of({"--deck", good, "--train.precision=bf16"}) == "(no error)");
+  BOOST_TEST(error_of({"--deck", good, "--train.accumulate_steps=0"}) ==
+             "command line: bad value '0' for train.accumulate_steps (at least 1)");
   BOOST_TEST(error_of({"--deck", deck, "--train.lr=fast"}) ==
              "command line: bad value 'fast' for train.lr (expected a number)");
 }

@@ -31,12 +31,16 @@ const Tensor& rounded(Backend& be, const Tensor& t, Tensor& scratch) {
   return scratch;
 }
 
-class Bf16Conv : public ConvOp {
+// Convolution and linear take the same three calls. A convolution stores its output in bf16;
+// the linear layer writes fp32 outputs (the logits), as the cpu bf16 path does.
+template <typename Op>
+class Bf16Weighted : public Op {
  public:
-  Bf16Conv(Backend& be, std::unique_ptr<ConvOp> op) : be_(be), op_(std::move(op)) {}
+  Bf16Weighted(Backend& be, std::unique_ptr<Op> op, bool round_output)
+      : be_(be), op_(std::move(op)), round_output_(round_output) {}
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     op_->forward(rounded(be_, x, x_), rounded(be_, w, w_), bias, y);
-    round_in_place(y);
+    if (round_output_) round_in_place(y);
   }
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     op_->backward_data(rounded(be_, dy, dy_), rounded(be_, w, w_), dx);
@@ -48,28 +52,8 @@ class Bf16Conv : public ConvOp {
 
  private:
   Backend& be_;
-  std::unique_ptr<ConvOp> op_;
-  Tensor x_, w_, dy_;
-};
-
-// The linear layer writes fp32 outputs (the logits), as the cpu bf16 path does.
-class Bf16Linear : public LinearOp {
- public:
-  Bf16Linear(Backend& be, std::unique_ptr<LinearOp> op) : be_(be), op_(std::move(op)) {}
-  void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
-    op_->forward(rounded(be_, x, x_), rounded(be_, w, w_), bias, y);
-  }
-  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
-    op_->backward_data(rounded(be_, dy, dy_), rounded(be_, w, w_), dx);
-    round_in_place(dx);
-  }
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
-    op_->backward_weights(rounded(be_, x, x_), rounded(be_, dy, dy_), dw, dbias);
-  }
-
- private:
-  Backend& be_;
-  std::unique_ptr<LinearOp> op_;
+  std::unique_ptr<Op> op_;
+  bool round_output_;
   Tensor x_, w_, dy_;
 };
 
@@ -165,10 +149,10 @@ class Bf16Reference : public Backend {
   void synchronize() override { be_->synchronize(); }
 
   std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) override {
-    return std::make_unique<Bf16Conv>(*be_, be_->make_conv(s));
+    return std::make_unique<Bf16Weighted<ConvOp>>(*be_, be_->make_conv(s), true);
   }
   std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) override {
-    return std::make_unique<Bf16Linear>(*be_, be_->make_linear(s));
+    return std::make_unique<Bf16Weighted<LinearOp>>(*be_, be_->make_linear(s), false);
   }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) override {
     return std::make_unique<Bf16BatchNorm>(*be_, be_->make_batch_norm(s));
