@@ -179,7 +179,7 @@ void Trainer::build_model() {
                                                backend::cuda_device_count(), false);
     RT_REQUIRE_INPUT(precision == backend::Precision::kF32,
                      "train.precision = bf16: the cuda backend has no bf16 path yet; use "
-                     "train.precision = fp32 on GPUs");
+                     "train.backend = cpu or train.precision = fp32");  // as make_backend says
     backend_ = backend::make_cuda_backend(cuda);
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
