@@ -30,7 +30,10 @@
 # Settings (environment): ROUNDS (2), NPS ("1 2 4"), MODELS ("fibernet resnet18_cifar"),
 # OUT_DIR (output/bench), PEER (ddp, or none to skip PyTorch), FUSION_MIB and FIRST_BUCKET_MIB
 # (override the decks' comm.fusion_mib and comm.first_bucket_mib; DDP's bucket_cap_mb follows
-# FUSION_MIB), TIMELINE (1; 0 skips the timeline run), EXTRA (more ringtrain flags).
+# FUSION_MIB), TIMELINE (1; 0 skips the timeline run), EXTRA (more ringtrain flags),
+# PRECISION (fp32; bf16 runs ringtrain with train.precision=bf16 and DDP under
+# torch.autocast), BF16_MODELS ("resnet18_cifar": after the fp32 table, a bf16 table of these
+# models into $OUT_DIR/bf16, where the CPU has AVX512-BF16 or AMX; empty skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -41,6 +44,8 @@ MODELS=${MODELS:-fibernet resnet18_cifar}
 OUT_DIR=${OUT_DIR:-output/bench}
 PEER=${PEER:-ddp}
 EXTRA=${EXTRA:-}
+PRECISION=${PRECISION:-fp32}
+BF16_MODELS=${BF16_MODELS-resnet18_cifar}
 FUSION_MIB=${FUSION_MIB:-}
 FIRST_BUCKET_MIB=${FIRST_BUCKET_MIB:-}
 TIMELINE=${TIMELINE:-1}
@@ -72,7 +77,7 @@ model_settings() {
   steps=$(( 3 + window * windows ))
   batch=$(sed -n 's/^batch_per_rank *= *//p' "$deck" | head -1)
   bucket=${FUSION_MIB:-$(sed -n 's/^fusion_mib *= *//p' "$deck" | head -1)}
-  comm_flags=(--comm.fusion_mib="$bucket")
+  comm_flags=(--comm.fusion_mib="$bucket" --train.precision="$PRECISION")
   [ -n "$FIRST_BUCKET_MIB" ] && comm_flags+=(--comm.first_bucket_mib="$FIRST_BUCKET_MIB")
   return 0
 }
@@ -176,6 +181,7 @@ run_ddp() {  # model np round
   out=$("$PYTHON" tools/bench_scaling_torch.py --ranks "$2" --model "$1" --input "$input" \
           --classes "$classes" --batch "$batch" --threads 1 --bucket-mib "$bucket" \
           --warmup 3 --window "$window" --windows "$windows" --probe-steps "$probes" \
+          --precision "$PRECISION" \
           2>"$OUT_DIR/ddp.err") \
     || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP failed: $OUT_DIR/ddp.err"; }
   load_since
@@ -187,7 +193,7 @@ mkdir -p "$OUT_DIR"
 RAW="$OUT_DIR/scaling-raw.jsonl"
 : >"$RAW"
 make_data
-echo "bench-scaling: $MODELS; ranks ${NPS// /, } x 1 thread; $ROUNDS round(s); peer $PEER;" \
+echo "bench-scaling: $MODELS in $PRECISION; ranks ${NPS// /, } x 1 thread; $ROUNDS round(s); peer $PEER;" \
      "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 start=$(date +%s)
 for round in $(seq 1 "$ROUNDS"); do
@@ -212,4 +218,14 @@ if [ "$TIMELINE" = 1 ] && [[ " $MODELS " == *" fibernet "* ]]; then
     --train.log_interval="$steps" "${comm_flags[@]}" --output.dir="$dir" \
     --output.name=fibernet-np2-timeline --output.timeline=true >"$dir/fibernet-np2-timeline.log" 2>&1 \
     && "$PYTHON" tools/bench_scaling_report.py timeline "$dir/fibernet-np2-timeline.trace.json"
+fi
+# The bf16 table: the same benchmark again, in bf16, for BF16_MODELS.
+if [ "$PRECISION" = fp32 ] && [ -n "$BF16_MODELS" ]; then
+  if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+    echo
+    PRECISION=bf16 BF16_MODELS= MODELS="$BF16_MODELS" OUT_DIR="$OUT_DIR/bf16" TIMELINE=0 \
+      tools/bench-scaling.sh
+  else
+    echo "bench-scaling: no bf16 table: this CPU has neither AVX512-BF16 nor AMX"
+  fi
 fi

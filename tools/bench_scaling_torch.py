@@ -102,7 +102,8 @@ def worker(rank, a, port, results):
     def step(k, sync=True):
         x, y = batches[k % len(batches)]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = loss_fn(model(x), y)
         t0 = time.perf_counter()
         if sync:
             loss.backward()
@@ -178,6 +179,8 @@ def main():
     p.add_argument("--windows", type=int, default=6)
     p.add_argument("--probe-steps", type=int, default=3,
                    help="instrumented steps for the exposed communication")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: forward and loss under torch.autocast (CPU mixed precision)")
     a = p.parse_args()
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
@@ -188,6 +191,7 @@ def main():
     rates = [global_batch * a.window / s for s in window_s]
     print(json.dumps({
         "system": "pytorch-ddp", "model": a.model, "ranks": a.ranks, "overlap": True,
+        "precision": a.precision,
         "batch_per_rank": a.batch, "threads": a.threads, "bucket_mib": a.bucket_mib,
         "buckets": buckets, "img_s": round(statistics.median(rates), 3),
         "windows": [round(r, 3) for r in rates],

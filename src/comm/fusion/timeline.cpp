@@ -2,14 +2,9 @@
 #include "ringtrain/comm/fusion/timeline.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <limits>
 
-#include "ringtrain/build_config.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm::fusion {
