@@ -59,6 +59,14 @@ Tensor activation(Backend& be, const Shape& shape, uint64_t seed, float lo = -1,
 }
 
 // Compares what `run` computed on the three backends: outputs[i][k] is output k of backend i.
+// Outputs the cpu path stores in bf16 must hold bf16 values (an fp32 path would not).
+void expect_bf16_values(const std::string& what, Backend& be, const Tensor& t) {
+  std::vector<float> v = to_host(be, t);
+  size_t off = 0;
+  for (float x : v) off += round_to_bf16(x) != x;
+  BOOST_TEST(off == 0u, what << ": " << off << " of " << v.size() << " values are not bf16");
+}
+
 // Outputs named in `masked` are compared with the bf16 reference only: a ReLU mask can flip
 // where rounding the inputs moves a sum across zero (a = 0.50001, b = -0.5), so such a
 // gradient differs from fp32's by whole values at those elements, by design.
@@ -66,6 +74,12 @@ void compare(const std::string& op, Trio& t, const std::vector<std::string>& nam
              const std::vector<std::vector<Tensor>>& outputs,
              const std::vector<std::string>& masked = {}) {
   for (size_t k = 0; k < names.size(); ++k) {
+    // Activations and their gradients are stored in bf16; weight gradients, statistics and
+    // the linear layer's fp32 logits ("y" of linear) are not.
+    const std::string& n = names[k];
+    const bool stored_bf16 =
+        (n == "y" && op != "linear") || n == "dx" || n == "sum" || n == "y (inference)";
+    if (stored_bf16) expect_bf16_values(op + " " + n + " stored in bf16", *t.be[0], outputs[0][k]);
     expect_close(op + " " + names[k] + " vs bf16 ref", *t.be[0], outputs[0][k], *t.be[1],
                  outputs[1][k], kVsBf16Reference);
     if (std::find(masked.begin(), masked.end(), names[k]) != masked.end()) continue;
