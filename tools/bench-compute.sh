@@ -3,9 +3,11 @@
 # batches, threads, loss and precision, measured interleaved in one run (this machine is
 # shared: alternating the two spreads other people's load evenly). bf16 rows run PyTorch
 # under torch.autocast("cpu", dtype=torch.bfloat16). Each row also gives the GFLOP/s reached
-# against this machine's own limit in that precision and thread count, a large oneDNN matmul
-# timed in the same round. Prints a table of medians and ratios and writes the rows to
-# output/bench/compute.jsonl.
+# against this machine's own limit in that precision and thread count (the faster of a large
+# oneDNN matmul and a wide oneDNN 3x3 convolution, timed in the same round), and the ceiling:
+# the ratio to PyTorch that a model running entirely at that limit would reach, so a ratio
+# target above the ceiling is out of reach on this CPU whatever the code does. Prints a table
+# of medians and ratios and writes the rows to output/bench/compute.jsonl.
 #
 #   make bench-compute                       (PYTHON=... BIN=bin tools/bench-compute.sh)
 #   ROUNDS=5 CONFIGS="cnn_small:64:2:bf16" tools/bench-compute.sh
@@ -83,7 +85,7 @@ for line in open(raw_path):
         rows[key]["isa"] = r.get("isa", "")
 head = (f"{'model':<16} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
         f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
-        f"{'%peak':>5} | {'other cores':>11}")
+        f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
 print(f"CPU: {cpu}")
 print(head)
 print("-" * len(head))
@@ -97,6 +99,7 @@ with open(out_path, "w") as out:
         vs_fp32 = rt / own if own and prec != "fp32" else None
         peak = statistics.median(peaks[(threads, prec)])
         gflops = rt * v["gflop"]
+        ceiling = peak / (pt * v["gflop"])  # the best ratio any code could reach at the peak
         other = statistics.mean(v["other"])
         busy = other > 0.5
         row = {"model": model, "batch": batch, "threads": threads, "precision": prec,
@@ -105,16 +108,18 @@ with open(out_path, "w") as out:
                "ratio": round(rt / pt, 3),
                "vs_own_fp32": round(vs_fp32, 3) if vs_fp32 else None,
                "gflops": round(gflops, 2), "peak_gflops": round(peak, 2),
-               "fraction_of_peak": round(gflops / peak, 3),
+               "fraction_of_peak": round(gflops / peak, 3), "ratio_ceiling": round(ceiling, 3),
                "windows": len(v["ringtrain"]), "other_cores": round(other, 2), "busy": busy}
         out.write(json.dumps(row) + "\n")
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         print(f"{model:<16} {batch:>5} {threads:>3} {prec:>4} | {rt:>15.1f} {pt:>13.1f} "
               f"{rt / pt:>5.2f}x | {vs} | {gflops:>7.1f} {peak:>6.0f} {100 * gflops / peak:>4.0f}% "
-              f"| {other:>10.2f}{' busy' if busy else ''}")
+              f"{ceiling:>6.2f}x | {other:>10.2f}{' busy' if busy else ''}")
 isas = sorted({v["isa"] for v in rows.values() if v["isa"]})
-print(f"medians over every timed window; oneDNN ran on {', '.join(isas)}; peak = a 2048^3 "
-      f"oneDNN matmul in the row's precision and threads, same rounds; 'vs fp32' = ringtrain "
-      f"bf16 / ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
+print(f"medians over every timed window; oneDNN ran on {', '.join(isas)}; peak = the faster "
+      f"of a 2048^3 oneDNN matmul and a 64-channel 3x3 oneDNN convolution (32x32, batch 64) in "
+      f"the row's precision and threads, same rounds; ceiling = peak / PyTorch's GFLOP/s, the "
+      f"highest ratio any implementation could reach here; 'vs fp32' = ringtrain bf16 / "
+      f"ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
       f"rows in {out_path}")
 PY

@@ -3,7 +3,7 @@
 //
 //   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
 //                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5] [--precision bf16]
-//   rt-bench-compute --peak --threads 2 --precision bf16   (a large matmul: the machine's limit)
+//   rt-bench-compute --peak --threads 2 --precision bf16   (a matmul and a conv: the machine's limit)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <sys/resource.h>
 
@@ -74,7 +74,9 @@ int run(int argc, char** argv) {
       "windows", po::value(&windows)->default_value(5), "timed windows")(
       "steps", po::value(&steps)->default_value(5), "steps per window")(
       "precision", po::value(&precision_text)->default_value("fp32"), "fp32 or bf16")(
-      "peak", "time a 2048^3 matmul in this precision instead of a model");
+      "peak",
+      "time a 2048^3 matmul and a 64-channel 3x3 convolution in this precision instead of a "
+      "model (gflops: the faster)");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, opts), vm);
   po::notify(vm);
@@ -86,8 +88,12 @@ int run(int argc, char** argv) {
                    "--batch, --windows and --steps must be > 0 and --warmup >= 0");
   if (vm.count("peak")) {
     const auto precision = backend::parse_precision(precision_text);
-    std::printf("{\"tool\":\"peak\",\"threads\":%d,\"precision\":\"%s\",\"gflops\":%.2f}\n",
-                threads, precision_text.c_str(), backend::matmul_peak_gflops(precision, threads));
+    const double matmul = backend::matmul_peak_gflops(precision, threads);
+    const double conv = backend::conv_peak_gflops(precision, threads);
+    std::printf(
+        "{\"tool\":\"peak\",\"threads\":%d,\"precision\":\"%s\",\"gflops\":%.2f,"
+        "\"matmul_gflops\":%.2f,\"conv_gflops\":%.2f}\n",
+        threads, precision_text.c_str(), std::max(matmul, conv), matmul, conv);
     return 0;
   }
   if (input_text.empty()) input_text = model_name == "cnn_small" ? "1x28x28" : "3x32x32";
