@@ -3,7 +3,8 @@
 //
 //   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
 //                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5] [--precision bf16]
-//   rt-bench-compute --peak --threads 2 --precision bf16   (a matmul and a conv: the machine's limit)
+//   rt-bench-compute --peak --threads 2 --precision bf16   (a matmul and a conv: the machine's
+//   limit)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <sys/resource.h>
 

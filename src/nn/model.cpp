@@ -101,4 +101,25 @@ void Model::load(const h5::Group& group) {
   for (const NamedBuffer& b : buffers_) load_tensor(be_, group, name_, b.name, *b.tensor);
 }
 
+std::vector<float> Model::buffer_values() {
+  std::vector<float> values;
+  for (const NamedBuffer& b : buffers_) {
+    size_t at = values.size();
+    values.resize(at + size_t(b.tensor->numel()));
+    be_.download(*b.tensor, values.data() + at);
+  }
+  return values;
+}
+
+void Model::set_buffer_values(const std::vector<float>& values) {
+  size_t at = 0;
+  for (const NamedBuffer& b : buffers_) {
+    RT_CHECK(at + size_t(b.tensor->numel()) <= values.size(), "model ", name_, ": ", values.size(),
+             " buffer values for more buffers");
+    be_.upload(values.data() + at, *b.tensor);
+    at += size_t(b.tensor->numel());
+  }
+  RT_CHECK(at == values.size(), "model ", name_, ": ", values.size(), " buffer values for ", at);
+}
+
 }  // namespace ringtrain::nn

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <ctime>
+
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/stop_signals.hpp"
 #include "ringtrain/io/h5.hpp"
@@ -13,10 +15,18 @@ namespace {
 constexpr const char* kFormat = "ringtrain-checkpoint";
 constexpr int32_t kVersion = 1;
 
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
 }  // namespace
 
-CheckpointState::CheckpointState(const Config& config, const comm::Communicator& comm)
-    : config_(config), comm_(comm) {}
+CheckpointState::CheckpointState(const Config& config, const comm::Communicator& comm,
+                                 int batch_per_rank)
+    : config_(config), comm_(comm), batch_per_rank_(batch_per_rank) {}
 
 bool CheckpointState::due(int64_t global_step) const {
   return config_.train.checkpoint_every > 0 && global_step % config_.train.checkpoint_every == 0;
@@ -26,31 +36,80 @@ bool CheckpointState::stop_requested() const {
   return !comm_.all_ok(StopSignals::stop_signal() == 0);
 }
 
+void CheckpointState::remove_stale_temp_files() const {
+  if (comm_.rank() != 0) return;
+  for (const std::string& path : {config_.checkpoint_path(), config_.results_path()})
+    for (const std::string& removed : h5::remove_stale_temp_files(path))
+      log::info(str("removed ", removed, ", left by a run that died while writing it"));
+}
+
 void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const {
   const std::string path = config_.checkpoint_path();
+  // Every rank's BN running statistics (they differ between ranks until an epoch's end).
+  std::vector<float> mine = model.buffer_values();
+  std::vector<double> all = comm_.gather_to_root(std::vector<double>(mine.begin(), mine.end()));
   if (comm_.rank() == 0) {
     h5::AtomicFile out(path);
-    out.root().set_attr("format", kFormat);
-    out.root().set_attr("format_version", kVersion);
-    out.root().set_attr("global_step", global_step);
-    out.root().set_attr("model", model.name());
-    out.root().set_attr("world_size", int32_t(comm_.size()));
-    out.root().write_string("deck", config_.effective_deck);
-    h5::Group params = out.root().create_group("params");
-    model.save(params);
-    h5::Group optimizer = out.root().create_group("optimizer");
-    sgd.save(optimizer);
+    h5::Group& root = out.root();
+    root.set_attr("format", kFormat);
+    root.set_attr("format_version", kVersion);
+    root.set_attr("global_step", global_step);
+    root.set_attr("model", model.name());
+    root.set_attr("world_size", int32_t(comm_.size()));
+    root.set_attr("batch_per_rank", int32_t(batch_per_rank_));
+    root.set_attr("accumulate_steps", int32_t(config_.train.accumulate_steps));
+    root.set_attr("seed", int64_t(config_.train.seed));
+    root.set_attr("written_at", utc_now());
+    root.write_string("deck", config_.effective_deck);
+    {
+      h5::Group params = root.create_group("params");
+      model.save(params);
+      h5::Group optimizer = root.create_group("optimizer");
+      sgd.save(optimizer);
+    }
+    if (!mine.empty()) {
+      std::vector<float> rows(all.begin(), all.end());
+      root.write("rank_buffers", h5::Dims{hsize_t(comm_.size()), hsize_t(mine.size())}, rows.data())
+          .set_attr("description",
+                    "every rank's model buffers (BN running statistics), a row a rank");
+    }
     out.commit();
     log::info(str("checkpoint: step ", global_step, " -> ", path));
   }
   comm_.barrier();
 }
 
+namespace {
+
+// One warning line for each setting that differs from the checkpoint's: the run resumes,
+// but not as the same run (the data order depends on world size, batch and seed).
+void warn_on_changes(const h5::Group& root, const std::string& path, int world_size,
+                     int batch_per_rank, const Config& config) {
+  auto differs = [&](const char* what, int64_t then, int64_t now) {
+    if (then != now && log::is_root())
+      log::warn(str("--resume: ", path, " was written with ", what, " ", then, ", this run has ",
+                    now, ": the run goes on, but not as the interrupted run would have"));
+  };
+  differs("world size", root.attr<int32_t>("world_size"), world_size);
+  if (root.has_attr("batch_per_rank"))
+    differs("batch per rank", root.attr<int32_t>("batch_per_rank"), batch_per_rank);
+  if (root.has_attr("accumulate_steps"))
+    differs("accumulate_steps", root.attr<int32_t>("accumulate_steps"),
+            config.train.accumulate_steps);
+  if (root.has_attr("seed")) differs("seed", root.attr<int64_t>("seed"), config.train.seed);
+}
+
+}  // namespace
+
 ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd) const {
   const std::string path = config_.checkpoint_path();
   if (access(path.c_str(), R_OK) != 0)
     throw InputError(
         str("--resume: no checkpoint at ", path, " (run without --resume to start afresh)"));
+  if (!h5::is_hdf5(path))
+    throw InputError(str("--resume: ", path,
+                         " is not an HDF5 file (damaged or not a checkpoint): move it away to "
+                         "start afresh"));
   h5::File file = h5::File::open_read(path);
   const h5::Group& root = file.root();
   if (!root.has_attr("format") || root.attr_string("format") != kFormat)
@@ -61,9 +120,21 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd) const {
   if (root.attr_string("model") != model.name())
     throw InputError(str(path, ": checkpoint of model ", root.attr_string("model"),
                          ", the deck trains ", model.name()));
+  const int64_t step = root.attr<int64_t>("global_step");
+  const int world = root.attr<int32_t>("world_size");
+  log::info(str(
+      "--resume: ", path, ": step ", step, " of ", model.name(), ", written by ", world, " rank(s)",
+      root.has_attr("written_at") ? " at " + root.attr_string("written_at") : std::string()));
+  warn_on_changes(root, path, comm_.size(), batch_per_rank_, config_);
   model.load(root.open_group("params"));
   sgd.load(root.open_group("optimizer"));
-  return ResumePoint{root.attr<int64_t>("global_step")};
+  if (world == comm_.size() && root.exists("rank_buffers")) {
+    const std::vector<float> rows = root.open_dataset("rank_buffers").read_all<float>();
+    const size_t n = rows.size() / size_t(world);
+    const auto row = rows.begin() + std::ptrdiff_t(n * size_t(comm_.rank()));
+    model.set_buffer_values(std::vector<float>(row, row + std::ptrdiff_t(n)));
+  }
+  return ResumePoint{step};
 }
 
 }  // namespace ringtrain::train

@@ -119,7 +119,8 @@ void Trainer::set_up() {
   agree(comm_, [&] { build_model(); });
   agree(comm_, [&] { build_comm(); });  // a schedule mismatch throws on every rank alike
   agree(comm_, [&] { build_optimizer(); });
-  checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_);
+  checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_, batch_per_rank_);
+  checkpoint_->remove_stale_temp_files();
   if (cfg_.resume) {
     agree(comm_, [&] {
       ResumePoint at = checkpoint_->load(*model_, *sgd_);
@@ -367,7 +368,9 @@ void Trainer::train_epoch(int epoch) {
   }
   double seconds = epoch_clock.seconds();
   Sums total = reduce(epoch_sums);
-  parallel_->average_bn_buffers();
+  // Only a whole epoch averages the BN statistics: a run stopped inside one (max_steps, a
+  // signal) checkpoints every rank's own, so its resume goes on as if never stopped.
+  if (step == steps_per_epoch_) parallel_->average_bn_buffers();
   Sums eval;
   if (eval_loader_) eval = reduce(evaluate(*eval_loader_));
   io::EpochRow row;

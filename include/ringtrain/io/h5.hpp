@@ -231,6 +231,10 @@ class File {
   static File create(const std::string& path);  // truncates
   static File open_read(const std::string& path);
   static File open_write(const std::string& path);
+  // A file that lives in memory only (the core driver without a backing store); name is what
+  // errors call it. image() returns its bytes.
+  static File create_in_memory(const std::string& name);
+  std::vector<char> image();
 
   Group& root() { return root_; }
   const Group& root() const { return root_; }
@@ -246,8 +250,14 @@ class File {
   std::string name_;
 };
 
-// Writes final_path atomically: everything goes to a temp file beside it, and only
-// commit() renames it into place. Destroyed without commit, the temp file is removed.
+// Writes final_path atomically and durably. The file is built in memory (HDF5's core
+// driver); commit() writes its image to a temp file beside final_path, fsyncs it, renames it
+// into place and fsyncs the directory. So a kill at any instant leaves either the previous
+// file or the whole new one under final_path, and a full disk is an error from our own
+// write(2), naming the file, with the previous file kept (HDF5 itself never meets the full
+// disk: a failed H5Fclose there leaves the library in a state that crashes at exit).
+// Destroyed without commit, nothing is written. Objects of the file may still be open at
+// commit(): the image is taken after a flush.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& final_path);
@@ -261,10 +271,14 @@ class AtomicFile {
 
  private:
   std::string final_path_;
-  std::string temp_path_;
   std::unique_ptr<File> file_;
-  bool committed_ = false;
 };
+
+// The temp file AtomicFile writes for final_path in this process: final_path.tmp-PID.
+std::string temp_path_for(const std::string& final_path);
+// Removes final_path.tmp-PID files left by processes of this host that no longer run (a run
+// killed while writing); returns the paths removed.
+std::vector<std::string> remove_stale_temp_files(const std::string& final_path);
 
 // Throws InputError naming dir unless a file can be created in it (creating it if needed).
 void require_writable_dir(const std::string& dir, const std::string& what);

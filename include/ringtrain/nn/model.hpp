@@ -67,6 +67,10 @@ class Model {
   void save(h5::Group& group);
   // Reads what save() wrote; a missing tensor or a shape mismatch names the file and tensor.
   void load(const h5::Group& group);
+  // Every buffer's values, in buffers() order, one after another (each rank's BN running
+  // statistics differ: checkpoints keep them all, so a resume is bitwise).
+  std::vector<float> buffer_values();
+  void set_buffer_values(const std::vector<float>& values);
 
  private:
   std::string name_;

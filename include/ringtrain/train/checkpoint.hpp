@@ -1,9 +1,11 @@
 // checkpoint.hpp — periodic and signal-triggered checkpoints, and resuming from them.
 //
-// A checkpoint is one HDF5 file, written atomically by rank 0: /params (weights and BN
-// statistics), /optimizer (momentum buffers, step count), and the global step as an
-// attribute. The data position needs nothing more: the loader's order is a pure function
-// of (seed, epoch), so step g is batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1.
+// A checkpoint is one HDF5 file, written atomically and durably by rank 0 (h5::AtomicFile):
+// /params (weights and rank 0's BN statistics), /optimizer (momentum buffers, step count),
+// /rank_buffers (every rank's BN statistics), and as attributes the global step and what
+// the run was (world size, batch per rank, accumulation, seed), which --resume compares. The data
+// position needs nothing more: the loader's order is a pure function of (seed, epoch), so step g is
+// batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1.
 #pragma once
 
 #include <cstdint>
@@ -21,21 +23,27 @@ struct ResumePoint {
 
 class CheckpointState {
  public:
-  CheckpointState(const Config& config, const comm::Communicator& comm);
+  CheckpointState(const Config& config, const comm::Communicator& comm, int batch_per_rank);
+
+  // Rank 0 removes temp files of the checkpoint and results file left by dead runs.
+  void remove_stale_temp_files() const;
 
   // True when train.checkpoint_every says step is due.
   bool due(int64_t global_step) const;
   // Collective: true on every rank when any rank has received a stop signal
   // (core/stop_signals.hpp: SIGTERM, SIGUSR1 or SIGINT).
   bool stop_requested() const;
-  // Collective: rank 0 writes the checkpoint atomically.
+  // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics.
   void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const;
-  // Every rank reads the checkpoint; errors name the file and say how to start afresh.
+  // Every rank reads the checkpoint (its own BN statistics when the world size is the
+  // same); errors name the file and say how to start afresh; settings that differ from the
+  // checkpoint's are warned about.
   ResumePoint load(nn::Model& model, nn::Sgd& sgd) const;
 
  private:
   const Config& config_;
   const comm::Communicator& comm_;
+  int batch_per_rank_;
 };
 
 }  // namespace ringtrain::train

@@ -40,7 +40,9 @@ double median_gflops(double flop, int repeats, Run&& run) {
   return rates[rates.size() / 2];
 }
 
-dt input_type(Precision precision) { return precision == Precision::kBF16 ? dt::bf16 : dt::f32; }
+dt input_type(Precision precision) {
+  return precision == Precision::kBF16 ? dt::bf16 : dt::f32;
+}
 
 }  // namespace
 
@@ -74,9 +76,8 @@ double conv_peak_gflops(Precision precision, int threads, int repeats) {
   auto d = dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                            dnnl::algorithm::convolution_direct, x_any, w_any,
                                            memory::desc(), x_any, {1, 1}, {1, 1}, {1, 1});
-  auto pd = cpu::dnnl_try("convolution peak", [&] {
-    return dnnl::convolution_forward::primitive_desc(d, ctx.engine);
-  });
+  auto pd = cpu::dnnl_try("convolution peak",
+                          [&] { return dnnl::convolution_forward::primitive_desc(d, ctx.engine); });
   dnnl::convolution_forward prim(pd);
   memory x = zeroed(pd.src_desc(), ctx), w = zeroed(pd.weights_desc(), ctx);
   memory y(pd.dst_desc(), ctx.engine);
