@@ -138,16 +138,19 @@ void Communicator::find_cpu_share() {
 }
 
 void Communicator::barrier() const {
+  WatchedCollective watched(watch_);
   MPI_CHECK(MPI_Barrier(world_.get()));
 }
 
 bool Communicator::all_ok(bool mine) const {
+  WatchedCollective watched(watch_);
   int ok = mine ? 1 : 0, all = 0;
   MPI_CHECK(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, world_.get()));
   return all == 1;
 }
 
 void Communicator::allreduce_sum(double* values, size_t n) const {
+  WatchedCollective watched(watch_);
   for (size_t done = 0; done < n; done += kMaxMpiPiece) {
     const int piece = static_cast<int>(std::min(kMaxMpiPiece, n - done));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values + done, piece, MPI_DOUBLE, MPI_SUM, world_.get()));
@@ -155,6 +158,7 @@ void Communicator::allreduce_sum(double* values, size_t n) const {
 }
 
 std::vector<double> Communicator::gather_to_root(const std::vector<double>& mine) const {
+  WatchedCollective watched(watch_);
   long long range[2] = {static_cast<long long>(mine.size()), -static_cast<long long>(mine.size())};
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_LONG_LONG, MPI_MAX, world_.get()));
   if (range[0] != -range[1])
@@ -169,6 +173,7 @@ std::vector<double> Communicator::gather_to_root(const std::vector<double>& mine
 }
 
 std::vector<std::string> Communicator::gather_strings_to_root(const std::string& mine) const {
+  WatchedCollective watched(watch_);
   RT_CHECK(mine.size() <= static_cast<size_t>(INT_MAX), "gather_strings_to_root: string of ",
            mine.size(), " bytes is too long");
   const int length = static_cast<int>(mine.size());
@@ -190,6 +195,7 @@ std::vector<std::string> Communicator::gather_strings_to_root(const std::string&
 }
 
 void Communicator::broadcast(std::vector<uint8_t>& bytes, int root) const {
+  WatchedCollective watched(watch_);
   RT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of ", size_);
   broadcast_bytes(world_.get(), bytes, root);
 }

@@ -30,7 +30,28 @@ const FaultPlan& plan() {
   return p;
 }
 
+struct StopPlan {
+  std::string name;  // empty: none asked for
+  long rank = -1;
+  StopPlan() {
+    const char* env = std::getenv("RINGTRAIN_STOP_AT");
+    if (!env || !*env) return;
+    name = env;
+    if (size_t sep = name.find('@'); sep != std::string::npos) {
+      rank = std::strtol(name.c_str() + sep + 1, nullptr, 10);
+      name.resize(sep);
+    }
+  }
+};
+
 }  // namespace
+
+void fault_point_for_rank(const char* name, int rank) {
+  static const StopPlan p;
+  if (p.name.empty() || p.name != name || p.rank != rank) return;
+  static std::atomic<bool> stopped{false};
+  if (!stopped.exchange(true)) raise(SIGSTOP);
+}
 
 void fault_point(const char* name) {
   const FaultPlan& p = plan();

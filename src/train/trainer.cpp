@@ -17,6 +17,7 @@
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/comm/fusion/timeline.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/fault.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/loader.hpp"
@@ -28,6 +29,7 @@
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
+#include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
 
 namespace ringtrain::train {
@@ -74,6 +76,7 @@ class Trainer {
   Sums evaluate(data::Loader& loader, bool confusion = false);
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
+  void enter_phase(Phase phase);
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
 
@@ -88,6 +91,15 @@ class Trainer {
   std::unique_ptr<comm::allreduce::Allreducer> grad_reducer_, stat_reducer_;
   std::unique_ptr<comm::fusion::Timeline> timeline_;
   std::unique_ptr<DataParallel> parallel_;
+  // The job's one stall watchdog (the fusion engine's), told of every collective; the
+  // registration with the communicator ends before the engine goes.
+  comm::StallWatch* watch_ = nullptr;
+  struct WatchRegistration {
+    const comm::Communicator* comm = nullptr;
+    ~WatchRegistration() {
+      if (comm) comm->set_stall_watch(nullptr);
+    }
+  } watch_registration_;
   std::unique_ptr<nn::Sgd> sgd_;
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<CheckpointState> checkpoint_;
@@ -214,7 +226,11 @@ void Trainer::build_comm() {
   stat_reducer_ = comm::allreduce::make_allreducer(comm_, comm::allreduce::Algorithm::mpi,
                                                    comm::allreduce::AllreduceOptions{});
   if (cfg_.comm.sync_bn && comm_.size() > 1)
-    model_->set_stat_reducer([this](float* v, size_t n) { stat_reducer_->sum(v, n); });
+    model_->set_stat_reducer([this](float* v, size_t n) {
+      enter_phase(Phase::kSyncBatchNorm);
+      comm::WatchedCollective watched(watch_);
+      stat_reducer_->sum(v, n);
+    });
 
   comm::fusion::FusionOptions fusion;
   fusion.fusion_mib = cfg_.comm.fusion_mib;
@@ -225,6 +241,9 @@ void Trainer::build_comm() {
   parallel_ =
       std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_, *stat_reducer_,
                                      fusion, timeline_.get(), accumulate_steps_);
+  watch_ = parallel_->engine().stall_watch();
+  comm_.set_stall_watch(watch_);
+  watch_registration_.comm = &comm_;
 }
 
 void Trainer::build_optimizer() {
@@ -363,16 +382,29 @@ void Trainer::train_epoch(int epoch) {
       interval = Sums{};
       interval_first = phases_.steps();
     }
-    if (checkpoint_->due(global_step_)) checkpoint_->save(*model_, *sgd_, global_step_);
+    if (checkpoint_->due(global_step_)) {
+      enter_phase(Phase::kCheckpoint);
+      checkpoint_->save(*model_, *sgd_, global_step_);
+    }
+    enter_phase(Phase::kStopCheck);
     stop_ = checkpoint_->stop_requested();
   }
   double seconds = epoch_clock.seconds();
+  enter_phase(Phase::kMetrics);
   Sums total = reduce(epoch_sums);
   // Only a whole epoch averages the BN statistics: a run stopped inside one (max_steps, a
   // signal) checkpoints every rank's own, so its resume goes on as if never stopped.
-  if (step == steps_per_epoch_) parallel_->average_bn_buffers();
+  if (step == steps_per_epoch_) {
+    enter_phase(Phase::kBatchNormAverage);
+    comm::WatchedCollective watched(watch_);
+    parallel_->average_bn_buffers();
+  }
   Sums eval;
-  if (eval_loader_) eval = reduce(evaluate(*eval_loader_));
+  if (eval_loader_) {
+    Sums mine = evaluate(*eval_loader_);
+    enter_phase(Phase::kEvaluation);
+    eval = reduce(mine);
+  }
   io::EpochRow row;
   row.epoch = epoch;
   row.steps = step;
@@ -394,6 +426,7 @@ void Trainer::train_epoch(int epoch) {
 
 void Trainer::log_interval(int epoch, int64_t step, int64_t steps, Sums& interval,
                            size_t first_step) {
+  enter_phase(Phase::kMetrics);
   Sums all = reduce(interval);  // collective: every rank logs at the same steps
   StepTimes mean = phases_.mean(first_step, phases_.steps());
   Progress p;
@@ -435,6 +468,12 @@ void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch
     size_t predicted = size_t(std::max_element(row, row + classes) - row);
     sums.confusion[size_t(batch.labels[size_t(i)]) * classes + predicted] += 1;
   }
+}
+
+void Trainer::enter_phase(Phase phase) {
+  const PhaseInfo& info = phase_info(phase);
+  fault_point_for_rank(info.id, comm_.rank());
+  if (watch_) watch_->set_phase(info.text, global_step_, info.io);
 }
 
 Sums Trainer::reduce(Sums s) const {
@@ -568,12 +607,15 @@ void Trainer::run() {
     train_epoch(epoch);
   }
   // The last checkpoint is also the trained model.
+  enter_phase(Phase::kCheckpoint);
   checkpoint_->save(*model_, *sgd_, global_step_);
   if (stop_) log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
   double test_loss = kNaN, test_acc = kNaN;
   std::vector<double> confusion;
   if (test_loader_ && !stop_) {
-    Sums test = reduce(evaluate(*test_loader_, true));
+    Sums mine = evaluate(*test_loader_, true);
+    enter_phase(Phase::kEvaluation);
+    Sums test = reduce(std::move(mine));
     confusion = test.confusion;
     if (test.count > 0) {
       test_loss = test.loss / test.count;
@@ -583,8 +625,10 @@ void Trainer::run() {
       log::info(per_class_line(test.confusion, train_loader_->info().class_names));
     }
   }
+  enter_phase(Phase::kResults);
   agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });
   if (timeline_->enabled()) {
+    enter_phase(Phase::kTimeline);
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
     timeline_->write_chrome_trace(comm_, path);
     log::info(str("timeline: ", path, " (chrome://tracing or ui.perfetto.dev)"));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ringtrain/comm/mpi_check.hpp"
+#include "ringtrain/comm/stall_watch.hpp"
 
 namespace ringtrain::comm {
 
@@ -50,7 +51,11 @@ class Communicator {
   // Collective: regroups ranks into "nodes" of ranks_per_node consecutive ranks (0 = real).
   void split_nodes(int ranks_per_node);
 
-  // Collectives, all checked.
+  // The watchdog told about each of the collectives below (null: none); it must outlive its
+  // registration (the trainer clears it before the watchdog goes).
+  void set_stall_watch(StallWatch* watch) const { watch_ = watch; }
+
+  // Collectives, all checked, and watched by the stall watch when one is set.
   void barrier() const;
   bool all_ok(bool mine) const;  // logical AND over ranks: lets every rank fail together
   void allreduce_sum(double* values, size_t n) const;
@@ -75,6 +80,7 @@ class Communicator {
     int thread_level = MPI_THREAD_SINGLE;
   };
   void find_cpu_share();
+  mutable StallWatch* watch_ = nullptr;
 
   Session session_;
   CommHandle world_;

@@ -6,10 +6,15 @@
 // The points: atomic-write:partial (half the bytes of a file written), atomic-write:written
 // (all written, not yet synced), atomic-write:synced (synced, not yet renamed into place),
 // atomic-write:renamed (in place, directory not yet synced).
+//
+// RINGTRAIN_STOP_AT=POINT@RANK stops (SIGSTOP) rank RANK the first time it reaches POINT, as a
+// stalled or descheduled rank would be: the other ranks' stall watchdog must end the job.
+// The points are the trainer's collective phases (train/phases.hpp ids, e.g. stop-check).
 #pragma once
 
 namespace ringtrain {
 
 void fault_point(const char* name);
+void fault_point_for_rank(const char* name, int rank);
 
 }  // namespace ringtrain

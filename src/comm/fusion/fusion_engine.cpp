@@ -194,9 +194,18 @@ void FusionEngine::note_progress_locked(bool arm, Clock::time_point now) {
   if (inspector_) inspector_->note_progress(arm, now);
 }
 
+StallWatch* FusionEngine::stall_watch() const {
+  return inspector_.get();
+}
+
 StallState FusionEngine::stall_state() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return StallState{step_, int64_t(next_bucket_), flush_, ready_};
+  StallState state;
+  state.step = step_;
+  state.next_bucket = int64_t(next_bucket_);
+  state.in_synchronize = flush_;
+  state.ready = ready_;
+  return state;
 }
 
 void FusionEngine::rethrow_if_broken_locked() const {

@@ -18,24 +18,33 @@ namespace {
 
 constexpr int kTagStallState = 7201;
 constexpr int kTagStallPrinted = 7202;
-constexpr size_t kHeaderBytes = 3 * sizeof(int64_t);
+constexpr size_t kPhaseBytes = 48;  // a phase's name on the wire, cut to fit
+constexpr size_t kHeaderBytes = 5 * sizeof(int64_t) + kPhaseBytes;
 
-// A state on the wire: step, next bucket, in_synchronize, then one byte per gradient.
+// A state on the wire: step, next bucket, in_synchronize, phase step, phase io, phase name,
+// then one byte per gradient.
 std::vector<uint8_t> encode(const StallState& state) {
-  std::vector<uint8_t> record(kHeaderBytes + state.ready.size());
-  const int64_t header[3] = {state.step, state.next_bucket, state.in_synchronize ? 1 : 0};
-  std::memcpy(record.data(), header, kHeaderBytes);
+  std::vector<uint8_t> record(kHeaderBytes + state.ready.size(), 0);
+  const int64_t header[5] = {state.step, state.next_bucket, state.in_synchronize ? 1 : 0,
+                             state.phase_step, state.phase_io ? 1 : 0};
+  std::memcpy(record.data(), header, sizeof header);
+  std::memcpy(record.data() + sizeof header, state.phase.data(),
+              std::min(state.phase.size(), kPhaseBytes - 1));
   std::copy(state.ready.begin(), state.ready.end(), record.begin() + kHeaderBytes);
   return record;
 }
 
 StallState decode(const std::vector<uint8_t>& record) {
   StallState state;
-  int64_t header[3];
-  std::memcpy(header, record.data(), kHeaderBytes);
+  int64_t header[5];
+  std::memcpy(header, record.data(), sizeof header);
   state.step = header[0];
   state.next_bucket = header[1];
   state.in_synchronize = header[2] != 0;
+  state.phase_step = header[3];
+  state.phase_io = header[4] != 0;
+  const char* phase = reinterpret_cast<const char*>(record.data() + sizeof header);
+  state.phase.assign(phase, strnlen(phase, kPhaseBytes - 1));
   state.ready.assign(record.begin() + kHeaderBytes, record.end());
   return state;
 }
@@ -105,26 +114,90 @@ void StallInspector::disarm() {
   armed_ = false;  // no wake-up: the watchdog sees it at its deadline and sleeps again
 }
 
+void StallInspector::set_phase(const std::string& phase, int64_t step, bool io) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  phase_ = phase;
+  phase_step_ = step;
+  phase_io_ = io;
+}
+
+void StallInspector::enter_collective() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (collectives_++ == 0) {
+    last_progress_ = Clock::now();
+    cv_.notify_one();
+  }
+}
+
+void StallInspector::leave_collective() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --collectives_;  // no wake-up, as in disarm()
+}
+
 void StallInspector::watch() {
-  const auto timeout =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
-    if (!armed_) {
+    if (!armed_ && collectives_ == 0) {
       cv_.wait(lock);
       continue;
     }
-    const auto deadline = last_progress_ + timeout;
+    const double factor = collectives_ > 0 && phase_io_ ? kIoPhaseTimeoutFactor : 1.0;
+    const auto deadline = last_progress_ + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(timeout_s_ * factor));
     if (Clock::now() >= deadline) {
+      const bool in_collective = collectives_ > 0;
+      const std::string phase = phase_;
+      const int64_t phase_step = phase_step_;
+      const bool phase_io = phase_io_;
       lock.unlock();  // the snapshot takes the engine's lock, which calls us under it
-      exchange_report_and_abort(snapshot_());
+      StallState mine = snapshot_();
+      if (in_collective) {
+        mine.phase = phase;
+        mine.phase_step = phase_step;
+        mine.phase_io = phase_io;
+      }
+      exchange_report_and_abort(mine);
     }
     cv_.wait_until(lock, deadline);
   }
 }
 
+std::string StallInspector::describe_phases(const std::vector<StallState>& state,
+                                            const std::vector<bool>& answered,
+                                            double window_s) const {
+  // Ranks grouped by where they were, in rank order of each group's first rank.
+  std::vector<std::pair<std::string, std::vector<int>>> places;
+  std::vector<int> silent;
+  double waited_s = timeout_s_;
+  for (size_t r = 0; r < state.size(); ++r) {
+    if (!answered[r]) {
+      silent.push_back(int(r));
+      continue;
+    }
+    const StallState& s = state[r];
+    if (s.phase_io) waited_s = timeout_s_ * kIoPhaseTimeoutFactor;
+    std::string where = s.phase.empty() ? str("the gradient allreduce of step ", s.step,
+                                              " (bucket ", s.next_bucket, ")")
+                                        : str(s.phase, " at step ", s.phase_step);
+    auto place =
+        std::find_if(places.begin(), places.end(), [&](const auto& p) { return p.first == where; });
+    if (place == places.end()) place = places.insert(places.end(), {where, {}});
+    place->second.push_back(int(r));
+  }
+  std::string line = str("stall: after ", number_text(waited_s), " s, ");
+  for (size_t k = 0; k < places.size(); ++k)
+    line += str(k ? "; " : "", ranks_text(places[k].second),
+                places[k].second.size() > 1 ? " wait in " : " waits in ", places[k].first);
+  if (!silent.empty())
+    line += str("; ", ranks_text(silent), " did not answer within ", number_text(window_s),
+                " s (stopped, or stuck outside a collective, e.g. in compute or I/O, or exited)");
+  return line;
+}
+
 std::string StallInspector::describe(const std::vector<StallState>& state,
                                      const std::vector<bool>& answered, double window_s) const {
+  for (size_t r = 0; r < state.size(); ++r)
+    if (answered[r] && !state[r].phase.empty()) return describe_phases(state, answered, window_s);
   std::vector<int> silent;
   int64_t step = INT64_MAX;
   for (size_t r = 0; r < state.size(); ++r) {

@@ -7,6 +7,11 @@
 // bitmaps on a private communicator with a bounded wait, every rank that answers prints one
 // line naming the missing tensors and the ranks missing them, and the job aborts (MPI_Abort,
 // exit 1). Private to comm/fusion/.
+//
+// It is the job's one watchdog: through comm::StallWatch (stall_watch.hpp) the trainer names
+// its phases and the Communicator's collectives (the stop check, metric reductions,
+// evaluation, BN averages, checkpoint and results barriers and gathers) arm the same deadline;
+// a stall there is reported by phase and step for every rank that answers.
 #pragma once
 
 #include <chrono>
@@ -20,18 +25,22 @@
 
 #include "ringtrain/comm/fusion/plan.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
+#include "ringtrain/comm/stall_watch.hpp"
 
 namespace ringtrain::comm::fusion {
 
 // One rank's view of the step when the inspector fires.
 struct StallState {
+  std::string phase;  // empty: in the engine's step; else the collective's phase (set_phase)
+  int64_t phase_step = 0;
+  bool phase_io = false;  // the phase waits for one rank's file I/O (a longer deadline)
   int64_t step = 0;
   int64_t next_bucket = 0;      // the oldest bucket not yet reduced
   bool in_synchronize = false;  // the main thread called synchronize()
   std::vector<uint8_t> ready;   // per gradient: enqueued this step
 };
 
-class StallInspector {
+class StallInspector final : public StallWatch {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -49,10 +58,20 @@ class StallInspector {
   // The step is over: the watchdog sleeps until the next one opens.
   void disarm();
 
+  // StallWatch: collectives outside the engine.
+  void set_phase(const std::string& phase, int64_t step, bool io) override;
+  void enter_collective() override;
+  void leave_collective() override;
+
   // The one line every rank prints: which bucket, which tensors, which ranks, and why.
   // states[r] is rank r's state when answered[r]; window_s is how long ranks were waited for.
   std::string describe(const std::vector<StallState>& states, const std::vector<bool>& answered,
                        double window_s) const;
+
+  // The same line when some rank waits in a collective outside the engine: where each rank
+  // that answered was, and which did not answer.
+  std::string describe_phases(const std::vector<StallState>& states,
+                              const std::vector<bool>& answered, double window_s) const;
 
  private:
   void watch();
@@ -68,7 +87,11 @@ class StallInspector {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  bool armed_ = false;
+  bool armed_ = false;   // the engine's step is open
+  int collectives_ = 0;  // collectives outside the engine this rank is inside
+  std::string phase_;
+  int64_t phase_step_ = 0;
+  bool phase_io_ = false;
   bool stop_ = false;
   Clock::time_point last_progress_;
   std::thread thread_;

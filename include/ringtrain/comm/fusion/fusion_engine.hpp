@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "ringtrain/comm/fusion/plan.hpp"
+#include "ringtrain/comm/stall_watch.hpp"
 
 namespace ringtrain::comm {
 class Communicator;
@@ -139,6 +140,9 @@ class FusionEngine {
   // Every bucket ever reduced; read it between steps (after synchronize()).
   const std::vector<BucketRecord>& records() const { return records_; }
   size_t bucket_count() const { return buckets_.size(); }
+  // The job's stall watchdog, for collectives outside the engine (null when
+  // stall_timeout_s is 0, or before plan()).
+  StallWatch* stall_watch() const;
   const std::vector<BucketLayout>& buckets() const { return buckets_; }
   int64_t step() const { return step_; }
 

@@ -1,0 +1,20 @@
+// phases.cpp — the names of the run's collective phases (train/phases.hpp).
+#include "ringtrain/train/phases.hpp"
+
+namespace ringtrain::train {
+
+const PhaseInfo& phase_info(Phase phase) {
+  static const PhaseInfo table[] = {
+      {"sync-bn", "synchronized batch norm", false},
+      {"checkpoint", "the checkpoint", true},
+      {"stop-check", "the stop check", false},
+      {"metrics", "the loss and accuracy reduction", false},
+      {"bn-average", "the BN statistics average", false},
+      {"evaluation", "evaluation", false},
+      {"results", "the results file", true},
+      {"timeline", "the timeline", true},
+  };
+  return table[static_cast<int>(phase)];
+}
+
+}  // namespace ringtrain::train

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# stall_phases.sh — one watchdog for every collective: a rank stopped (SIGSTOP, as a hung or
+# descheduled rank would be) where the ranks meet outside the fusion engine — the step's stop
+# check, the metric reduction, evaluation, the checkpoint, the results file — makes every other
+# rank print one line naming the phase, the step and the silent rank, and the job exits
+# non-zero within the stall deadline + 10 s, leaving no process behind. The stop comes from
+# RINGTRAIN_STOP_AT=PHASE@RANK (core/fault.hpp). I/O phases wait 10 x the timeout.
+set -u
+BIN=${BIN:-bin}
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d /tmp/rt-e2e-stall.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+cat >"$work/run.deck" <<DECK
+[data]
+dir = $work/data
+eval_split = val
+test_split =
+[model]
+name = cnn_small
+[train]
+epochs = 1
+batch_per_rank = 8
+lr = 0.05
+log_interval = 5
+[comm]
+fusion_mib = 0.1
+stall_timeout_s = 1
+[output]
+dir = $work/out
+DECK
+
+# case NP PHASE@RANK DEADLINE_S EXPECTED_TEXT (what each waiting rank prints after its prefix)
+case_() {
+  local np=$1 at=$2 deadline=$3 want=$4 stopped=${2#*@}
+  local log=$work/$np-${at%@*}.log start end elapsed status
+  start=$(date +%s.%N)
+  RINGTRAIN_STOP_AT=$at timeout -k 5 120 $MPIRUN -np "$np" "$BIN/ringtrain" --deck "$work/run.deck" \
+    --output.name="np$np-${at%@*}" >"$log" 2>&1
+  status=$?
+  end=$(date +%s.%N)
+  elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  local limit=$((deadline + 10))
+  [ "$status" != 0 ] || fail "$np ranks, $at: exit 0"
+  [ "$status" != 124 ] || fail "$np ranks, $at: hung (killed by timeout after 120 s)"
+  awk -v e="$elapsed" -v l="$limit" 'BEGIN { exit !(e > l) }' && fail "$np ranks, $at: took $elapsed s > $limit s"
+  for r in $(seq 0 $((np - 1))); do
+    [ "$r" = "$stopped" ] && continue
+    grep -qxF "ringtrain: error: rank $r: $want" "$log" || { fail "$np ranks, $at: rank $r did not print: $want"; sed 's/^/    | /' "$log" | grep -v "^    | epoch" | tail -8; }
+  done
+  for _ in $(seq 100); do pgrep -f "$work/run.deck" >/dev/null || break; sleep 0.1; done
+  pgrep -af "$work/run.deck" && fail "$np ranks, $at: processes left behind"
+  echo "$np ranks, stopped at $at: exit $status after $elapsed s (limit $limit s)"
+}
+
+silent="did not answer within 1 s (stopped, or stuck outside a collective, e.g. in compute or I/O, or exited)"
+case_ 2 stop-check@1 1 "stall: after 1 s, rank 0 waits in the stop check at step 1; rank 1 $silent"
+case_ 3 stop-check@1 1 "stall: after 1 s, ranks 0, 2 wait in the stop check at step 1; rank 1 $silent"
+case_ 3 metrics@2 1 "stall: after 1 s, ranks 0, 1 wait in the loss and accuracy reduction at step 5; rank 2 $silent"
+case_ 2 evaluation@0 1 "stall: after 1 s, rank 1 waits in evaluation at step 20; rank 0 $silent"
+case_ 2 checkpoint@1 10 "stall: after 10 s, rank 0 waits in the checkpoint at step 20; rank 1 $silent"
+case_ 3 results@0 10 "stall: after 10 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
+[ "$failures" = 0 ] || exit 1
+echo "stall phases: all passed"
