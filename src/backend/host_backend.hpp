@@ -53,6 +53,11 @@ class HostBackend : public Backend {
     host::axpby(0.0f, nullptr, factor, t.f32(), t.numel());
   }
 
+  bool all_finite(const Tensor& t) override {
+    RT_CHECK(t.is_plain(), "all_finite of a tensor with a backend layout");
+    return host::all_finite(t.f32(), t.numel());
+  }
+
   void axpby(float a, const Tensor& x, float b, Tensor& y) override {
     host::check_same_numel("axpby", x, y);
     RT_CHECK(x.is_plain() && y.is_plain(), "axpby of tensors with a backend layout");

@@ -15,5 +15,7 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, const SgdSpec& 
 void fill(float* t, int64_t n, float value);
 // y = a*x + b*y (x may be null when a == 0).
 void axpby(float a, const float* x, float b, float* y, int64_t n);
+// True when no value is NaN or infinite.
+bool all_finite(const float* t, int64_t n);
 
 }  // namespace ringtrain::backend::host

@@ -48,6 +48,7 @@ void write_root_attributes(h5::Group& root, const RunInfo& info) {
   root.set_attr("global_batch", int32_t(info.global_batch));
   root.set_attr("accumulate_steps", int32_t(info.accumulate_steps));
   root.set_attr("effective_batch", int64_t(info.effective_batch));
+  root.set_attr("nonfinite_steps_skipped", int64_t(info.nonfinite_steps_skipped));
   root.set_attr("slurm_job_id", info.slurm_job_id);
 }
 

@@ -77,6 +77,7 @@ class Trainer {
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
   void enter_phase(Phase phase);
+  bool gradients_finite_or_skip();
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
 
@@ -111,7 +112,8 @@ class Trainer {
   std::string start_time_;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   int first_epoch_ = 1;
-  int64_t skip_steps_ = 0;  // of first_epoch_, already done before a resume
+  int64_t skip_steps_ = 0;         // of first_epoch_, already done before a resume
+  int64_t nonfinite_skipped_ = 0;  // steps skipped for a non-finite gradient (on_nonfinite)
   bool stop_ = false;
 };
 
@@ -343,12 +345,39 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, Sums& sums, 
   if (micro + 1 < accumulate_steps_) return;
   parallel_->synchronize();
   double t3 = comm::fusion::Timeline::now();
-  sgd_->step(schedule_->lr(global_step_));
+  if (gradients_finite_or_skip()) sgd_->step(schedule_->lr(global_step_));
   backend_->synchronize();
   double t4 = comm::fusion::Timeline::now();
   tl.span("optimizer", "step", t3, t4);
   t.allreduce_wait = t3 - t2;
   t.optimizer = t4 - t3;
+}
+
+// After the allreduce every rank holds the same gradients, so every rank reaches the same
+// verdict here without a message: a NaN or inf anywhere (a loss that overflowed on one rank
+// spreads to all) stops the run on every rank before the weights take it, keeping the last
+// checkpoint, or with train.on_nonfinite = skip skips this step's update everywhere.
+bool Trainer::gradients_finite_or_skip() {
+  const nn::Parameter* bad = nullptr;
+  for (const nn::Parameter* p : model_->parameters())
+    if (!backend_->all_finite(p->grad)) {
+      bad = p;
+      break;
+    }
+  if (!bad) return true;
+  const int64_t step = global_step_ + 1;
+  if (cfg_.train.on_nonfinite == "skip") {
+    ++nonfinite_skipped_;
+    if (comm_.rank() == 0)
+      log::warn(str("step ", step, ": the gradient of ", bad->name,
+                    " is not finite after the allreduce; the step is skipped on every rank "
+                    "(train.on_nonfinite = skip)"));
+    return false;
+  }
+  throw Error(str("step ", step, ": the gradient of ", bad->name,
+                  " is not finite (NaN or inf) after the allreduce; stopped on every rank before "
+                  "the weights took it, the last checkpoint is kept (lower train.lr, or set "
+                  "train.on_nonfinite = skip)"));
 }
 
 void Trainer::train_epoch(int epoch) {
@@ -568,6 +597,7 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.global_batch = batch_per_rank_ * world;
   info.accumulate_steps = accumulate_steps_;
   info.effective_batch = int64_t(info.global_batch) * accumulate_steps_;
+  info.nonfinite_steps_skipped = nonfinite_skipped_;
   if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
   r.epochs = epochs_;
   r.summary =

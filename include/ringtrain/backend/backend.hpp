@@ -14,10 +14,12 @@
 // download() and synchronize() wait. The CPU backends run synchronously.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringtrain/backend/tensor.hpp"
 
@@ -176,6 +178,15 @@ class Backend {
   // dst = src, converting layout; dst is (re)allocated plain if its shape differs.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void scale(Tensor& t, float factor) = 0;
+  // True when no value of t is NaN or infinite. This default downloads t; backends with
+  // host memory check in place.
+  virtual bool all_finite(const Tensor& t) {
+    std::vector<float> host(static_cast<size_t>(t.numel()));
+    download(t, host.data());
+    for (float v : host)
+      if (!std::isfinite(v)) return false;
+    return true;
+  }
   // y = a*x + b*y (plain, equal numel).
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
 

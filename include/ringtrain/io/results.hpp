@@ -23,6 +23,7 @@ struct RunInfo {
   int batch_per_rank = 0, global_batch = 0;  // global_batch: one micro-step, all ranks
   int accumulate_steps = 1;                  // micro-steps per optimizer step
   int64_t effective_batch = 0;               // samples per optimizer step: K x global_batch
+  int64_t nonfinite_steps_skipped = 0;       // train.on_nonfinite = skip
   std::string slurm_job_id;                  // "" outside Slurm
 };
 
