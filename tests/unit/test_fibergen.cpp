@@ -1,5 +1,6 @@
 // test_fibergen.cpp — rt-fibergen: the acceptance tables on hand-built defects, labels against
 // what was drawn, determinism across shard and thread counts, shard attributes, bad options.
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -482,6 +483,13 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
   { std::ofstream(blocker) << "x"; }
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--output", out, "--count", "0", "--seed", "1"}, "--count 0: must be at least 1"},
+      {{"--output", out, "--count", "-5", "--seed", "1"}, "--count -5: must be at least 1"},
+      {{"--output", out, "--count", "100000001", "--seed", "1"},
+       "--count 100000001: must be at most 100000000 (write a larger set as several runs, each "
+       "with its own --seed and --output)"},
+      {{"--output", out, "--count", "9223372036854775807", "--seed", "1"},
+       "--count 9223372036854775807: must be at most 100000000 (write a larger set as several "
+       "runs, each with its own --seed and --output)"},
       {{"--output", out, "--count", "10", "--seed", "1", "--size", "100"},
        "--size 100: must be 64, 128 or 256"},
       {{"--output", out, "--count", "10", "--seed", "1", "--fiber-type", "om3"},
@@ -510,6 +518,67 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
   BOOST_TEST(err.rfind("rt-fibergen: error: unrecognised option '--bogus'", 0) == 0);
   BOOST_TEST(std::count(err.begin(), err.end(), '\n') == 1);
   BOOST_TEST(!fs::exists(out));
+}
+
+BOOST_AUTO_TEST_CASE(count_beyond_free_disk_space_is_refused) {
+  std::string dir = temp_dir("fibdisk");
+  std::string out = dir + "/out";
+  // 10^8 images of 256 x 256 need 6.0 TiB (and 15 label bytes each).
+  const double needed = 1e8 * (256.0 * 256 + 15);
+  if (double(fs::space(dir).available) >= needed) {
+    BOOST_TEST_MESSAGE("skipped: " << dir << " has 6 TiB free");
+    return;
+  }
+  std::string err;
+  BOOST_TEST(run({"--output", out, "--count", "100000000", "--seed", "1", "--size", "256"}, &err) ==
+             2);
+  const std::string head =
+      "rt-fibergen: error: --count 100000000: the shards need about 6104.9 GiB but --output " +
+      out + " has ";
+  const std::string tail = " GiB free (lower --count or --size, or choose another --output)\n";
+  BOOST_TEST(err.rfind(head, 0) == 0, err);
+  BOOST_TEST((err.size() > tail.size() && err.substr(err.size() - tail.size()) == tail), err);
+  BOOST_TEST(std::count(err.begin(), err.end(), '\n') == 1);
+  BOOST_TEST(!fs::exists(out));
+}
+
+// A stop signal seen at the stop_signal poll number `at` (1-based): whether temp files were
+// there to remove at that moment, and what the directory holds after the run gave up.
+void check_stop_removes_temp_files(int64_t count, int at, int signal) {
+  std::string dir = temp_dir("fibstop");
+  DatasetOptions o = small_dataset(dir, 1, 5);
+  o.count = count;
+  o.threads = 1;
+  int polls = 0;
+  bool temp_seen = false;
+  o.stop_signal = [&] {
+    if (++polls < at) return 0;
+    for (const auto& entry : fs::directory_iterator(dir))
+      temp_seen = temp_seen || entry.path().string().find(".h5.tmp-") != std::string::npos;
+    return signal;
+  };
+  try {
+    generate_dataset(o, nullptr);
+    BOOST_ERROR("generate_dataset did not stop");
+  } catch (const Stopped& e) {
+    BOOST_TEST(e.signal() == signal);
+    BOOST_TEST(std::string(e.what()) ==
+               std::string("stopped by ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                   " before the shards were committed (temp files removed, no shard written)");
+  }
+  BOOST_TEST(polls == at);
+  BOOST_TEST(temp_seen);
+  BOOST_TEST(fs::is_empty(dir));
+}
+
+BOOST_AUTO_TEST_CASE(stop_signal_mid_split_removes_temp_files) {
+  // 1600 train images: blocks of 512 start at polls 1-4; the stop comes after one block.
+  check_stop_removes_temp_files(2000, 2, SIGTERM);
+}
+
+BOOST_AUTO_TEST_CASE(stop_signal_before_commit_removes_every_temp_file) {
+  // 60 images: one block per split (polls 1-3), then the poll before the commit.
+  check_stop_removes_temp_files(60, 4, SIGINT);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
