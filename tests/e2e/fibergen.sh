@@ -41,12 +41,13 @@ expect_bad() {  # expect_bad MESSAGE ARGS...
 }
 expect_bad "--count 0: must be at least 1" --output "$work/bad" --count 0 --seed 1
 expect_bad "--count -5: must be at least 1" --output "$work/bad" --count -5 --seed 1
+touch "$work/plain"
+# Into an output that cannot be created: the count is refused before the output is touched.
 expect_bad "--count 100000001: must be at most 100000000 (write a larger set as several runs, each \
-with its own --seed and --output)" --output "$work/bad" --count 100000001 --seed 1
+with its own --seed and --output)" --output "$work/plain/x" --count 100000001 --seed 1
 expect_bad "--size 100: must be 64, 128 or 256" --output "$work/bad" --count 5 --seed 1 --size 100
 expect_bad "--fiber-type apc: must be sm-upc, sm-apc, mm-upc or mixed" \
   --output "$work/bad" --count 5 --seed 1 --fiber-type apc
-touch "$work/plain"
 expect_bad "--output $work/plain/x: cannot create directory (Not a directory)" \
   --output "$work/plain/x" --count 5 --seed 1
 

@@ -481,13 +481,16 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
   std::string out = dir + "/out";
   std::string blocker = dir + "/plain";
   { std::ofstream(blocker) << "x"; }
+  // The counts past the cap go to an output that cannot be created: they are refused before the
+  // output is touched, and a regression fails at once instead of writing for hours.
+  const std::string unwritable = blocker + "/sub";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--output", out, "--count", "0", "--seed", "1"}, "--count 0: must be at least 1"},
       {{"--output", out, "--count", "-5", "--seed", "1"}, "--count -5: must be at least 1"},
-      {{"--output", out, "--count", "100000001", "--seed", "1"},
+      {{"--output", unwritable, "--count", "100000001", "--seed", "1"},
        "--count 100000001: must be at most 100000000 (write a larger set as several runs, each "
        "with its own --seed and --output)"},
-      {{"--output", out, "--count", "9223372036854775807", "--seed", "1"},
+      {{"--output", unwritable, "--count", "9223372036854775807", "--seed", "1"},
        "--count 9223372036854775807: must be at most 100000000 (write a larger set as several "
        "runs, each with its own --seed and --output)"},
       {{"--output", out, "--count", "10", "--seed", "1", "--size", "100"},
@@ -522,7 +525,11 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
 
 BOOST_AUTO_TEST_CASE(count_beyond_free_disk_space_is_refused) {
   std::string dir = temp_dir("fibdisk");
-  std::string out = dir + "/out";
+  // An output that cannot be created (a regular file's child): the free space is checked before
+  // the output is touched, and a regression fails at once instead of writing for hours.
+  std::string blocker = dir + "/plain";
+  { std::ofstream(blocker) << "x"; }
+  std::string out = blocker + "/out";
   // 10^8 images of 256 x 256 need 6.0 TiB (and 15 label bytes each).
   const double needed = 1e8 * (256.0 * 256 + 15);
   if (double(fs::space(dir).available) >= needed) {
