@@ -36,8 +36,7 @@ po::options_description describe(DatasetOptions& o, std::string& seed, std::stri
       ("help,h", "print this help and exit")
       ("output", po::value(&o.output_dir)->value_name("DIR"),
        "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required)")
-      ("count", po::value(&o.count)->value_name("N"),
-       count_help.c_str())
+      ("count", po::value(&o.count)->value_name("N"), count_help.c_str())
       ("seed", po::value(&seed)->value_name("S"),
        "generator seed; image i of a split depends only on (seed, split, i) (required)")
       ("size", po::value(&o.size)->default_value(64)->value_name("PX"),
