@@ -10,14 +10,21 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The phrases the standard's tables use, as limits.
+// The phrases the standard's tables use, as limits. Each bound is inclusive or exclusive exactly
+// as the phrase says: "<= 3" admits 3, "< 2" does not admit 2, "none > 5" admits 5,
+// "none >= 10" does not admit 10; a range "2-5" runs from the free bound (inclusive, since "< 2"
+// left 2 out) to the counted bound (inclusive, since only "> 5" fails).
 constexpr SizeLimit kNone{{0, false}, 0, {0, false}};
 constexpr SizeLimit kNoLimit{{kInf, true}, 0, {kInf, true}};
-// "no limit <= um; none > um"
+// "any <= um; none > um"
 constexpr SizeLimit any_up_to(double um) {
   return {{um, true}, 0, {um, true}};
 }
-// "no limit < free_um; max_counted from free_um to counted_um; none > counted_um"
+// "max_counted <= um" (none larger): nothing is free, every defect counts
+constexpr SizeLimit count_up_to(int max_counted, double um) {
+  return {{0, false}, max_counted, {um, true}};
+}
+// "any < free_um; max_counted of free_um-counted_um; none > counted_um"
 constexpr SizeLimit counted(double free_um, int max_counted, double counted_um) {
   return {{free_um, false}, max_counted, {counted_um, true}};
 }
@@ -26,9 +33,10 @@ constexpr SizeLimit none_from(double um) {
   return {{um, false}, 0, {um, false}};
 }
 
-// IEC 61300-3-35:2015, one table per fiber type (zones by diameter, sizes in um). Single-mode
-// PC (UPC, RL >= 45 dB) and angle-polished (APC, RL >= 60 dB) carry the same limits in that
-// edition; they stay separate tables so either can change alone.
+// IEC 61300-3-35:2015, one table per fiber type (zones by diameter, sizes in um), row for row
+// as FIBER.md reproduces it. Single-mode PC (UPC, RL >= 45 dB) and angle-polished (APC,
+// RL >= 60 dB) differ in scratches only: APC allows 4 scratches <= 3 um in the core (some
+// sources: none; we follow the table) and no scratch limit in the cladding.
 constexpr std::array<ZoneRule, kZones> kSmUpcRules{{
     {kNone, kNone, false},                    // A core 0-25
     {any_up_to(3), counted(2, 5, 5), false},  // B cladding 25-115
@@ -36,16 +44,16 @@ constexpr std::array<ZoneRule, kZones> kSmUpcRules{{
     {kNoLimit, none_from(10), true},          // D contact 135-250
 }};
 constexpr std::array<ZoneRule, kZones> kSmApcRules{{
-    {kNone, kNone, false},                    // A core 0-25
-    {any_up_to(3), counted(2, 5, 5), false},  // B cladding 25-115
-    {kNoLimit, kNoLimit, true},               // C adhesive 115-135
-    {kNoLimit, none_from(10), true},          // D contact 135-250
+    {count_up_to(4, 3), kNone, false},    // A core 0-25
+    {kNoLimit, counted(2, 5, 5), false},  // B cladding 25-115
+    {kNoLimit, kNoLimit, true},           // C adhesive 115-135
+    {kNoLimit, none_from(10), true},      // D contact 135-250
 }};
 constexpr std::array<ZoneRule, kZones> kMmUpcRules{{
-    {any_up_to(3), counted(0, 4, 5), false},  // A core 0-65: 4 defects <= 5 um
-    {any_up_to(5), counted(2, 5, 5), false},  // B cladding 65-115
-    {kNoLimit, kNoLimit, true},               // C adhesive 115-135
-    {kNoLimit, none_from(10), true},          // D contact 135-250
+    {any_up_to(3), count_up_to(4, 5), false},  // A core 0-65
+    {any_up_to(5), counted(5, 5, 10), false},  // B cladding 65-115
+    {kNoLimit, kNoLimit, true},                // C adhesive 115-135
+    {kNoLimit, counted(20, 5, 30), true},      // D contact 135-250
 }};
 
 const AcceptanceTable kSmUpc{FiberType::kSmUpc, {0, 25, 115, 135, 250}, kSmUpcRules, 9, 125};

@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/stop_signals.hpp"
 #include "ringtrain/fiber/generator.hpp"
 
 namespace po = boost::program_options;
@@ -27,12 +28,15 @@ po::options_description describe(DatasetOptions& o, std::string& seed, std::stri
       "rt-fibergen: synthetic fiber end-face images (IEC 61300-3-35 zones and acceptance) into "
       "HDF5 shards\n  rt-fibergen --output DIR --count N --seed S [options]\noptions",
       100, 60);
+  const std::string count_help =
+      str("images over all splits (required): 1 to ", kMaxCount,
+          ", at least --shards in each split, and no more than the output's free space holds");
   // clang-format off
   desc.add_options()
       ("help,h", "print this help and exit")
       ("output", po::value(&o.output_dir)->value_name("DIR"),
        "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required)")
-      ("count", po::value(&o.count)->value_name("N"), "images over all splits (required)")
+      ("count", po::value(&o.count)->value_name("N"), count_help.c_str())
       ("seed", po::value(&seed)->value_name("S"),
        "generator seed; image i of a split depends only on (seed, split, i) (required)")
       ("size", po::value(&o.size)->default_value(64)->value_name("PX"),
@@ -86,12 +90,16 @@ int run_fibergen(int argc, const char* const argv[], std::ostream& out, std::ost
     bool help = false;
     DatasetOptions options = parse(argc, argv, out, &help);
     if (help) return kExitOk;
+    options.stop_signal = StopSignals::stop_signal;  // 0 unless main has a StopSignals
     DatasetSummary s = generate_dataset(options, &out);
     out << str("rt-fibergen: ", s.files.size(), " shard files in ", options.output_dir, " (",
                options.size, "x", options.size, ", ", fiber_choice_name(options.fiber), ", seed ",
                options.seed, "), train mean ", s.mean, " std ", s.std, ", ", s.seconds, " s\n");
     if (!options.png_grid.empty()) out << "rt-fibergen: contact sheet " << options.png_grid << "\n";
     return kExitOk;
+  } catch (const Stopped& e) {
+    err << "rt-fibergen: " << e.what() << "\n";
+    return 128 + e.signal();  // as the shell reports a process the signal ended
   } catch (const InputError& e) {
     err << "rt-fibergen: error: " << e.what() << "\n";
     return kExitBadInput;

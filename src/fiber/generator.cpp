@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -143,6 +144,44 @@ void require_png_dir(const std::string& path) {
       "--png-grid ", path, ": directory ", parent.string(), " does not exist or is not writable");
 }
 
+// "12.3 GiB", for messages about disk space.
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+  return text;
+}
+
+// Refuses a run whose shards would not fit on the output's file system. The shards stay temp
+// files until all are written, so the whole dataset must fit at once. Touches no file: the
+// output directory may not exist yet, so its nearest existing ancestor is measured.
+void require_disk_space(const DatasetOptions& o) {
+  std::filesystem::path dir = std::filesystem::absolute(o.output_dir);
+  while (!std::filesystem::exists(dir) && dir.has_parent_path() && dir != dir.parent_path())
+    dir = dir.parent_path();
+  std::error_code ec;
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (ec) return;  // unknown: require_writable_dir and the writes report what is wrong
+  // An image and its labels (int32 label, multi_hot[5], pass, zone_pass[4], fiber_type).
+  const double bytes_per_image = double(o.size) * o.size + 4 + kClasses + 1 + kZones + 1;
+  const double needed = double(o.count) * bytes_per_image;
+  RT_REQUIRE_INPUT(needed <= double(space.available), "--count ", o.count,
+                   ": the shards need about ", gib_text(needed), " but --output ", o.output_dir,
+                   " has ", gib_text(double(space.available)),
+                   " free (lower --count or --size, or choose another --output)");
+}
+
+const char* signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
+  }
+  return "a signal";
+}
+
 // Removes the temp files a killed rt-fibergen left behind ("<shard>.h5.tmp-<pid>" whose pid is
 // gone), so they do not pile up in the output directory.
 void remove_stale_temp_files(const std::string& dir) {
@@ -173,6 +212,8 @@ std::vector<SplitPlan> plan_splits(const DatasetOptions& o) {
 void validate(const DatasetOptions& o) {
   RT_REQUIRE_INPUT(!o.output_dir.empty(), "--output: missing (the directory for the shards)");
   RT_REQUIRE_INPUT(o.count >= 1, "--count ", o.count, ": must be at least 1");
+  RT_REQUIRE_INPUT(o.count <= kMaxCount, "--count ", o.count, ": must be at most ", kMaxCount,
+                   " (write a larger set as several runs, each with its own --seed and --output)");
   RT_REQUIRE_INPUT(o.size == 64 || o.size == 128 || o.size == 256, "--size ", o.size,
                    ": must be 64, 128 or 256");
   RT_REQUIRE_INPUT(o.shards >= 1, "--shards ", o.shards, ": must be at least 1");
@@ -190,6 +231,11 @@ void validate(const DatasetOptions& o) {
                      " split has only ", s.samples,
                      " images (every shard needs one; raise --count or lower --shards)");
 }
+
+Stopped::Stopped(int signal)
+    : Error(str("stopped by ", signal_name(signal),
+                " before the shards were committed (temp files removed, no shard written)")),
+      signal_(signal) {}
 
 std::vector<Sample> render_range(uint64_t seed, int split, int64_t first, int64_t count,
                                  const RenderOptions& options, int threads) {
@@ -241,6 +287,7 @@ class DatasetRun {
       writers_.push_back(open_shard(path, end - begin, o_.size));
       summary_.files.push_back(path);
       for (int64_t row = begin; row < end; row += kBlockImages) {
+        throw_if_stopped();
         const int64_t n = std::min(kBlockImages, end - row);
         std::vector<Sample> block = render_range(o_.seed, split.id, row, n, render_, threads_);
         write_block(writers_.back(), row - begin, block, o_.size);
@@ -254,8 +301,17 @@ class DatasetRun {
                 << std::flush;
   }
 
+  // Gives the run up (the writers' temp files go as the exception unwinds) once a stop signal
+  // has come.
+  void throw_if_stopped() const {
+    if (!o_.stop_signal) return;
+    if (const int signal = o_.stop_signal()) throw Stopped(signal);
+  }
+
   // Sets every shard's attributes (the train statistics included) and renames them into place.
+  // The last point at which a stop signal gives the run up: once renaming starts, it finishes.
   void commit_all() {
+    throw_if_stopped();
     summary_.mean = stats_.mean();
     summary_.std = stats_.std();
     size_t w = 0;
@@ -299,6 +355,7 @@ class DatasetRun {
 
 DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* progress) {
   validate(options);
+  require_disk_space(options);
   h5::require_writable_dir(options.output_dir, "--output");
   if (!options.png_grid.empty()) require_png_dir(options.png_grid);
   remove_stale_temp_files(options.output_dir);

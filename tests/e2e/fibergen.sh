@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fibergen.sh — rt-fibergen end to end: shards readable by h5dump with every attribute, a PNG
-# contact sheet, bad options (exit 2, one line, nothing written), a killed run leaves no shard.
+# contact sheet, bad options (exit 2, one line, nothing written), a killed run leaves no shard,
+# SIGTERM or SIGINT mid-run removes the temp files and exits 128 + the signal.
 set -euo pipefail
 BIN=${BIN:-bin}
 work=$(mktemp -d /tmp/rt-e2e-fibergen.XXXXXX)
@@ -39,10 +40,14 @@ expect_bad() {  # expect_bad MESSAGE ARGS...
   [ ! -e "$work/bad" ] || fail "$* wrote $work/bad"
 }
 expect_bad "--count 0: must be at least 1" --output "$work/bad" --count 0 --seed 1
+expect_bad "--count -5: must be at least 1" --output "$work/bad" --count -5 --seed 1
+touch "$work/plain"
+# Into an output that cannot be created: the count is refused before the output is touched.
+expect_bad "--count 100000001: must be at most 100000000 (write a larger set as several runs, each \
+with its own --seed and --output)" --output "$work/plain/x" --count 100000001 --seed 1
 expect_bad "--size 100: must be 64, 128 or 256" --output "$work/bad" --count 5 --seed 1 --size 100
 expect_bad "--fiber-type apc: must be sm-upc, sm-apc, mm-upc or mixed" \
   --output "$work/bad" --count 5 --seed 1 --fiber-type apc
-touch "$work/plain"
 expect_bad "--output $work/plain/x: cannot create directory (Not a directory)" \
   --output "$work/plain/x" --count 5 --seed 1
 
@@ -61,4 +66,25 @@ if ls "$work/killed"/*.h5 >/dev/null 2>&1; then fail "killed run left $(ls "$wor
 "$BIN/rt-fibergen" --output "$work/killed" --count 30 --seed 1 >/dev/null
 [ "$(ls "$work/killed" | grep -c tmp)" = 0 ] || fail "temp files left: $(ls "$work/killed")"
 [ "$(ls "$work/killed" | wc -l)" = 3 ] || fail "expected 3 shards: $(ls "$work/killed")"
+# SIGTERM or SIGINT mid-run: the temp file goes, no shard is written, one line, exit 128 + signal.
+expect_stopped() {  # expect_stopped SIGNAL EXIT_CODE
+  local signal=$1 code=$2 dir="$work/stopped-$1"
+  # Job control: without it bash starts background jobs with SIGINT ignored.
+  set -m
+  "$BIN/rt-fibergen" --output "$dir" --count 100000 --seed 1 --threads 1 >"$dir.log" 2>&1 &
+  local pid=$!
+  set +m
+  until compgen -G "$dir/*.h5.tmp-*" >/dev/null; do
+    kill -0 "$pid" 2>/dev/null || fail "rt-fibergen ended before its temp file appeared"
+    sleep 0.05
+  done
+  kill -s "$signal" "$pid"
+  set +e; wait "$pid"; local got=$?; set -e
+  [ "$got" = "$code" ] || fail "$signal: exit $got, expected $code"
+  [ -z "$(ls -A "$dir")" ] || fail "$signal left $(ls -A "$dir")"
+  [ "$(cat "$dir.log")" = "rt-fibergen: stopped by SIG$signal before the shards were committed \
+(temp files removed, no shard written)" ] || fail "$signal: output '$(cat "$dir.log")'"
+}
+expect_stopped TERM 143
+expect_stopped INT 130
 echo "fibergen e2e: ok"

@@ -1,5 +1,6 @@
 // test_fibergen.cpp — rt-fibergen: the acceptance tables on hand-built defects, labels against
 // what was drawn, determinism across shard and thread counts, shard attributes, bad options.
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -80,7 +81,8 @@ BOOST_AUTO_TEST_CASE(single_mode_scratches_in_zone_b) {
   BOOST_TEST(passes(FiberType::kSmUpc, {at(DefectKind::kScratch, 3, 20, 50)}));  // "<= 3 um"
   BOOST_TEST(
       passes(FiberType::kSmUpc, std::vector<Defect>(30, at(DefectKind::kScratch, 1, 20, 50))));
-  BOOST_TEST(!passes(FiberType::kSmApc, {at(DefectKind::kScratch, 3.2, 20, 50)}));
+  // Angle-polished single-mode sets no scratch limit in zone B.
+  BOOST_TEST(passes(FiberType::kSmApc, {at(DefectKind::kScratch, 3.2, 20, 50)}));
   // Lint is a linear feature and is measured like a scratch.
   BOOST_TEST(!passes(FiberType::kSmUpc, {at(DefectKind::kLint, 4, 20, 50)}));
   BOOST_TEST((zone_verdicts(FiberType::kSmUpc, {at(DefectKind::kScratch, 4, 20, 50)}) ==
@@ -138,6 +140,168 @@ BOOST_AUTO_TEST_CASE(multimode_table_differs) {
   BOOST_TEST(zones_touched(acceptance_table(FiberType::kMmUpc), 30, 40) == 0b0011u);
   BOOST_TEST(zones_touched(acceptance_table(FiberType::kSmUpc), 30, 40) == 0b0010u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// FIBER.md's acceptance table, spelt in its own phrases, so a row of acceptance.cpp that drifts
+// from the document fails here. `a`, `n` and `b` are the numbers of the phrase.
+struct Phrase {
+  enum Form { kNone, kNoLimit, kAnyUpTo, kCounted, kCountUpTo, kNoneFrom } form;
+  double a = 0;  // kAnyUpTo, kNoneFrom: the bound; kCounted: the free bound
+  int n = 0;     // kCounted, kCountUpTo: how many counted defects pass
+  double b = 0;  // kCounted, kCountUpTo: the largest counted size
+};
+const Phrase kNonePhrase{Phrase::kNone};        // "none"
+const Phrase kNoLimitPhrase{Phrase::kNoLimit};  // "no limit"
+// "any <= um; none > um"
+Phrase any_up_to(double um) {
+  return {Phrase::kAnyUpTo, um};
+}
+// "none >= um"
+Phrase none_from(double um) {
+  return {Phrase::kNoneFrom, um};
+}
+// "n <= um" (and none larger)
+Phrase count_up_to(int n, double um) {
+  return {Phrase::kCountUpTo, 0, n, um};
+}
+// "any < free_um; n of free_um-counted_um; none > counted_um"
+Phrase counted(double free_um, int n, double counted_um) {
+  return {Phrase::kCounted, free_um, n, counted_um};
+}
+
+char zone_name(Zone z) {
+  return "ABCD"[z];
+}
+
+constexpr double kJust = 0.01;  // "just inside" and "just outside" a bound, in um
+enum class Family { kScratches, kDefects };
+
+// The drawn kinds one column of the table judges: scratches and lint are linear features;
+// pits, chips, dust and oil films are defects.
+std::vector<DefectKind> kinds_of(Family family) {
+  if (family == Family::kScratches) return {DefectKind::kScratch, DefectKind::kLint};
+  return {DefectKind::kPit, DefectKind::kChip, DefectKind::kDust, DefectKind::kOilFilm};
+}
+
+// n defects of one size lying in the middle half of zone z, touching no other zone.
+std::vector<Defect> in_zone(FiberType type, Zone z, DefectKind kind, int n, double size_um) {
+  const auto& d = acceptance_table(type).zone_diameter_um;
+  const double inner = d[z] / 2, width = (d[z + 1] - d[z]) / 2;
+  return std::vector<Defect>(size_t(n),
+                             at(kind, size_um, inner + width / 4, inner + width * 3 / 4));
+}
+
+// One end face and the verdict FIBER.md gives it: only zone z may fail.
+struct Probe {
+  int n;
+  double size_um;
+  bool pass;
+  std::string why;
+};
+
+std::vector<Probe> probes_for(const Phrase& p) {
+  switch (p.form) {
+    case Phrase::kNone:
+      return {{1, 0.1, false, "none: the smallest fails"}};
+    case Phrase::kNoLimit:
+      return {{50, 0.1, true, "no limit: many small"}, {50, 250, true, "no limit: many large"}};
+    case Phrase::kAnyUpTo:
+      return {{50, p.a - kJust, true, "any below the bound"},
+              {50, p.a, true, "any at the bound (<=)"},
+              {1, p.a + kJust, false, "none above the bound"}};
+    case Phrase::kCountUpTo:
+      return {{p.n, p.b, true, "n at the bound (<=)"},
+              {p.n + 1, 0.1, false, "one more than n, however small"},
+              {1, p.b + kJust, false, "none above the bound"}};
+    case Phrase::kCounted:
+      return {{50, p.a - kJust, true, "any below the free bound (<)"},
+              {p.n, p.a, true, "n at the free bound: counted"},
+              {p.n + 1, p.a, false, "n + 1 at the free bound: it is counted, not free (<)"},
+              {p.n, p.b, true, "n at the counted bound (<=)"},
+              {p.n + 1, p.b, false, "n + 1 at the counted bound"},
+              {1, p.b + kJust, false, "none above the counted bound"}};
+    case Phrase::kNoneFrom:
+      return {{50, p.a - kJust, true, "any below the bound (<)"},
+              {1, p.a, false, "none at the bound (>=)"}};
+  }
+  return {};
+}
+
+void check_row(FiberType type, Zone z, Family family, const Phrase& phrase) {
+  for (const Probe& probe : probes_for(phrase))
+    for (DefectKind kind : kinds_of(family))
+      BOOST_TEST_CONTEXT(fiber_type_name(type) << " zone " << zone_name(z) << ": " << probe.n
+                                               << " x " << defect_kind_name(kind) << " "
+                                               << probe.size_um << " um (" << probe.why << ")") {
+        std::vector<Defect> face = in_zone(type, z, kind, probe.n, probe.size_um);
+        // The free ones never use up the count: add many just below a free bound.
+        if (phrase.form == Phrase::kCounted)
+          for (const Defect& d : in_zone(type, z, kind, 20, phrase.a - kJust)) face.push_back(d);
+        std::vector<bool> zones{true, true, true, true};
+        zones[z] = probe.pass;
+        BOOST_TEST(zone_verdicts(type, face) == zones);
+        BOOST_TEST(passes(type, face) == probe.pass);
+      }
+}
+
+// A table row per test case, <fiber type>_<zone>_<column>, with the phrase FIBER.md gives it.
+#define FIBER_ROW(name, type, zone, family, phrase)           \
+  BOOST_AUTO_TEST_CASE(name) {                                \
+    check_row(FiberType::type, zone, Family::family, phrase); \
+  }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(fiber_acceptance_rows)
+
+BOOST_AUTO_TEST_CASE(zone_diameters_follow_fiber_md) {
+  using D = std::array<double, kZones + 1>;
+  BOOST_TEST((acceptance_table(FiberType::kSmUpc).zone_diameter_um == D{0, 25, 115, 135, 250}));
+  BOOST_TEST((acceptance_table(FiberType::kSmApc).zone_diameter_um == D{0, 25, 115, 135, 250}));
+  BOOST_TEST((acceptance_table(FiberType::kMmUpc).zone_diameter_um == D{0, 65, 115, 135, 250}));
+}
+
+// "Any crack in zone A or B fails", for every fiber type; C and D have no limit.
+BOOST_AUTO_TEST_CASE(cracks_fail_in_zones_a_and_b_only) {
+  for (FiberType type : {FiberType::kSmUpc, FiberType::kSmApc, FiberType::kMmUpc})
+    for (Zone z : {kZoneA, kZoneB, kZoneC, kZoneD})
+      BOOST_TEST_CONTEXT(fiber_type_name(type) << " zone " << zone_name(z)) {
+        std::vector<bool> zones{true, true, true, true};
+        zones[z] = z >= kZoneC;
+        BOOST_TEST(zone_verdicts(type, in_zone(type, z, DefectKind::kCrack, 1, 0.5)) == zones);
+      }
+}
+
+// SM UPC
+FIBER_ROW(sm_upc_a_scratches, kSmUpc, kZoneA, kScratches, kNonePhrase)
+FIBER_ROW(sm_upc_a_defects, kSmUpc, kZoneA, kDefects, kNonePhrase)
+FIBER_ROW(sm_upc_b_scratches, kSmUpc, kZoneB, kScratches, any_up_to(3))
+FIBER_ROW(sm_upc_b_defects, kSmUpc, kZoneB, kDefects, counted(2, 5, 5))
+FIBER_ROW(sm_upc_c_scratches, kSmUpc, kZoneC, kScratches, kNoLimitPhrase)
+FIBER_ROW(sm_upc_c_defects, kSmUpc, kZoneC, kDefects, kNoLimitPhrase)
+FIBER_ROW(sm_upc_d_scratches, kSmUpc, kZoneD, kScratches, kNoLimitPhrase)
+FIBER_ROW(sm_upc_d_defects, kSmUpc, kZoneD, kDefects, none_from(10))
+// SM APC
+FIBER_ROW(sm_apc_a_scratches, kSmApc, kZoneA, kScratches, count_up_to(4, 3))
+FIBER_ROW(sm_apc_a_defects, kSmApc, kZoneA, kDefects, kNonePhrase)
+FIBER_ROW(sm_apc_b_scratches, kSmApc, kZoneB, kScratches, kNoLimitPhrase)
+FIBER_ROW(sm_apc_b_defects, kSmApc, kZoneB, kDefects, counted(2, 5, 5))
+FIBER_ROW(sm_apc_c_scratches, kSmApc, kZoneC, kScratches, kNoLimitPhrase)
+FIBER_ROW(sm_apc_c_defects, kSmApc, kZoneC, kDefects, kNoLimitPhrase)
+FIBER_ROW(sm_apc_d_scratches, kSmApc, kZoneD, kScratches, kNoLimitPhrase)
+FIBER_ROW(sm_apc_d_defects, kSmApc, kZoneD, kDefects, none_from(10))
+// MM
+FIBER_ROW(mm_upc_a_scratches, kMmUpc, kZoneA, kScratches, any_up_to(3))
+FIBER_ROW(mm_upc_a_defects, kMmUpc, kZoneA, kDefects, count_up_to(4, 5))
+FIBER_ROW(mm_upc_b_scratches, kMmUpc, kZoneB, kScratches, any_up_to(5))
+FIBER_ROW(mm_upc_b_defects, kMmUpc, kZoneB, kDefects, counted(5, 5, 10))
+FIBER_ROW(mm_upc_c_scratches, kMmUpc, kZoneC, kScratches, kNoLimitPhrase)
+FIBER_ROW(mm_upc_c_defects, kMmUpc, kZoneC, kDefects, kNoLimitPhrase)
+FIBER_ROW(mm_upc_d_scratches, kMmUpc, kZoneD, kScratches, kNoLimitPhrase)
+FIBER_ROW(mm_upc_d_defects, kMmUpc, kZoneD, kDefects, counted(20, 5, 30))
 
 BOOST_AUTO_TEST_SUITE_END()
 
@@ -317,8 +481,18 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
   std::string out = dir + "/out";
   std::string blocker = dir + "/plain";
   { std::ofstream(blocker) << "x"; }
+  // The counts past the cap go to an output that cannot be created: they are refused before the
+  // output is touched, and a regression fails at once instead of writing for hours.
+  const std::string unwritable = blocker + "/sub";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--output", out, "--count", "0", "--seed", "1"}, "--count 0: must be at least 1"},
+      {{"--output", out, "--count", "-5", "--seed", "1"}, "--count -5: must be at least 1"},
+      {{"--output", unwritable, "--count", "100000001", "--seed", "1"},
+       "--count 100000001: must be at most 100000000 (write a larger set as several runs, each "
+       "with its own --seed and --output)"},
+      {{"--output", unwritable, "--count", "9223372036854775807", "--seed", "1"},
+       "--count 9223372036854775807: must be at most 100000000 (write a larger set as several "
+       "runs, each with its own --seed and --output)"},
       {{"--output", out, "--count", "10", "--seed", "1", "--size", "100"},
        "--size 100: must be 64, 128 or 256"},
       {{"--output", out, "--count", "10", "--seed", "1", "--fiber-type", "om3"},
@@ -347,6 +521,71 @@ BOOST_AUTO_TEST_CASE(bad_options_name_option_and_value_and_write_nothing) {
   BOOST_TEST(err.rfind("rt-fibergen: error: unrecognised option '--bogus'", 0) == 0);
   BOOST_TEST(std::count(err.begin(), err.end(), '\n') == 1);
   BOOST_TEST(!fs::exists(out));
+}
+
+BOOST_AUTO_TEST_CASE(count_beyond_free_disk_space_is_refused) {
+  std::string dir = temp_dir("fibdisk");
+  // An output that cannot be created (a regular file's child): the free space is checked before
+  // the output is touched, and a regression fails at once instead of writing for hours.
+  std::string blocker = dir + "/plain";
+  { std::ofstream(blocker) << "x"; }
+  std::string out = blocker + "/out";
+  // 10^8 images of 256 x 256 need 6.0 TiB (and 15 label bytes each).
+  const double needed = 1e8 * (256.0 * 256 + 15);
+  if (double(fs::space(dir).available) >= needed) {
+    BOOST_TEST_MESSAGE("skipped: " << dir << " has 6 TiB free");
+    return;
+  }
+  std::string err;
+  BOOST_TEST(run({"--output", out, "--count", "100000000", "--seed", "1", "--size", "256"}, &err) ==
+             2);
+  const std::string head =
+      "rt-fibergen: error: --count 100000000: the shards need about 6104.9 GiB but --output " +
+      out + " has ";
+  const std::string tail = " GiB free (lower --count or --size, or choose another --output)\n";
+  BOOST_TEST(err.rfind(head, 0) == 0, err);
+  BOOST_TEST((err.size() > tail.size() && err.substr(err.size() - tail.size()) == tail), err);
+  BOOST_TEST(std::count(err.begin(), err.end(), '\n') == 1);
+  BOOST_TEST(!fs::exists(out));
+}
+
+// A stop signal seen at the stop_signal poll number `at` (1-based): whether temp files were
+// there to remove at that moment, and what the directory holds after the run gave up.
+void check_stop_removes_temp_files(int64_t count, int at, int signal) {
+  std::string dir = temp_dir("fibstop");
+  DatasetOptions o = small_dataset(dir, 1, 5);
+  o.count = count;
+  o.threads = 1;
+  int polls = 0;
+  bool temp_seen = false;
+  o.stop_signal = [&] {
+    if (++polls < at) return 0;
+    for (const auto& entry : fs::directory_iterator(dir))
+      temp_seen = temp_seen || entry.path().string().find(".h5.tmp-") != std::string::npos;
+    return signal;
+  };
+  try {
+    generate_dataset(o, nullptr);
+    BOOST_ERROR("generate_dataset did not stop");
+  } catch (const Stopped& e) {
+    BOOST_TEST(e.signal() == signal);
+    BOOST_TEST(std::string(e.what()) ==
+               std::string("stopped by ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                   " before the shards were committed (temp files removed, no shard written)");
+  }
+  BOOST_TEST(polls == at);
+  BOOST_TEST(temp_seen);
+  BOOST_TEST(fs::is_empty(dir));
+}
+
+BOOST_AUTO_TEST_CASE(stop_signal_mid_split_removes_temp_files) {
+  // 1600 train images: blocks of 512 start at polls 1-4; the stop comes after one block.
+  check_stop_removes_temp_files(2000, 2, SIGTERM);
+}
+
+BOOST_AUTO_TEST_CASE(stop_signal_before_commit_removes_every_temp_file) {
+  // 60 images: one block per split (polls 1-3), then the poll before the commit.
+  check_stop_removes_temp_files(60, 4, SIGINT);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

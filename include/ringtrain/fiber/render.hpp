@@ -16,8 +16,9 @@ namespace ringtrain::fiber {
 // The microscope's frame: 256 x 256 pixels of 1.1 um (a 282 um field, zone D is 250 um).
 constexpr int kRenderSize = 256;
 constexpr double kRenderUmPerPixel = 1.1;
-// Bump when the images for a given seed change.
-constexpr int32_t kGeneratorVersion = 1;
+// Bump when the images or labels for a given seed change (2: multimode and APC acceptance
+// tables as FIBER.md gives them).
+constexpr int32_t kGeneratorVersion = 2;
 
 // The fiber type of every image, or a uniform draw per image (kMixed).
 enum class FiberChoice { kSmUpc, kSmApc, kMmUpc, kMixed };
