@@ -234,7 +234,7 @@ void validate(const DatasetOptions& o) {
 
 Stopped::Stopped(int signal)
     : Error(str("stopped by ", signal_name(signal),
-                " before the shards were committed (temp files removed, no shard written)")),
+                " before the shards were committed (no shard written)")),
       signal_(signal) {}
 
 std::vector<Sample> render_range(uint64_t seed, int split, int64_t first, int64_t count,
