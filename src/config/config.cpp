@@ -1,10 +1,14 @@
 // config.cpp — one option table drives the deck parser, the CLI, --help and --print-deck.
 #include "ringtrain/config/config.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -53,7 +57,8 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "activations and convolutions: fp32, or bf16 (cpu backend on AVX512-BF16 or AMX; "
        "weights, gradients, optimizer and reduction stay fp32)",
        {"fp32", "bf16"}},
-      {"train.threads", &c.train.threads, "threads per rank (0 = this rank's share of its cores)", {}},
+      {"train.threads", &c.train.threads,
+       "threads per rank (0 = this rank's share of its cores; at most 1024)", {}},
       {"train.epochs", &c.train.epochs, "epochs to train", {}},
       {"train.batch_per_rank", &c.train.batch_per_rank,
        "images per rank per step (weak scaling); or set train.global_batch", {}},
@@ -82,6 +87,9 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.log_interval", &c.train.log_interval, "steps between progress lines", {}},
       {"train.checkpoint_every", &c.train.checkpoint_every,
        "steps between checkpoints (0 = only on SIGTERM/SIGUSR1)", {}},
+      {"train.on_nonfinite", &c.train.on_nonfinite,
+       "a step whose loss or gradients are NaN or Inf: stop the run, or skip that step's update",
+       {"stop", "skip"}},
       {"train.straggler_rank", &c.train.straggler_rank,
        "make this rank a straggler for load-imbalance studies (-1 = none)", {}},
       {"train.straggler_ms", &c.train.straggler_ms,
@@ -92,7 +100,7 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"comm.first_bucket_mib", &c.comm.first_bucket_mib,
        "size cap of the first bucket, MiB, so reduction starts early", {}},
       {"comm.stall_timeout_s", &c.comm.stall_timeout_s,
-       "abort when a bucket waits this long for a rank, seconds", {}},
+       "abort when a bucket waits this long for a rank, seconds (at most 1e6)", {}},
       {"comm.overlap", &c.comm.overlap, "reduce buckets while backward runs (false: after it)", {}},
       {"comm.local_gate", &c.comm.local_gate,
        "sleep until the node's ranks reach a bucket, not poll in MPI (false: poll)", {}},
@@ -109,7 +117,7 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"output.name", &c.output.name, "results file name without .h5 (default: the deck's name)", {}},
       {"output.timeline", &c.output.timeline, "write a Chrome-trace timeline <dir>/<name>.trace.json", {}},
       {"output.checkpoint_dir", &c.output.checkpoint_dir,
-       "checkpoint directory (default: <dir>/<name>.ckpt)", {}},
+       "directory of the checkpoint <name>.ckpt.h5, created at start (default: output.dir)", {}},
       {"output.baseline", &c.output.baseline,
        "results file of the reference run, for scaling efficiency", {}},
   };
@@ -175,7 +183,27 @@ po::options_description cli_only() {
   return desc;
 }
 
-// Maps "section.key" to its line in the deck, so errors can point at it.
+// A value as an error message may show it: bytes outside printable ASCII as \xNN (a deck may
+// hold binary junk that would garble the terminal or cut the line at a NUL), long ones cut.
+std::string shown(const std::string& value) {
+  constexpr size_t kMaxShown = 64;
+  std::string out;
+  for (size_t i = 0; i < value.size() && i < kMaxShown; ++i) {
+    const auto byte = static_cast<unsigned char>(value[i]);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += char(byte);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    }
+  }
+  if (value.size() > kMaxShown) out += str("... (", value.size(), " bytes)");
+  return out;
+}
+
+// Maps "section.key" to its line in the deck, so errors can point at it. A key set twice is
+// an error here: Boost would report it as a bad value.
 std::map<std::string, int> deck_lines(const std::string& path) {
   std::map<std::string, int> lines;
   std::ifstream in(path);
@@ -187,9 +215,14 @@ std::map<std::string, int> deck_lines(const std::string& path) {
       section = line.substr(start + 1, line.find(']') - start - 1);
       continue;
     }
+    if (line.find('=') == std::string::npos) continue;  // not a key; Boost says why
     std::string key = line.substr(start, line.find('=') - start);
     key.erase(key.find_last_not_of(" \t") + 1);
-    lines[section.empty() ? key : section + "." + key] = n;
+    if (!section.empty()) key = section + "." + key;
+    auto [first, inserted] = lines.emplace(key, n);
+    if (!inserted)
+      throw InputError(str(path, ":", n, ": duplicate key ", shown(key), " (first at line ",
+                           first->second, ")"));
   }
   return lines;
 }
@@ -217,11 +250,17 @@ std::string value_of(const po::parsed_options& parsed, const std::string& key) {
 void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
                    const po::options_description& desc, const std::vector<Option>& table,
                    const std::function<std::string(const std::string&)>& where) {
+  std::set<std::string> seen;
   for (const auto& o : parsed.options) {
+    if (o.position_key >= 0)  // a bare word: Boost's lookup of its empty key would throw
+      throw InputError(str("command line: unexpected argument '", shown(o.value.front()),
+                           "'; keys are given as --section.key=value, the deck as --deck FILE"));
     if (o.unregistered || !desc.find_nothrow(o.string_key, false))
-      throw InputError(str(where(o.string_key), ": unknown key '", o.string_key, "' (value '",
-                           o.value.empty() ? "" : o.value.front(),
+      throw InputError(str(where(o.string_key), ": unknown key '", shown(o.string_key),
+                           "' (value '", shown(o.value.empty() ? "" : o.value.front()),
                            "'); ringtrain --help lists every key"));
+    if (!seen.insert(o.string_key).second)
+      throw InputError(str(where(o.string_key), ": duplicate key ", o.string_key));
   }
   try {
     po::store(parsed, vm);
@@ -231,8 +270,8 @@ void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
     auto opt =
         std::find_if(table.begin(), table.end(), [&](const Option& o) { return key == o.key; });
     std::string expected = opt == table.end() ? e.what() : str("expected ", type_name(opt->field));
-    throw InputError(str(where(key), ": bad value '", value_of(parsed, key), "' for ", key, " (",
-                         expected, ")"));
+    throw InputError(str(where(key), ": bad value '", shown(value_of(parsed, key)), "' for ", key,
+                         " (", expected, ")"));
   }
 }
 
@@ -246,10 +285,15 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     if (!ok) {
       std::string list;
       for (const auto& ch : opt.choices) list += (list.empty() ? "" : ", ") + ch;
-      throw InputError(
-          str(src.of(opt.key), ": bad value '", v, "' for ", opt.key, " (one of: ", list, ")"));
+      throw InputError(str(src.of(opt.key), ": bad value '", shown(v), "' for ", opt.key,
+                           " (one of: ", list, ")"));
     }
   }
+  // nan and inf parse as numbers, and no key means either.
+  for (const auto& opt : table)
+    if (auto* number = std::get_if<double*>(&opt.field); number && !std::isfinite(**number))
+      throw InputError(str(src.of(opt.key), ": bad value '", format_number(**number), "' for ",
+                           opt.key, " (a finite number)"));
   auto require = [&](bool ok, const char* key, const std::string& value, const char* rule) {
     if (!ok)
       throw InputError(str(src.of(key), ": bad value '", value, "' for ", key, " (", rule, ")"));
@@ -270,7 +314,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.step_gamma > 0 && t.step_gamma <= 1, "train.step_gamma", format_number(t.step_gamma),
           "in (0, 1]");
   require(t.base_batch >= 1, "train.base_batch", std::to_string(t.base_batch), "at least 1");
-  require(t.threads >= 0, "train.threads", std::to_string(t.threads), "0 (auto) or more");
+  require(t.threads >= 0 && t.threads <= kMaxThreads, "train.threads", std::to_string(t.threads),
+          "0 (this rank's share of its cores) to 1024");
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every),
           "0 or more");
@@ -282,8 +327,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
           "a positive number of MiB");
   require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib),
           "0 or more MiB");
-  require(m.stall_timeout_s > 0, "comm.stall_timeout_s", format_number(m.stall_timeout_s),
-          "positive seconds");
+  require(m.stall_timeout_s > 0 && m.stall_timeout_s <= kMaxStallTimeoutS, "comm.stall_timeout_s",
+          format_number(m.stall_timeout_s), "positive seconds, at most 1e6");
   require(m.chunk_kib >= 0, "comm.chunk_kib", std::to_string(m.chunk_kib),
           "0 (by message size) or more KiB");
   require(m.ranks_per_node >= 0, "comm.ranks_per_node", std::to_string(m.ranks_per_node),
@@ -313,11 +358,34 @@ std::vector<int> parse_step_epochs(const std::string& text, const Source& src) {
       if (used != item.size() || e < 1) throw std::invalid_argument(item);
       epochs.push_back(e);
     } catch (const std::exception&) {
-      throw InputError(str(src.of("train.step_epochs"), ": bad value '", text,
+      throw InputError(str(src.of("train.step_epochs"), ": bad value '", shown(text),
                            "' for train.step_epochs (comma-separated epochs, e.g. 30,60)"));
     }
   }
   return epochs;
+}
+
+// The command line with each "--key=" split into "--key" "": Boost refuses an empty value
+// after '=', yet "" is a meaningful value (data.eval_split = "" means no evaluation), as in a deck.
+// Boost wants the arguments after the program's name.
+std::vector<std::string> split_empty_values(int argc, const char* const argv[]) {
+  std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1) {
+      args[i].pop_back();
+      args.insert(args.begin() + long(i) + 1, "");
+      ++i;
+    }
+  }
+  return args;
+}
+
+// output.name becomes a file name inside output.dir: it must not climb out of it.
+void check_output_name(const std::string& name, const Source& src) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    throw InputError(str(src.of("output.name"), ": bad value '", shown(name),
+                         "' for output.name (a file name: not empty, '.' or '..', no '/')"));
 }
 
 std::string render_deck(const std::vector<Option>& table) {
@@ -368,7 +436,7 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   po::variables_map vm;
   po::parsed_options cli(&all);
   try {
-    cli = po::command_line_parser(argc, argv).options(all).run();
+    cli = po::command_line_parser(split_empty_values(argc, argv)).options(all).run();
   } catch (const po::error& e) {
     throw InputError(str("command line: ", e.what(), "; ringtrain --help lists every key"));
   }
@@ -384,6 +452,8 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   c.resume = vm.count("resume") > 0;
   if (vm.count("deck")) {
     src.deck = c.deck_path = vm["deck"].as<std::string>();
+    if (std::filesystem::is_directory(src.deck))
+      throw InputError(str(src.deck, ": is a directory; --deck takes a deck file (inputs/*.deck)"));
     std::ifstream deck(src.deck);
     if (!deck)
       throw InputError(str(src.deck, ": cannot open the deck (no such file or unreadable)"));
@@ -407,9 +477,10 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   c.train.seed = uint64_t(seed);
   c.train.step_epochs = parse_step_epochs(step_epochs, src);
   check_choices_and_ranges(table, c, src);
-  if (c.output.name.empty())
+  if (vm["output.name"].defaulted())
     c.output.name =
         c.deck_path.empty() ? "ringtrain" : std::filesystem::path(c.deck_path).stem().string();
+  check_output_name(c.output.name, src);
   c.effective_deck = render_deck(table);
   return result;
 }
@@ -434,6 +505,36 @@ void validate_for_world(const Config& c, int world_size) {
   if (c.train.straggler_rank >= world_size)
     throw InputError(str(where, ": train.straggler_rank = ", c.train.straggler_rank,
                          " but the world has ranks 0..", world_size - 1));
+}
+
+void prepare_output_paths(const Config& c) {
+  if (!c.output.checkpoint_dir.empty()) {
+    const std::string& dir = c.output.checkpoint_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+      throw InputError(
+          str("output.checkpoint_dir ", dir, ": cannot create directory (", ec.message(), ")"));
+    if (access(dir.c_str(), W_OK | X_OK) != 0)
+      throw InputError(str("output.checkpoint_dir ", dir, ": directory is not writable (",
+                           std::strerror(errno), ")"));
+  }
+  if (!c.output.baseline.empty()) {
+    const std::string& file = c.output.baseline;
+    if (std::filesystem::is_directory(file))
+      throw InputError(str("output.baseline ", file, ": is a directory, not a results file"));
+    if (access(file.c_str(), R_OK) != 0)
+      throw InputError(str("output.baseline ", file, ": cannot read the results file (",
+                           std::strerror(errno), ")"));
+  }
+}
+
+std::string threads_warning(const Config& c, int cores, const std::string& why) {
+  if (c.train.threads <= cores) return "";
+  return str("train.threads = ", c.train.threads, " is more than this rank's ", cores, " core(s) (",
+             why,
+             "); threads will share cores and each step may run many times "
+             "slower. HINT: train.threads = 0 takes this rank's share");
 }
 
 }  // namespace ringtrain

@@ -126,8 +126,12 @@ void Trainer::set_up() {
                         ? cfg_.train.batch_per_rank
                         : cfg_.train.global_batch / (comm_.size() * accumulate_steps_);
   threads_ = cfg_.train.threads > 0 ? cfg_.train.threads : comm_.cpu_threads_per_rank();
+  std::string oversubscribed =
+      threads_warning(cfg_, comm_.cpu_threads_per_rank(), comm_.cpu_threads_description());
+  if (comm_.rank() == 0 && !oversubscribed.empty()) log::warn(oversubscribed);
   agree(comm_, [&] {
     if (comm_.rank() == 0) h5::require_writable_dir(cfg_.output.dir, "output.dir");
+    if (comm_.rank() == 0) prepare_output_paths(cfg_);  // checkpoint dir, baseline: before training
     open_data();
   });
   agree(comm_, [&] { build_model(); });

@@ -5,6 +5,7 @@
 
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
+#include "temp_dir.hpp"
 
 using namespace ringtrain;
 namespace fs = std::filesystem;
@@ -157,6 +158,153 @@ BOOST_AUTO_TEST_CASE(batch_settings_and_world_size) {
                    ": train.global_batch = 64 does not divide over 3 ranks; use a multiple of "
                    "the world size or train.batch_per_rank");
   }
+}
+
+BOOST_AUTO_TEST_CASE(numbers_are_finite_and_bounded) {
+  std::string deck = write_deck("bounds.deck", kGoodDeck);
+  // 100000 threads crashed libgomp; a cpu_set_t holds 1024 CPUs.
+  BOOST_TEST(error_of({"--deck", deck, "--train.threads=100000"}) ==
+             "command line: bad value '100000' for train.threads (0 (this rank's share of its "
+             "cores) to 1024)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.threads=1024"}) == "(no error)");
+  // Above 9.2e9 s the stall clock overflowed and reported a stall at once.
+  BOOST_TEST(error_of({"--deck", deck, "--comm.stall_timeout_s=1e10"}) ==
+             "command line: bad value '10000000000' for comm.stall_timeout_s (positive seconds, "
+             "at most 1e6)");
+  BOOST_TEST(error_of({"--deck", deck, "--comm.stall_timeout_s=1e6"}) == "(no error)");
+  BOOST_TEST(error_of({"--deck", deck, "--comm.stall_timeout_s=inf"}) ==
+             "command line: bad value 'inf' for comm.stall_timeout_s (a finite number)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.weight_decay=inf"}) ==
+             "command line: bad value 'inf' for train.weight_decay (a finite number)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.lr=nan"}) ==
+             "command line: bad value 'nan' for train.lr (a finite number)");
+  std::string in_deck = write_deck("nan.deck", std::string(kGoodDeck) + "first_bucket_mib = nan\n");
+  BOOST_TEST(error_of({"--deck", in_deck}) ==
+             in_deck + ":12: bad value 'nan' for comm.first_bucket_mib (a finite number)");
+  for (const char* key : {"train.momentum", "train.warmup_epochs", "train.step_gamma",
+                          "train.straggler_ms", "comm.fusion_mib"})
+    BOOST_TEST(error_of({"--deck", deck, std::string("--") + key + "=-inf"}) ==
+               std::string("command line: bad value '-inf' for ") + key + " (a finite number)");
+}
+
+BOOST_AUTO_TEST_CASE(on_nonfinite_is_stop_or_skip) {
+  std::string deck = write_deck("nonfinite.deck", kGoodDeck);
+  BOOST_TEST(parse({"--deck", deck}).config.train.on_nonfinite == "stop");
+  BOOST_TEST(parse({"--deck", deck, "--train.on_nonfinite=skip"}).config.train.on_nonfinite ==
+             "skip");
+  BOOST_TEST(error_of({"--deck", deck, "--train.on_nonfinite=ignore"}) ==
+             "command line: bad value 'ignore' for train.on_nonfinite (one of: stop, skip)");
+  BOOST_TEST(help_text().find("--train.on_nonfinite arg (=stop)") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(output_name_stays_inside_output_dir) {
+  std::string deck = write_deck("name.deck", kGoodDeck);
+  const std::string rule = " for output.name (a file name: not empty, '.' or '..', no '/')";
+  BOOST_TEST(error_of({"--deck", deck, "--output.name=../escaped"}) ==
+             "command line: bad value '../escaped'" + rule);
+  BOOST_TEST(error_of({"--deck", deck, "--output.name=a/b"}) ==
+             "command line: bad value 'a/b'" + rule);
+  BOOST_TEST(error_of({"--deck", deck, "--output.name=.."}) ==
+             "command line: bad value '..'" + rule);
+  BOOST_TEST(error_of({"--deck", deck, "--output.name=."}) == "command line: bad value '.'" + rule);
+  BOOST_TEST(error_of({"--deck", deck, "--output.name="}) == "command line: bad value ''" + rule);
+  std::string empty = write_deck("emptyname.deck", std::string(kGoodDeck) + "[output]\nname =\n");
+  BOOST_TEST(error_of({"--deck", empty}) == empty + ":13: bad value ''" + rule);
+  BOOST_TEST(parse({"--deck", deck, "--output.name=run.1"}).config.output.name == "run.1");
+}
+
+BOOST_AUTO_TEST_CASE(duplicate_key_names_both_lines) {
+  std::string deck = write_deck("dup.deck", std::string(kGoodDeck) + "[data]\ndir = other\n");
+  BOOST_TEST(error_of({"--deck", deck}) == deck + ":13: duplicate key data.dir (first at line 3)");
+  // A section may open twice; only a key may not.
+  std::string sections =
+      write_deck("sections.deck", std::string(kGoodDeck) + "[train]\nseed = 3\n");
+  BOOST_TEST(error_of({"--deck", sections}) == "(no error)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.epochs=2", "--train.epochs=3"}) ==
+             "command line: duplicate key train.epochs");
+}
+
+BOOST_AUTO_TEST_CASE(binary_bytes_are_escaped_and_long_values_cut) {
+  std::string deck = write_deck("binary.deck", std::string(kGoodDeck) + "[train]\nbase_batch = 3" +
+                                                   std::string(1, '\0') + "\x01\xff\x1b[31m\n");
+  BOOST_TEST(error_of({"--deck", deck}) ==
+             deck +
+                 ":13: bad value '3\\x00\\x01\\xff\\x1b[31m' for train.base_batch (expected an "
+                 "integer)");
+  std::string junk(100, 'x');
+  std::string good = write_deck("long.deck", kGoodDeck);
+  BOOST_TEST(error_of({"--deck", good, "--train.schedule=" + junk}) ==
+             "command line: bad value '" + std::string(64, 'x') +
+                 "... (100 bytes)' for train.schedule (one of: cosine, step, constant)");
+}
+
+BOOST_AUTO_TEST_CASE(deck_directory_empty_values_and_bare_words) {
+  std::string deck = write_deck("words.deck", kGoodDeck);
+  std::string dir = fs::path(deck).parent_path().string();
+  BOOST_TEST(error_of({"--deck", dir}) ==
+             dir + ": is a directory; --deck takes a deck file (inputs/*.deck)");
+  // --help says "" means no evaluation: the command line can say it too.
+  Config c = parse({"--deck", deck, "--data.eval_split=", "--data.test_split="}).config;
+  BOOST_TEST(c.data.eval_split == "");
+  BOOST_TEST(c.data.test_split == "");
+  BOOST_TEST(error_of({"--deck", deck, "--train.epochs="}) ==
+             "command line: bad value '' for train.epochs (expected an integer)");
+  BOOST_TEST(error_of({"--deck", deck, "stray"}) ==
+             "command line: unexpected argument 'stray'; keys are given as --section.key=value, "
+             "the deck as --deck FILE");
+}
+
+BOOST_AUTO_TEST_CASE(help_names_the_checkpoint_file_really_written) {
+  std::string deck = write_deck("ckpt.deck", kGoodDeck);
+  Config c = parse({"--deck", deck, "--output.checkpoint_dir=/x/ck"}).config;
+  BOOST_TEST(c.checkpoint_path() == "/x/ck/ckpt.ckpt.h5");
+  BOOST_TEST(parse({"--deck", deck}).config.checkpoint_path() == "output/ckpt.ckpt.h5");
+  std::string help = help_text();
+  BOOST_TEST(help.find("<name>.ckpt.h5") != std::string::npos);
+  BOOST_TEST(help.find("<name>.ckpt)") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(output_paths_are_prepared_before_training) {
+  std::string root = rt_test::temp_dir("config-output-paths");
+  std::string deck = write_deck("paths.deck", kGoodDeck);
+  // A missing checkpoint directory is created, parents and all.
+  Config c = parse({"--deck", deck, "--output.checkpoint_dir=" + root + "/a/b/ck"}).config;
+  BOOST_CHECK_NO_THROW(prepare_output_paths(c));
+  BOOST_TEST(fs::is_directory(root + "/a/b/ck"));
+  // One under a regular file cannot be.
+  std::ofstream(root + "/file") << "x";
+  c.output.checkpoint_dir = root + "/file/ck";
+  try {
+    prepare_output_paths(c);
+    BOOST_FAIL("no throw");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()) == "output.checkpoint_dir " + root +
+                                            "/file/ck: cannot create directory (Not a directory)");
+  }
+  c.output.checkpoint_dir.clear();
+  c.output.baseline = root + "/none.h5";
+  try {
+    prepare_output_paths(c);
+    BOOST_FAIL("no throw");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()) == "output.baseline " + root +
+                                            "/none.h5: cannot read the results file (No such "
+                                            "file or directory)");
+  }
+  c.output.baseline = root + "/file";
+  BOOST_CHECK_NO_THROW(prepare_output_paths(c));
+}
+
+BOOST_AUTO_TEST_CASE(threads_beyond_the_cores_warn) {
+  std::string deck = write_deck("threads.deck", kGoodDeck);
+  Config c = parse({"--deck", deck, "--train.threads=8"}).config;
+  BOOST_TEST(threads_warning(c, 2, "2 usable cores / 1 rank") ==
+             "train.threads = 8 is more than this rank's 2 core(s) (2 usable cores / 1 rank); "
+             "threads will share cores and each step may run many times slower. HINT: "
+             "train.threads = 0 takes this rank's share");
+  BOOST_TEST(threads_warning(c, 8, "8 cores") == "");
+  c.train.threads = 0;  // automatic: the share itself
+  BOOST_TEST(threads_warning(c, 1, "1 core") == "");
 }
 
 BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {

@@ -11,6 +11,13 @@
 
 namespace ringtrain {
 
+// The most train.threads a rank may ask for: a cpu_set_t (CPU_SETSIZE) describes at most 1024
+// CPUs, so more threads than this can never each have a core of their own.
+constexpr int kMaxThreads = 1024;
+// The longest comm.stall_timeout_s: 1e6 s (11.6 days) outlasts any job's wall-clock limit and
+// stays far below the 9.2e9 s at which the stall clock's int64 nanoseconds overflow.
+constexpr double kMaxStallTimeoutS = 1e6;
+
 struct DataConfig {
   std::string dir;  // shard directory (rt-shard / rt-fibergen output)
   std::string train_split = "train";
@@ -31,7 +38,7 @@ struct ModelConfig {
 struct TrainConfig {
   std::string backend = "cpu";  // cpu | cuda | ref
   std::string precision = "fp32";
-  int threads = 0;  // 0: this rank's share of the cores
+  int threads = 0;  // 0: this rank's share of the cores; at most kMaxThreads
   int epochs = 1;
   int batch_per_rank = 0;  // exactly one of batch_per_rank and global_batch
   int global_batch = 0;
@@ -50,10 +57,11 @@ struct TrainConfig {
   bool scale_lr = false;  // linear scaling rule: lr * global_batch / base_batch
   int base_batch = 256;
   uint64_t seed = 1;
-  int log_interval = 50;         // steps between progress lines
-  int64_t checkpoint_every = 0;  // steps; 0: only on SIGTERM / SIGUSR1
-  int straggler_rank = -1;       // this rank sleeps straggler_ms in every data phase
-  double straggler_ms = 0;       // (load-imbalance studies; -1: no straggler)
+  int log_interval = 50;              // steps between progress lines
+  int64_t checkpoint_every = 0;       // steps; 0: only on SIGTERM / SIGUSR1
+  std::string on_nonfinite = "stop";  // stop | skip: a step whose loss or gradients are NaN/Inf
+  int straggler_rank = -1;            // this rank sleeps straggler_ms in every data phase
+  double straggler_ms = 0;            // (load-imbalance studies; -1: no straggler)
 };
 
 struct CommConfig {
@@ -72,9 +80,9 @@ struct CommConfig {
 
 struct OutputConfig {
   std::string dir = "output";
-  std::string name;  // results file <dir>/<name>.h5; default: the deck's stem
+  std::string name;  // results file <dir>/<name>.h5; default: the deck's stem; no '/'
   bool timeline = false;
-  std::string checkpoint_dir;  // default: <dir>/<name>.ckpt
+  std::string checkpoint_dir;  // holds <name>.ckpt.h5; default: dir
   std::string baseline;        // results file of the reference run, for scaling efficiency
 };
 
@@ -110,5 +118,14 @@ std::string help_text();
 
 // Checks what depends on the world size (global batch divisible by ranks, ...).
 void validate_for_world(const Config& config, int world_size);
+
+// Touches the filesystem before any training: creates output.checkpoint_dir (mkdir -p) and
+// checks it is writable, and checks output.baseline is a readable file. Throws InputError naming
+// the key and the path.
+void prepare_output_paths(const Config& config);
+
+// The warning when train.threads asks for more threads than the `cores` this rank has
+// (`why`: how they were counted); "" when they fit or threads are chosen automatically.
+std::string threads_warning(const Config& config, int cores, const std::string& why);
 
 }  // namespace ringtrain

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# deck_errors.sh — bad deck values and output paths stop ringtrain on 2 ranks before any
+# training: one error line, exit code 2 on every rank, nothing written; a missing checkpoint
+# directory is created at start, and too many threads for the cores give one warning line.
+set -euo pipefail
+BIN=${BIN:-bin}
+work=$(mktemp -d /tmp/rt-e2e-deck-errors.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 5 --shards 1 >/dev/null
+cat >"$work/tiny.deck" <<DECK
+[data]
+dir = $work/data
+[model]
+name = cnn_small
+[train]
+epochs = 1
+batch_per_rank = 16
+max_steps = 2
+[comm]
+fusion_mib = 0.1
+[output]
+dir = $work/out/runs
+DECK
+printf '[data]\ndir = %s\n[model]\nname = cnn_small\n[train]\nbatch_per_rank = 8\n[data]\ndir = x\n' \
+  "$work/data" >"$work/dup.deck"
+touch "$work/a_file"
+
+# run_np2 NAME ARGS...: ringtrain on 2 ranks; stderr in $work/NAME.err, stdout in $work/NAME.out,
+# each rank's exit code in $work/NAME.codes (lines "RANK CODE"). The wrapper itself exits 0, so
+# mpirun never tears down a rank before it has written its code.
+run_np2() {
+  local name=$1; shift
+  mpirun -q -np 2 --oversubscribe --allow-run-as-root --bind-to none bash -c \
+    '"$0" "$@"; echo "$OMPI_COMM_WORLD_RANK $?" >>"'"$work/$name.codes"'"' \
+    "$BIN/ringtrain" "$@" >"$work/$name.out" 2>"$work/$name.err" || fail "$name: mpirun failed"
+}
+
+# expect_bad NAME MESSAGE ARGS...: exactly the line "ringtrain: error: MESSAGE", every rank exits
+# 2, no step trained and no results file.
+expect_bad() {
+  local name=$1 message=$2; shift 2
+  run_np2 "$name" "$@"
+  [ "$(sort "$work/$name.codes" | tr '\n' ' ')" = "0 2 1 2 " ] ||
+    fail "$name: rank exit codes '$(cat "$work/$name.codes" | tr '\n' ' ')', expected 2 on both ($(cat "$work/$name.err"))"
+  [ "$(cat "$work/$name.err")" = "ringtrain: error: $message" ] ||
+    fail "$name: stderr '$(cat "$work/$name.err")'"
+  grep -q '^epoch' "$work/$name.out" && fail "$name: trained before failing"
+  [ -z "$(find "$work/out" "$work/escaped.h5" -name '*.h5' 2>/dev/null)" ] ||
+    fail "$name: wrote $(find "$work/out" -name '*.h5')"
+  return 0
+}
+
+deck=$work/tiny.deck
+expect_bad threads "command line: bad value '100000' for train.threads (0 (this rank's share of its cores) to 1024)" \
+  --deck "$deck" --train.threads=100000
+expect_bad stall "command line: bad value '10000000000' for comm.stall_timeout_s (positive seconds, at most 1e6)" \
+  --deck "$deck" --comm.stall_timeout_s=1e10
+expect_bad weight_decay "command line: bad value 'inf' for train.weight_decay (a finite number)" \
+  --deck "$deck" --train.weight_decay=inf
+expect_bad escape "command line: bad value '../../escaped' for output.name (a file name: not empty, '.' or '..', no '/')" \
+  --deck "$deck" --output.name=../../escaped
+expect_bad on_nonfinite "command line: bad value 'ignore' for train.on_nonfinite (one of: stop, skip)" \
+  --deck "$deck" --train.on_nonfinite=ignore
+expect_bad duplicate "$work/dup.deck:8: duplicate key data.dir (first at line 2)" --deck "$work/dup.deck"
+expect_bad directory "$work: is a directory; --deck takes a deck file (inputs/*.deck)" --deck "$work"
+expect_bad checkpoint_dir "output.checkpoint_dir $work/a_file/ck: cannot create directory (Not a directory) (rank 0)" \
+  --deck "$deck" --output.checkpoint_dir="$work/a_file/ck"
+expect_bad baseline "output.baseline $work/none.h5: cannot read the results file (No such file or directory) (rank 0)" \
+  --deck "$deck" --output.baseline="$work/none.h5"
+
+# A checkpoint directory that does not exist yet is made at start; data.eval_split= means no
+# evaluation; more threads than any rank has cores give one warning line, from rank 0.
+threads=$(( $(nproc) + 1 ))
+run_np2 good --deck "$deck" --output.checkpoint_dir="$work/new/ck" --data.eval_split= \
+  --train.threads="$threads"
+[ "$(sort "$work/good.codes" | tr '\n' ' ')" = "0 0 1 0 " ] || fail "good run: $(cat "$work/good.err")"
+[ -f "$work/new/ck/tiny.ckpt.h5" ] || fail "no checkpoint in the created directory: $(ls -R "$work/new")"
+[ "$(grep -c "train.threads = $threads is more than this rank's" "$work/good.err")" = 1 ] ||
+  fail "expected one threads warning: $(cat "$work/good.err")"
+grep -q '^epoch 1 done' "$work/good.out" || fail "good run: no epoch line"
+grep -q '| val loss' "$work/good.out" && fail "data.eval_split= still evaluated: $(grep '^epoch' "$work/good.out")"
+echo "deck errors e2e: ok"
