@@ -50,7 +50,6 @@ struct TrainConfig {
   double weight_decay = 5e-4;
   bool decay_bn_and_bias = false;
   std::string schedule = "cosine";    // cosine | step | constant
-  std::string on_nonfinite = "stop";  // stop | skip: a step whose gradient is not finite
   double warmup_epochs = 0;
   std::vector<int> step_epochs;  // "30,60,80" for schedule = step
   double step_gamma = 0.1;
