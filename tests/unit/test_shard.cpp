@@ -383,7 +383,7 @@ BOOST_AUTO_TEST_CASE(rt_shard_binary_prints_one_line_and_exits_2) {
   // bin/tests/unit -> bin/rt-shard
   const fs::path tool = fs::canonical("/proc/self/exe").parent_path().parent_path() / "rt-shard";
   BOOST_REQUIRE_MESSAGE(fs::exists(tool), tool << " is missing: make bin/rt-shard first");
-  const std::string in = write_cifar_input("cifar-cli"), out = temp_dir("cifar-cli-out");
+  const std::string in = write_cifar_input("cifar-cli"), out = temp_dir("cifar-cli-out") + "/new";
   auto bytes = cifar_batch(3, 4);
   bytes.resize(bytes.size() - 1062);
   write_bytes(in + "/data_batch_3.bin", bytes);
@@ -397,8 +397,53 @@ BOOST_AUTO_TEST_CASE(rt_shard_binary_prints_one_line_and_exits_2) {
   std::string all((std::istreambuf_iterator<char>(text)), std::istreambuf_iterator<char>());
   BOOST_TEST(all ==
              "rt-shard: " + in + "/data_batch_3.bin: record 3 is truncated (2011 of 3073 bytes)\n");
-  BOOST_TEST(empty_dir(out));
+  BOOST_TEST(!fs::exists(out));  // created for the output, removed on the error
   fs::remove(err);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_conversion_removes_only_the_directories_it_created) {
+  const std::string in = write_cifar_input("cifar-dirs"), base = temp_dir("cifar-dirs-out");
+  fs::remove(in + "/test_batch.bin");  // read after every train batch: fails last
+  const std::string missing = in + "/test_batch.bin: cannot open (No such file or directory)";
+  // Two levels created, then the input fails: both go, the directory above them stays.
+  expect_input_error([&] { shard::convert_cifar10({in, base + "/new/deeper/", 1, 0}); }, missing);
+  BOOST_TEST(!fs::exists(base + "/new"));
+  BOOST_TEST(fs::is_directory(base));
+  // A directory that existed before stays, empty or not.
+  fs::create_directories(base + "/old");
+  expect_input_error([&] { shard::convert_cifar10({in, base + "/old", 1, 0}); }, missing);
+  BOOST_TEST(fs::is_directory(base + "/old"));
+  write_bytes(base + "/old/notes.txt", {1, 2, 3});
+  expect_input_error([&] { shard::convert_cifar10({in, base + "/old/sub", 1, 0}); }, missing);
+  BOOST_TEST(!fs::exists(base + "/old/sub"));
+  BOOST_TEST(fs::exists(base + "/old/notes.txt"));
+  // IDX and Fashion-MNIST go the same way.
+  shard::IdxOptions idx;
+  idx.images = in + "/none-images";
+  idx.labels = in + "/none-labels";
+  idx.output_dir = base + "/idx/out";
+  expect_input_error([&] { shard::convert_idx(idx); },
+                     idx.images + ": cannot open (No such file or directory)");
+  BOOST_TEST(!fs::exists(base + "/idx"));
+  shard::FashionMnistOptions fashion;
+  fashion.input_dir = in;
+  fashion.output_dir = base + "/fashion";
+  expect_input_error([&] { shard::convert_fashion_mnist(fashion); },
+                     in + "/train-images-idx3-ubyte.gz: cannot open (No such file or directory)");
+  BOOST_TEST(!fs::exists(base + "/fashion"));
+  std::vector<std::string> left;
+  for (const auto& e : fs::recursive_directory_iterator(base)) left.push_back(e.path().string());
+  BOOST_TEST((left == std::vector<std::string>{base + "/old", base + "/old/notes.txt"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_commit_leaves_no_shard_and_no_temp_file) {
+  const std::string in = write_cifar_input("cifar-commit"), out = temp_dir("cifar-commit-out");
+  // A directory where the test shard goes: its rename fails after train's has been done.
+  fs::create_directories(out + "/test-00000-of-00001.h5");
+  BOOST_CHECK_THROW(shard::convert_cifar10({in, out, 1, 0}), Error);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
+  BOOST_TEST((left == std::vector<std::string>{"test-00000-of-00001.h5"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_new_conversion_replaces_shards_of_another_count) {
