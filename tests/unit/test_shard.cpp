@@ -1,8 +1,9 @@
 // test_shard.cpp — rt-shard round trips and corrupt inputs; ShardSet reads and errors.
 //
 // Conversions (CIFAR-10 binary, IDX plain and gzip) round trip exactly, every corrupt input
-// fails with its exact one-line message and leaves no file, and ShardSet rejects malformed
-// shards naming the file and what to run.
+// fails with its exact one-line message and leaves no file (nor a directory it created), and
+// ShardSet rejects malformed shards, non-finite statistics, empty splits and splits unlike the
+// train split, naming the files and what to run, and fails a read of a file changed since open.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
