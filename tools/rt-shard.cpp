@@ -1,6 +1,7 @@
 // rt-shard.cpp — converts CIFAR-10 binary batches and IDX files into ringtrain's shards.
 //
-// Bad input: one line on stderr, exit code 2, no output file.
+// Bad input: one line on stderr, exit code 2, no output file, and no output directory left
+// behind that this run created.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>

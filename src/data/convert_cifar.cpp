@@ -6,7 +6,6 @@
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert.hpp"
-#include "ringtrain/io/h5.hpp"
 
 namespace ringtrain::shard {
 namespace fs = std::filesystem;
@@ -62,7 +61,7 @@ void read_cifar_batch(const std::string& path, SplitImages& into) {
 }
 
 std::vector<std::string> convert_cifar10(const CifarOptions& options) {
-  h5::require_writable_dir(options.output_dir, "--output");
+  OutputDirectory output(options.output_dir, "--output");
   const fs::path in(options.input_dir);
   SplitImages all_train = empty_cifar_split("train"), test = empty_cifar_split("test");
   for (int b = 1; b <= 5; ++b)
@@ -89,7 +88,9 @@ std::vector<std::string> convert_cifar10(const CifarOptions& options) {
     val.stats_from = "train";
     splits.push_back(&val);
   }
-  return write_splits(options.output_dir, splits, options.shards);
+  auto written = write_splits(options.output_dir, splits, options.shards);
+  output.keep();
+  return written;
 }
 
 }  // namespace ringtrain::shard

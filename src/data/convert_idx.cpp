@@ -8,7 +8,6 @@
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert.hpp"
-#include "ringtrain/io/h5.hpp"
 
 namespace ringtrain::shard {
 namespace fs = std::filesystem;
@@ -160,7 +159,7 @@ std::vector<std::string> convert_idx(const IdxOptions& options) {
   RT_REQUIRE_INPUT(options.mean.size() == options.std.size() &&
                        (options.mean.empty() || options.mean.size() == 1),
                    "--mean/--std: give one value each (IDX images have 1 channel)");
-  h5::require_writable_dir(options.output_dir, "--output");
+  OutputDirectory output(options.output_dir, "--output");
   const auto names =
       options.class_names.empty() ? default_class_names(options.dataset) : options.class_names;
   SplitImages all = read_idx(options.images, options.labels, options.dataset, names, options.split);
@@ -181,11 +180,13 @@ std::vector<std::string> convert_idx(const IdxOptions& options) {
     set_stats(val, main.mean, main.std, main.stats_from);
     splits.push_back(&val);
   }
-  return write_splits(options.output_dir, splits, options.shards);
+  auto written = write_splits(options.output_dir, splits, options.shards);
+  output.keep();
+  return written;
 }
 
 std::vector<std::string> convert_fashion_mnist(const FashionMnistOptions& options) {
-  h5::require_writable_dir(options.output_dir, "--output");
+  OutputDirectory output(options.output_dir, "--output");
   const fs::path in(options.input_dir);
   const auto& names = fashion_mnist_class_names();
   SplitImages all =
@@ -207,7 +208,9 @@ std::vector<std::string> convert_fashion_mnist(const FashionMnistOptions& option
     set_stats(val, train.mean, train.std, "train");
     splits.push_back(&val);
   }
-  return write_splits(options.output_dir, splits, options.shards);
+  auto written = write_splits(options.output_dir, splits, options.shards);
+  output.keep();
+  return written;
 }
 
 }  // namespace ringtrain::shard

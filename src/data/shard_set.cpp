@@ -1,7 +1,11 @@
 // shard_set.cpp — opening and checking a split's shards, and batched reads of sample ids.
 #include "ringtrain/data/shard_set.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -24,6 +28,39 @@ std::string recreate_hint(const std::string& dataset, const std::string& dir) {
     return "re-create it with: rt-shard idx --images F --labels F --dataset " + dataset +
            " --output " + dir;
   return "re-create it with rt-shard (CIFAR-10, IDX) or rt-fibergen (fiber) --output " + dir;
+}
+
+std::string split_files(const DatasetInfo& info) {
+  const std::string one = shard::file_name(info.split, 0, info.shards);
+  if (info.shards == 1) return (fs::path(info.directory) / one).string();
+  // <split>-00000-of-K.h5 -> <split>-*-of-K.h5
+  const std::string glob = info.split + "-*" + one.substr(info.split.size() + 6);
+  return (fs::path(info.directory) / glob).string();
+}
+
+namespace {
+
+// "height 64 in <val files>, 128 in <train files>; <hint>" as the InputError of a split
+// that does not match the train split.
+template <typename Value>
+void require_same(const Value& trained, const Value& here, const std::string& property,
+                  const DatasetInfo& train_info, const DatasetInfo& info) {
+  RT_REQUIRE_INPUT(here == trained, "split '", info.split, "' does not match split '",
+                   train_info.split, "': ", property, " ", here, " in ", split_files(info), ", ",
+                   trained, " in ", split_files(train_info), "; ",
+                   recreate_hint(info.dataset, info.directory));
+}
+
+}  // namespace
+
+void check_same_layout(const DatasetInfo& trained, const DatasetInfo& split) {
+  require_same(trained.channels, split.channels, "channels", trained, split);
+  require_same(trained.height, split.height, "height", trained, split);
+  require_same(trained.width, split.width, "width", trained, split);
+  require_same(trained.classes, split.classes, "classes", trained, split);
+  for (size_t c = 0; c < trained.class_names.size() && c < split.class_names.size(); ++c)
+    require_same("'" + trained.class_names[c] + "'", "'" + split.class_names[c] + "'",
+                 str("class ", c), trained, split);
 }
 
 namespace {
@@ -141,6 +178,16 @@ ShardSet ShardSet::open(const std::string& dir, const std::string& split,
   set.info_.directory = dir;
   set.info_.shards = count;
   set.requests_.resize(count);
+  RT_REQUIRE_INPUT(set.info_.samples > 0, "split '", split, "' in ", dir, " holds no samples (",
+                   count, count == 1 ? " shard" : " shards", " of 0 rows); ",
+                   recreate_hint(set.info_.dataset, dir));
+  return set;
+}
+
+ShardSet ShardSet::open_matching(const DatasetInfo& trained, const std::string& dir,
+                                 const std::string& split, size_t chunk_cache_bytes) {
+  ShardSet set = open(dir, split, chunk_cache_bytes);
+  check_same_layout(trained, set.info());
   return set;
 }
 
@@ -168,7 +215,15 @@ void check_info(const DatasetInfo& info, const std::vector<int32_t>& labels,
   RT_REQUIRE_INPUT(info.mean.size() == size_t(info.channels) && info.std.size() == info.mean.size(),
                    path, ": mean and std have ", info.mean.size(), " and ", info.std.size(),
                    " values for ", info.channels, " channels");
-  for (float s : info.std) RT_REQUIRE_INPUT(s > 0, path, ": std ", s, " is not positive");
+  // Every pixel is divided by std and shifted by mean: one inf or nan makes every input,
+  // and so every loss, nan.
+  for (size_t c = 0; c < info.mean.size(); ++c) {
+    RT_REQUIRE_INPUT(std::isfinite(info.mean[c]), path, ": attribute ", shard::kAttrMean, "[", c,
+                     "] is ", info.mean[c], ", not a finite number");
+    RT_REQUIRE_INPUT(std::isfinite(info.std[c]) && info.std[c] > 0, path, ": attribute ",
+                     shard::kAttrStd, "[", c, "] is ", info.std[c],
+                     ", not a positive finite number");
+  }
   for (size_t row = 0; row < labels.size(); ++row)
     RT_REQUIRE_INPUT(labels[row] >= 0 && labels[row] < info.classes, path, ": row ", row,
                      " has label ", labels[row], ", outside 0..", info.classes - 1, " (",
@@ -194,7 +249,10 @@ void check_same_split(const DatasetInfo& here, const std::string& path, const Da
 
 void ShardSet::add_shard(h5::File file, size_t chunk_cache_bytes) {
   const std::string path = file.name();
-  Shard shard{path, std::move(file), h5::Dataset(h5::Handle(), path, "/images"), {}};
+  Shard shard{path, std::move(file), h5::Dataset(h5::Handle(), path, "/images"), {}, 0, 0, {}};
+  shard.stamp = stamp_of(path);
+  RT_REQUIRE_INPUT(shard.stamp.error == 0, path, ": cannot stat (",
+                   std::strerror(shard.stamp.error), ")");
   const auto& root = shard.file.root();
   shard.images = root.open_dataset(shard::kImages, chunk_cache_bytes);
   shard.labels = root.open_dataset(shard::kLabels).read_all<int32_t>();
@@ -240,14 +298,55 @@ void ShardSet::unique_rows(const std::vector<Request>& requests) {
     if (rows_.empty() || rows_.back() != hsize_t(q.row)) rows_.push_back(hsize_t(q.row));
 }
 
+ShardSet::FileStamp ShardSet::stamp_of(const std::string& path) {
+  FileStamp stamp;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    stamp.error = errno;
+    return stamp;
+  }
+  stamp.bytes = int64_t(st.st_size);
+  stamp.device = uint64_t(st.st_dev);
+  stamp.inode = uint64_t(st.st_ino);
+  stamp.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return stamp;
+}
+
+void ShardSet::check_unchanged(const Shard& shard) {
+  const FileStamp& then = shard.stamp;
+  const FileStamp now = stamp_of(shard.path);
+  const std::string& path = shard.path;
+  RT_REQUIRE_INPUT(now.error == 0, "shard ", path, " was removed or renamed while training (",
+                   std::strerror(now.error), ")");
+  RT_REQUIRE_INPUT(now.bytes == then.bytes, "shard ", path,
+                   " was truncated or replaced while training: size ", then.bytes, " -> ",
+                   now.bytes, " bytes");
+  RT_REQUIRE_INPUT(now.device == then.device && now.inode == then.inode, "shard ", path,
+                   " was replaced while training: inode ", then.inode, " -> ", now.inode);
+  RT_REQUIRE_INPUT(now.mtime_ns == then.mtime_ns, "shard ", path,
+                   " was modified while training: mtime ", then.mtime_ns, " -> ", now.mtime_ns,
+                   " ns since 1970");
+}
+
+void ShardSet::read_rows_checked(size_t s, const h5::Dataset& ds, size_t row_bytes) {
+  scratch_.resize(rows_.size() * row_bytes);
+  try {
+    ds.read_row_list(rows_, scratch_.data());
+  } catch (const Error&) {
+    check_unchanged(shards_[s]);  // a file cut under HDF5 can also fail its reads
+    throw;
+  }
+  // Checked after the read, so rows read after (or while) the file changed never pass.
+  check_unchanged(shards_[s]);
+}
+
 void ShardSet::read(const int64_t* ids, size_t n, uint8_t* images, int32_t* labels) {
   group_by_shard(ids, n);
   const size_t bytes = info_.image_bytes();
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (requests_[s].empty()) continue;
     unique_rows(requests_[s]);
-    scratch_.resize(rows_.size() * bytes);
-    shards_[s].images.read_row_list(rows_, scratch_.data());
+    read_rows_checked(s, shards_[s].images, bytes);
     size_t slot = 0;
     for (const Request& q : requests_[s]) {
       while (rows_[slot] != hsize_t(q.row)) ++slot;
@@ -282,8 +381,7 @@ void ShardSet::read_extra(const std::string& name, const int64_t* ids, size_t n,
         type_name(ds), " ", shape_text(ds.dims()), "; ",
         recreate_hint(info_.dataset, info_.directory));
     unique_rows(requests_[s]);
-    scratch_.resize(rows_.size() * elements);
-    ds.read_row_list(rows_, scratch_.data());
+    read_rows_checked(s, ds, elements);
     size_t slot = 0;
     for (const Request& q : requests_[s]) {
       while (rows_[slot] != hsize_t(q.row)) ++slot;

@@ -103,6 +103,30 @@ void remove_stale_shards(const std::string& dir, const std::string& split, int c
 
 }  // namespace
 
+OutputDirectory::OutputDirectory(const std::string& dir, const std::string& option) {
+  fs::path missing = fs::path(dir).lexically_normal();
+  if (missing.filename().empty()) missing = missing.parent_path();  // "out/" -> "out"
+  std::error_code ec;
+  for (; !missing.empty() && !fs::exists(missing, ec); missing = missing.parent_path())
+    created_.push_back(missing.string());
+  try {
+    h5::require_writable_dir(dir, option);
+  } catch (...) {
+    remove_created();  // the destructor of a half-built object does not run
+    throw;
+  }
+}
+
+OutputDirectory::~OutputDirectory() {
+  remove_created();
+}
+
+void OutputDirectory::remove_created() noexcept {
+  std::error_code ec;  // not empty (someone else's files) or gone: leave it be
+  for (const std::string& path : created_) fs::remove(path, ec);
+  created_.clear();
+}
+
 std::vector<std::string> write_splits(const std::string& dir,
                                       const std::vector<const SplitImages*>& splits, int shards) {
   for (const SplitImages* split : splits) {

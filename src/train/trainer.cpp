@@ -178,12 +178,14 @@ void Trainer::open_data() {
   eval.remainder = data::Remainder::kAll;
   eval.max_samples = 0;
   eval.accumulate_steps = 1;
+  // The model is built for the train split's shape and classes: so must every split be.
+  const data::DatasetInfo& trained = train_loader_->info();
   if (!cfg_.data.eval_split.empty())
     eval_loader_ = std::make_unique<data::Loader>(
-        data::ShardSet::open(cfg_.data.dir, cfg_.data.eval_split), eval);
+        data::ShardSet::open_matching(trained, cfg_.data.dir, cfg_.data.eval_split), eval);
   if (!cfg_.data.test_split.empty())
     test_loader_ = std::make_unique<data::Loader>(
-        data::ShardSet::open(cfg_.data.dir, cfg_.data.test_split), eval);
+        data::ShardSet::open_matching(trained, cfg_.data.dir, cfg_.data.test_split), eval);
 
   steps_per_epoch_ = train_loader_->steps_per_epoch() / accumulate_steps_;  // whole groups
   total_steps_ = steps_per_epoch_ * cfg_.train.epochs;

@@ -1,8 +1,11 @@
 // test_shard.cpp — rt-shard round trips and corrupt inputs; ShardSet reads and errors.
 //
 // Conversions (CIFAR-10 binary, IDX plain and gzip) round trip exactly, every corrupt input
-// fails with its exact one-line message and leaves no file, and ShardSet rejects malformed
-// shards naming the file and what to run.
+// fails with its exact one-line message and leaves no file (nor a directory it created), and
+// ShardSet rejects malformed shards, non-finite statistics, empty splits and splits unlike the
+// train split, naming the files and what to run, and fails a read of a file changed since open.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -11,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert.hpp"
@@ -380,7 +384,7 @@ BOOST_AUTO_TEST_CASE(rt_shard_binary_prints_one_line_and_exits_2) {
   // bin/tests/unit -> bin/rt-shard
   const fs::path tool = fs::canonical("/proc/self/exe").parent_path().parent_path() / "rt-shard";
   BOOST_REQUIRE_MESSAGE(fs::exists(tool), tool << " is missing: make bin/rt-shard first");
-  const std::string in = write_cifar_input("cifar-cli"), out = temp_dir("cifar-cli-out");
+  const std::string in = write_cifar_input("cifar-cli"), out = temp_dir("cifar-cli-out") + "/new";
   auto bytes = cifar_batch(3, 4);
   bytes.resize(bytes.size() - 1062);
   write_bytes(in + "/data_batch_3.bin", bytes);
@@ -394,8 +398,53 @@ BOOST_AUTO_TEST_CASE(rt_shard_binary_prints_one_line_and_exits_2) {
   std::string all((std::istreambuf_iterator<char>(text)), std::istreambuf_iterator<char>());
   BOOST_TEST(all ==
              "rt-shard: " + in + "/data_batch_3.bin: record 3 is truncated (2011 of 3073 bytes)\n");
-  BOOST_TEST(empty_dir(out));
+  BOOST_TEST(!fs::exists(out));  // created for the output, removed on the error
   fs::remove(err);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_conversion_removes_only_the_directories_it_created) {
+  const std::string in = write_cifar_input("cifar-dirs"), base = temp_dir("cifar-dirs-out");
+  fs::remove(in + "/test_batch.bin");  // read after every train batch: fails last
+  const std::string missing = in + "/test_batch.bin: cannot open (No such file or directory)";
+  // Two levels created, then the input fails: both go, the directory above them stays.
+  expect_input_error([&] { shard::convert_cifar10({in, base + "/new/deeper/", 1, 0}); }, missing);
+  BOOST_TEST(!fs::exists(base + "/new"));
+  BOOST_TEST(fs::is_directory(base));
+  // A directory that existed before stays, empty or not.
+  fs::create_directories(base + "/old");
+  expect_input_error([&] { shard::convert_cifar10({in, base + "/old", 1, 0}); }, missing);
+  BOOST_TEST(fs::is_directory(base + "/old"));
+  write_bytes(base + "/old/notes.txt", {1, 2, 3});
+  expect_input_error([&] { shard::convert_cifar10({in, base + "/old/sub", 1, 0}); }, missing);
+  BOOST_TEST(!fs::exists(base + "/old/sub"));
+  BOOST_TEST(fs::exists(base + "/old/notes.txt"));
+  // IDX and Fashion-MNIST go the same way.
+  shard::IdxOptions idx;
+  idx.images = in + "/none-images";
+  idx.labels = in + "/none-labels";
+  idx.output_dir = base + "/idx/out";
+  expect_input_error([&] { shard::convert_idx(idx); },
+                     idx.images + ": cannot open (No such file or directory)");
+  BOOST_TEST(!fs::exists(base + "/idx"));
+  shard::FashionMnistOptions fashion;
+  fashion.input_dir = in;
+  fashion.output_dir = base + "/fashion";
+  expect_input_error([&] { shard::convert_fashion_mnist(fashion); },
+                     in + "/train-images-idx3-ubyte.gz: cannot open (No such file or directory)");
+  BOOST_TEST(!fs::exists(base + "/fashion"));
+  std::vector<std::string> left;
+  for (const auto& e : fs::recursive_directory_iterator(base)) left.push_back(e.path().string());
+  BOOST_TEST((left == std::vector<std::string>{base + "/old", base + "/old/notes.txt"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_commit_leaves_no_shard_and_no_temp_file) {
+  const std::string in = write_cifar_input("cifar-commit"), out = temp_dir("cifar-commit-out");
+  // A directory where the test shard goes: its rename fails after train's has been done.
+  fs::create_directories(out + "/test-00000-of-00001.h5");
+  BOOST_CHECK_THROW(shard::convert_cifar10({in, out, 1, 0}), Error);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
+  BOOST_TEST((left == std::vector<std::string>{"test-00000-of-00001.h5"}));
 }
 
 BOOST_AUTO_TEST_CASE(a_new_conversion_replaces_shards_of_another_count) {
@@ -566,6 +615,147 @@ BOOST_AUTO_TEST_CASE(dtype_and_shape_mismatches_are_named) {
   expect_input_error(
       [&] { data::ShardSet::open(dir, "train"); },
       path + ": /labels must be int32 [3] (one per image), found int64 [3]; " + kHint + dir);
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_mean_and_non_positive_std_are_refused_at_open) {
+  const std::string dir = write_small_split("set-stats");
+  const std::string path = dir + "/train-00001-of-00003.h5";
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto with_stats = [&](float mean, float std, const std::string& message) {
+    {
+      auto file = h5::File::open_write(path);
+      file.root().set_attr(shard::kAttrMean, std::vector<float>{mean});
+      file.root().set_attr(shard::kAttrStd, std::vector<float>{std});
+    }
+    expect_input_error([&] { data::ShardSet::open(dir, "train"); },
+                       path + ": " + message + "; " + kHint + dir);
+  };
+  with_stats(inf, 0.25f, "attribute mean[0] is inf, not a finite number");
+  with_stats(nan, 0.25f, "attribute mean[0] is nan, not a finite number");
+  with_stats(0.5f, inf, "attribute std[0] is inf, not a positive finite number");
+  with_stats(0.5f, nan, "attribute std[0] is nan, not a positive finite number");
+  with_stats(0.5f, 0.f, "attribute std[0] is 0, not a positive finite number");
+  with_stats(0.5f, -0.25f, "attribute std[0] is -0.25, not a positive finite number");
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_split_is_named_with_its_directory) {
+  const std::string dir = temp_dir("set-empty");
+  const std::string path = dir + "/val-00000-of-00001.h5";
+  {
+    h5::AtomicFile out(path);
+    auto& root = out.root();
+    for (const auto& [key, value] :
+         std::vector<std::pair<const char*, const char*>>{{shard::kAttrFormat, shard::kFormatName},
+                                                          {shard::kAttrDataset, "testset"},
+                                                          {shard::kAttrSplit, "val"}})
+      root.set_attr(key, value);
+    root.set_attr(shard::kAttrFormatVersion, shard::kFormatVersion);
+    root.set_attr(shard::kAttrClassNames, std::vector<std::string>{"a", "b"});
+    root.set_attr(shard::kAttrMean, std::vector<float>{0.5f});
+    root.set_attr(shard::kAttrStd, std::vector<float>{0.25f});
+    root.set_attr(shard::kAttrShardIndex, int32_t(0));
+    root.set_attr(shard::kAttrShardCount, int32_t(1));
+    root.set_attr(shard::kAttrFirstSample, int64_t(0));
+    root.set_attr(shard::kAttrSplitSamples, int64_t(0));
+    root.create_dataset<uint8_t>(shard::kImages, {0, 1, 2, 3});
+    root.create_dataset<int32_t>(shard::kLabels, {0});
+    out.commit();
+  }
+  expect_input_error(
+      [&] { data::ShardSet::open(dir, "val"); },
+      "split 'val' in " + dir + " holds no samples (1 shard of 0 rows); " + kHint + dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_split_unlike_the_train_split_names_both_and_the_property) {
+  const std::string dir = write_small_split("set-layout");  // train: 1x2x3, classes a, b, c
+  const auto trained = data::ShardSet::open(dir, "train").info();
+  const std::string train_files = dir + "/train-*-of-00003.h5";
+  auto expect = [&](void (*change)(shard::SplitImages&), const std::string& message) {
+    shard::SplitImages val = shard::slice_split(small_split(), 0, 4, "val");
+    change(val);
+    val.images.assign(size_t(val.samples()) * val.image_bytes(), 7);
+    shard::write_splits(dir, {&val}, 1);
+    expect_input_error([&] { data::ShardSet::open_matching(trained, dir, "val"); },
+                       "split 'val' does not match split 'train': " + message + "; " + kHint + dir);
+  };
+  const std::string val_file = dir + "/val-00000-of-00001.h5";
+  expect([](shard::SplitImages& v) { v.height = 1; },
+         "height 1 in " + val_file + ", 2 in " + train_files);
+  expect([](shard::SplitImages& v) { v.width = 4; },
+         "width 4 in " + val_file + ", 3 in " + train_files);
+  expect(
+      [](shard::SplitImages& v) {
+        v.channels = 3;
+        v.mean.assign(3, 0.5f);
+        v.std.assign(3, 0.25f);
+      },
+      "channels 3 in " + val_file + ", 1 in " + train_files);
+  expect([](shard::SplitImages& v) { v.class_names.push_back("d"); },
+         "classes 4 in " + val_file + ", 3 in " + train_files);
+  expect([](shard::SplitImages& v) { v.class_names[1] = "B"; },
+         "class 1 'B' in " + val_file + ", 'b' in " + train_files);
+  // The same layout passes.
+  shard::SplitImages same = shard::slice_split(small_split(), 0, 4, "val");
+  shard::write_splits(dir, {&same}, 1);
+  BOOST_TEST(data::ShardSet::open_matching(trained, dir, "val").size() == 4);
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_changed_after_open_fails_the_next_read_naming_it) {
+  const std::string dir = write_small_split("set-truncate");
+  const std::string path = dir + "/train-00002-of-00003.h5";  // rows 6-9
+  const std::vector<int64_t> ids{0, 7, 9};
+  std::vector<uint8_t> images(ids.size() * 6);
+  std::vector<int32_t> labels(ids.size());
+  {
+    auto set = data::ShardSet::open(dir, "train");
+    set.read(ids.data(), ids.size(), images.data(), labels.data());
+    // Cut the file inside row 7's pixels (70..75; row 6 holds 60..65 before them): HDF5
+    // reads the lost rows as zeros, without an error.
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string rows_6_7{60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75};
+    const size_t at = bytes.find(rows_6_7);
+    BOOST_REQUIRE(at != std::string::npos);
+    const size_t cut = at + 8;
+    fs::resize_file(path, cut);
+    expect_input_error([&] { set.read(ids.data(), ids.size(), images.data(), labels.data()); },
+                       "shard " + path + " was truncated or replaced while training: size " +
+                           std::to_string(bytes.size()) + " -> " + std::to_string(cut) + " bytes");
+    // Reads of the other shards still go on.
+    const std::vector<int64_t> first{1, 4};
+    BOOST_CHECK_NO_THROW(set.read(first.data(), first.size(), images.data(), labels.data()));
+  }
+  {
+    const std::string fresh = write_small_split("set-replace");
+    auto set = data::ShardSet::open(fresh, "train");
+    const std::string target = fresh + "/train-00002-of-00003.h5";
+    const auto inode = [&] {
+      struct stat st {};
+      ::stat(target.c_str(), &st);
+      return std::to_string(st.st_ino);
+    };
+    const std::string before = inode();
+    fs::copy_file(target, target + ".new");
+    fs::rename(target + ".new", target);  // same bytes, another file
+    expect_input_error(
+        [&] { set.read(ids.data(), ids.size(), images.data(), labels.data()); },
+        "shard " + target + " was replaced while training: inode " + before + " -> " + inode());
+  }
+  {
+    const std::string fresh = write_small_split("set-rewrite");
+    auto set = data::ShardSet::open(fresh, "train");
+    const std::string target = fresh + "/train-00000-of-00003.h5";
+    struct stat st {};
+    ::stat(target.c_str(), &st);
+    const int64_t before = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    // Rewritten in place, same size (a cp over it): only the modification time tells.
+    const timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+    BOOST_REQUIRE(::utimensat(AT_FDCWD, target.c_str(), times, 0) == 0);
+    expect_input_error([&] { set.read(ids.data(), ids.size(), images.data(), labels.data()); },
+                       "shard " + target + " was modified while training: mtime " +
+                           std::to_string(before) + " -> 1000000000000000000 ns since 1970");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(broken_continuity_and_labels_are_named) {

@@ -51,7 +51,7 @@ class Loader {
   // Starts producing epoch's batches, abandoning whatever is left of the previous epoch.
   void start_epoch(int epoch);
   // The epoch's next batch (waiting for it if needed); false after the last step. An error
-  // in the reader thread (a bad shard, a label out of range) is rethrown here.
+  // in the reader thread (a bad shard, a shard file changed on disk) is rethrown here.
   bool next(Batch& batch);
 
   int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(options_.rank); }

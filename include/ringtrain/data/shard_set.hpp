@@ -1,6 +1,7 @@
 // shard_set.hpp — a split's shards, opened read-only, checked, read by global sample id.
 //
-// Reads touch only the rows asked for.
+// Reads touch only the rows asked for. A shard file that changes on disk while it is open
+// (truncated, rewritten, replaced) is an error at the next read of it, not silent zeros.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,11 @@ class ShardSet {
   // directory and the pattern) and what to run to re-create the shards.
   static ShardSet open(const std::string& dir, const std::string& split,
                        size_t chunk_cache_bytes = kDefaultChunkCacheBytes);
+  // Opens a split evaluated with a model built for `trained` (the train split): as open(),
+  // then check_same_layout(trained, the split's info).
+  static ShardSet open_matching(const DatasetInfo& trained, const std::string& dir,
+                                const std::string& split,
+                                size_t chunk_cache_bytes = kDefaultChunkCacheBytes);
 
   const DatasetInfo& info() const { return info_; }
   int64_t size() const { return info_.samples; }
@@ -47,6 +53,8 @@ class ShardSet {
   // are sorted and each run of consecutive rows is one hyperslab read (h5.hpp says why not
   // one read over their union). Labels are read whole at open (4 bytes a sample) and
   // checked there: a label outside 0..classes-1 throws InputError naming the file and row.
+  // After each shard's read the file is stat'ed against what it was at open: a change
+  // throws InputError (HDF5 reads past the end of a truncated file as zeros, no error).
   void read(const int64_t* ids, size_t n, uint8_t* images, int32_t* labels);
 
   // Extra per-sample uint8 datasets (fiber shards: multi_hot, pass, zone_pass).
@@ -57,12 +65,20 @@ class ShardSet {
   void read_extra(const std::string& name, const int64_t* ids, size_t n, uint8_t* out);
 
  private:
+  // What stat(2) says of a shard file; compared after every read of it.
+  struct FileStamp {
+    int error = 0;  // errno of a failed stat, else 0
+    int64_t bytes = 0;
+    uint64_t device = 0, inode = 0;
+    int64_t mtime_ns = 0;
+  };
   struct Shard {
     std::string path;
     h5::File file;
     h5::Dataset images;
     std::vector<int32_t> labels;
     int64_t first = 0, rows = 0;
+    FileStamp stamp;  // at open
   };
   // One requested sample: its row in the shard and where the caller wants it.
   struct Request {
@@ -73,6 +89,11 @@ class ShardSet {
   void add_shard(h5::File file, size_t chunk_cache_bytes);
   void group_by_shard(const int64_t* ids, size_t n);
   void unique_rows(const std::vector<Request>& requests);
+  static FileStamp stamp_of(const std::string& path);
+  static void check_unchanged(const Shard& shard);
+  // Reads rows_ of shard s's dataset ds into scratch_; a read from a file that changed since
+  // open throws check_unchanged's message, whatever HDF5 made of it.
+  void read_rows_checked(size_t s, const h5::Dataset& ds, size_t row_bytes);
 
   DatasetInfo info_;
   std::vector<Shard> shards_;
@@ -83,5 +104,15 @@ class ShardSet {
 
 // What to run to re-create a split of the dataset (rt-shard ... or rt-fibergen ...).
 std::string recreate_hint(const std::string& dataset, const std::string& dir);
+
+// The split's shard files for a message: the file when there is one, else a glob
+// (<dir>/val-*-of-00004.h5).
+std::string split_files(const DatasetInfo& info);
+
+// Throws InputError unless `split` (val, test) holds images of the channels, height and
+// width of `trained` and the same classes (count, then names): a model built for one
+// shape crashes or evaluates garbage on another. The message names both splits' files,
+// the property and both values.
+void check_same_layout(const DatasetInfo& trained, const DatasetInfo& split);
 
 }  // namespace ringtrain::data

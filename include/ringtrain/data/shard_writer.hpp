@@ -34,6 +34,24 @@ SplitImages slice_split(const SplitImages& split, int64_t first, int64_t count,
 // Rows per HDF5 chunk along N: about 64 KiB of pixels, so a random row costs one small chunk.
 int64_t default_chunk_rows(size_t image_bytes);
 
+// A conversion's output directory, created (with any missing parents) and checked writable
+// up front; unless keep() is called, the destructor removes again the directories it
+// created, deepest first and only when empty, so a failed conversion leaves no empty
+// directory behind. A directory that existed before is never removed.
+class OutputDirectory {
+ public:
+  // Throws InputError naming `option` (--output) and dir when it cannot be created or written.
+  OutputDirectory(const std::string& dir, const std::string& option);
+  ~OutputDirectory();
+  OutputDirectory(const OutputDirectory&) = delete;
+  OutputDirectory& operator=(const OutputDirectory&) = delete;
+  void keep() { created_.clear(); }
+
+ private:
+  void remove_created() noexcept;
+  std::vector<std::string> created_;  // deepest first
+};
+
 // Writes every split as `shards` files <dir>/<split>-<i>-of-<shards>.h5 (shard_format.hpp).
 // Each file goes to a temp file first; only when all are written are they renamed into
 // place, so a failure leaves no new shard file behind. Afterwards, shards of the same
