@@ -59,8 +59,10 @@ int run_app(int argc, char** argv) {
     return e.code();
   } catch (const std::exception& e) {
     log::error(e.what());
-    if (comm->size() > 1) comm->abort(kExitFailure);
-    return kExitFailure;
+    // Bad input found mid-run (a shard changed under the job) still exits 2.
+    const int code = dynamic_cast<const InputError*>(&e) ? kExitBadInput : kExitFailure;
+    if (comm->size() > 1) comm->abort(code);
+    return code;
   }
 }
 
