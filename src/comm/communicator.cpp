@@ -201,8 +201,7 @@ void Communicator::broadcast(std::vector<uint8_t>& bytes, int root) const {
 }
 
 void Communicator::abort(int code) const {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+  abort_job(MPI_COMM_WORLD, code);
 }
 
 }  // namespace ringtrain::comm

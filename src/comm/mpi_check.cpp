@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "ringtrain/core/error.hpp"
 
@@ -20,6 +23,17 @@ bool mpi_finalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   return finalized != 0;
+}
+
+void abort_job(MPI_Comm comm, int code) {
+  // MPI_Abort asks the launcher to kill the job; across a dead link that request never
+  // arrives and the call may never return. The watch thread ends this process regardless.
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+    std::_Exit(code);
+  }).detach();
+  MPI_Abort(comm, code);
+  std::_Exit(code);
 }
 
 std::string mpi_error_text(int code) {

@@ -24,6 +24,12 @@ std::string this_host();
 // True once MPI_Finalize has run: nothing may call MPI any more.
 bool mpi_finalized();
 
+// Ends the job: MPI_Abort on comm, and this process exits with code within kAbortGraceSeconds
+// even when the abort cannot reach the launcher or the other nodes (a dead link): a rank
+// that gives up never stays behind waiting for an abort that will not come.
+constexpr int kAbortGraceSeconds = 5;
+[[noreturn]] void abort_job(MPI_Comm comm, int code);
+
 // MPI_Error_string of code, or "MPI error code N" when MPI cannot describe it.
 std::string mpi_error_text(int code);
 

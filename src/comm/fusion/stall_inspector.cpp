@@ -305,8 +305,7 @@ void StallInspector::exchange_report_and_abort(const StallState& mine) {
     MPI_Isend(&yes, 1, MPI_BYTE, int(r), kTagStallPrinted, comm_.get(), &notes[r]);
   }
   wait_bounded(acks, Timeline::now() + window_s);
-  MPI_Abort(comm_.get(), kExitFailure);
-  std::_Exit(kExitFailure);
+  abort_job(comm_.get(), kExitFailure);
 }
 
 }  // namespace ringtrain::comm::fusion
