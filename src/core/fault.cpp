@@ -1,44 +1,26 @@
-// fault.cpp — the RINGTRAIN_FAULT kill points (core/fault.hpp).
+// fault.cpp — the RINGTRAIN_FAULT kill points and RINGTRAIN_STOP_AT stop points
+// (core/fault.hpp).
 #include "ringtrain/core/fault.hpp"
 
 #include <signal.h>
 
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 namespace ringtrain {
 namespace {
 
-struct FaultPlan {
-  std::string name;  // empty: no fault asked for
-  long at = 1;       // the hit that kills
-  FaultPlan() {
-    const char* env = std::getenv("RINGTRAIN_FAULT");
+// An environment variable of the form NAME or NAME@N; name is empty when it is unset.
+struct PointSpec {
+  std::string name;
+  long number;
+  PointSpec(const char* variable, long default_number) : number(default_number) {
+    const char* env = std::getenv(variable);
     if (!env || !*env) return;
     name = env;
     if (size_t sep = name.find('@'); sep != std::string::npos) {
-      at = std::strtol(name.c_str() + sep + 1, nullptr, 10);
-      name.resize(sep);
-    }
-  }
-};
-
-const FaultPlan& plan() {
-  static const FaultPlan p;
-  return p;
-}
-
-struct StopPlan {
-  std::string name;  // empty: none asked for
-  long rank = -1;
-  StopPlan() {
-    const char* env = std::getenv("RINGTRAIN_STOP_AT");
-    if (!env || !*env) return;
-    name = env;
-    if (size_t sep = name.find('@'); sep != std::string::npos) {
-      rank = std::strtol(name.c_str() + sep + 1, nullptr, 10);
+      number = std::strtol(name.c_str() + sep + 1, nullptr, 10);
       name.resize(sep);
     }
   }
@@ -46,18 +28,18 @@ struct StopPlan {
 
 }  // namespace
 
-void fault_point_for_rank(const char* name, int rank) {
-  static const StopPlan p;
-  if (p.name.empty() || p.name != name || p.rank != rank) return;
-  static std::atomic<bool> stopped{false};
-  if (!stopped.exchange(true)) raise(SIGSTOP);
+void fault_point(const char* name) {
+  static const PointSpec kill_at("RINGTRAIN_FAULT", 1);  // N: the hit that kills
+  if (kill_at.name.empty() || kill_at.name != name) return;
+  static std::atomic<long> hits{0};
+  if (++hits == kill_at.number) raise(SIGKILL);
 }
 
-void fault_point(const char* name) {
-  const FaultPlan& p = plan();
-  if (p.name.empty() || p.name != name) return;
-  static std::atomic<long> hits{0};
-  if (++hits == p.at) raise(SIGKILL);
+void fault_point_for_rank(const char* name, int rank) {
+  static const PointSpec stop_at("RINGTRAIN_STOP_AT", -1);  // N: the rank that stops
+  if (stop_at.name.empty() || stop_at.name != name || stop_at.number != rank) return;
+  static std::atomic<bool> stopped{false};
+  if (!stopped.exchange(true)) raise(SIGSTOP);
 }
 
 }  // namespace ringtrain
