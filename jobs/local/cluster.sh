@@ -55,6 +55,10 @@ check_permitted() {
     command -v "$tool" >/dev/null || { echo "$me: '$tool' is not installed"; exit 2; }
   done
   unshare --net --uts true 2>/dev/null || { echo "$me: network/UTS namespaces are not permitted here"; exit 2; }
+  # Root in a user namespace may make namespaces but no links in this one: try one.
+  ip link add "$prefix-pr" type bridge 2>/dev/null || { echo "$me: cannot create network links here (no CAP_NET_ADMIN in this namespace)"; exit 2; }
+  ip link del "$prefix-pr"
+  mkdir -p "$STATE_ROOT" 2>/dev/null && [ -w "$STATE_ROOT" ] || { echo "$me: cannot write $STATE_ROOT"; exit 2; }
 }
 
 # Serialises up and down across concurrent callers (two test runs picking subnets).
