@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # run.sh — runs every test: Boost.Test units, MPI tests at each rank count, end-to-end scripts.
 #
-# An MPI test tests/mpi/NAME.cpp declares its rank counts on a line "// np: 1 2 3 4".
+# An MPI test tests/mpi/NAME.cpp declares its rank counts on a line "// np: 1 2 3 4", and the
+# shapes it runs on emulated nodes (jobs/local/cluster.sh) on a line "// nodes: 2x1 2x2"
+# (nodes x ranks a node; default 2x1 2x2, "none" for none). The MPI suite runs on this machine,
+# then again across 2 emulated nodes (network namespaces), brought up before and removed after;
+# where namespaces are not permitted that part is skipped with the reason.
 # An end-to-end test is tests/e2e/*.sh; it exits non-zero on failure.
 # Every run is under `timeout`, so a hang is a failure with a message, never a stuck CI.
 # The last line is "N passed, N failed".
@@ -66,6 +70,52 @@ for src in tests/mpi/*.cpp; do
     record "mpi_$name np=$np" $? "$log"
   done
 done
+
+# The MPI suite across emulated nodes: every node a network namespace with its own hostname.
+cluster_prefix=rtt$(($$ % 100000))
+cluster_up=""
+cluster_down() {
+  [ -z "$cluster_up" ] || jobs/local/cluster.sh down --prefix "$cluster_prefix" >/dev/null 2>&1
+  cluster_up=""
+}
+trap cluster_down EXIT
+trap 'cluster_down; exit 130' INT TERM
+multinode=()
+for src in tests/mpi/*.cpp; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .cpp)
+  [[ -z "$filter" || "mpi_${name}_nodes" == *"$filter"* ]] || continue
+  shapes=$(sed -n 's|^// nodes: *||p' "$src" | head -1)
+  for shape in ${shapes:-2x1 2x2}; do
+    [ "$shape" = none ] || multinode+=("$name $shape")
+  done
+done
+if [ ${#multinode[@]} -gt 0 ]; then
+  echo "== MPI tests across 2 emulated nodes"
+  log="$LOG_DIR/cluster_up.log"
+  up_status=0
+  jobs/local/cluster.sh up --nodes 2 --slots 2 --prefix "$cluster_prefix" >"$log" 2>&1 || up_status=$?
+  if [ "$up_status" = 2 ] && ! grep -q "error:" "$log"; then
+    printf '  SKIP  MPI tests across nodes: %s\n' "$(head -1 "$log")"
+  elif [ "$up_status" != 0 ]; then
+    record "cluster.sh up --nodes 2" "$up_status" "$log"
+    jobs/local/cluster.sh down --prefix "$cluster_prefix" >/dev/null 2>&1
+  else
+    cluster_up=1
+    # shellcheck disable=SC1090
+    source "/run/ringtrain-cluster/$cluster_prefix/mpirun.env"
+    for test in "${multinode[@]}"; do
+      read -r name shape <<<"$test"
+      per_node=${shape#*x}
+      np=$(( ${shape%x*} * per_node ))
+      log="$LOG_DIR/mpi_${name}_nodes$shape.log"
+      timeout -k 10 600 $MPIRUN $RT_CLUSTER_MPIRUN_ARGS --map-by "ppr:$per_node:node" -np "$np" \
+        "$BIN/tests/mpi_$name" --report_level=short >"$log" 2>&1
+      record "mpi_$name nodes=$shape" $? "$log"
+    done
+    cluster_down
+  fi
+fi
 
 echo "== end-to-end tests"
 for script in tests/e2e/*.sh; do

@@ -3,8 +3,45 @@
 # RT_MPIRUN NP CMD...   runs CMD on NP ranks; as root it adds --allow-run-as-root; past the
 # core count it oversubscribes; each rank gets cores/NP cores (at least 1; RT_CORES_PER_RANK
 # sets it) and is bound to them when they fit, so OpenMP threads do not pile onto one core.
+#
+# On several nodes (settings from the environment):
+#   NODES=N          NP/N ranks on each of N nodes (consecutive ranks share a node). The nodes
+#                    are RT_HOSTFILE's if set, else the emulated cluster RT_CLUSTER (default rtc)
+#                    of jobs/local/cluster.sh, which must be up with at least N nodes.
+#   RT_HOSTFILE=F    mpirun --hostfile F; without NODES, mpirun fills F's slots in order.
+#   RT_MPIRUN_ARGS   more mpirun arguments (e.g. a real cluster's --mca btl_tcp_if_include).
+# Ranks on other nodes are not bound: emulated nodes share this machine's cores, and a real
+# node's cores are not known here (set RT_MPIRUN_ARGS="--map-by ppr:K:node:PE=T" there).
 BIN=${BIN:-bin}
 CORES=$(nproc)
+
+# Prints the mpirun flags that spread NP ranks over NODES nodes; one error line and status 2
+# when the request does not fit.
+rt_node_flags() {
+  local np=$1 nodes=${NODES:-} hosts=() args=()
+  if [ -n "$nodes" ]; then
+    [[ $nodes =~ ^[1-9][0-9]*$ ]] || { echo "rt_mpirun: error: NODES=$nodes: give a node count" >&2; return 2; }
+    [ $((np % nodes)) = 0 ] || { echo "rt_mpirun: error: $np ranks do not split evenly over NODES=$nodes nodes" >&2; return 2; }
+  fi
+  if [ -n "${RT_HOSTFILE:-}" ]; then
+    [ -r "$RT_HOSTFILE" ] || { echo "rt_mpirun: error: no hostfile $RT_HOSTFILE" >&2; return 2; }
+    args+=(--hostfile "$RT_HOSTFILE")
+    mapfile -t hosts < <(awk '!/^[ \t]*(#|$)/ {print $1}' "$RT_HOSTFILE")
+  else
+    local env=/run/ringtrain-cluster/${RT_CLUSTER:-rtc}/mpirun.env
+    [ -r "$env" ] || { echo "rt_mpirun: error: NODES=$nodes but no hostfile and no emulated cluster '${RT_CLUSTER:-rtc}' ($env); run jobs/local/cluster.sh up --nodes $nodes" >&2; return 2; }
+    # shellcheck disable=SC1090
+    local RT_CLUSTER_MPIRUN_ARGS RT_CLUSTER_HOSTS; source "$env"
+    read -ra args <<<"$RT_CLUSTER_MPIRUN_ARGS"
+    read -ra hosts <<<"$RT_CLUSTER_HOSTS"
+  fi
+  if [ -n "$nodes" ]; then
+    [ "${#hosts[@]}" -ge "$nodes" ] || { echo "rt_mpirun: error: NODES=$nodes but only ${#hosts[@]} node(s): ${hosts[*]}" >&2; return 2; }
+    local subset=${hosts[*]:0:$nodes}
+    args+=(--host "${subset// /,}" --map-by "ppr:$((np / nodes)):node")
+  fi
+  printf '%s\n' "${args[@]}" --oversubscribe --bind-to none
+}
 
 rt_mpirun() {
   local np=$1; shift
@@ -12,12 +49,17 @@ rt_mpirun() {
   local flags=(-q -np "$np")
   [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
   local threads=${RT_CORES_PER_RANK:-$(( CORES / np ))}; [ "$threads" -ge 1 ] || threads=1
-  if [ $(( np * threads )) -le "$CORES" ]; then
+  if [ -n "${NODES:-}${RT_HOSTFILE:-}" ]; then
+    local node_flags
+    node_flags=$(rt_node_flags "$np") || return 2
+    mapfile -t -O "${#flags[@]}" flags <<<"$node_flags"
+  elif [ $(( np * threads )) -le "$CORES" ]; then
     flags+=(--map-by "slot:PE=$threads" --bind-to core)
   else
     flags+=(--oversubscribe --bind-to none)
   fi
-  mpirun "${flags[@]}" "$@" &
+  local extra=(); read -ra extra <<<"${RT_MPIRUN_ARGS:-}"
+  mpirun "${flags[@]}" "${extra[@]}" "$@" &
   local pid=$!
   # OpenMPI's mpirun tears the job down on SIGTERM/SIGINT without passing the signal on,
   # but forwards SIGUSR1: turn a TERM or INT for this job into a USR1 for the ranks, so

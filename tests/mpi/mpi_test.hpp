@@ -1,15 +1,19 @@
 // mpi_test.hpp — what every MPI test shares: MPI start-up as a Boost.Test global fixture,
-// a watchdog that turns a hang into a failure, and all-ranks agreement on a failure.
+// a watchdog that turns a hang into a failure, all-ranks agreement on a failure, and the node
+// topology as the hostnames tell it.
 #pragma once
 
 #define BOOST_TEST_DYN_LINK
 #include <mpi.h>
+#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace rt_test {
 
@@ -29,6 +33,40 @@ inline bool all_ok(bool ok) {
   int mine = ok ? 1 : 0, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return all == 1;
+}
+
+// The nodes mpirun gave this job, read from hostnames alone (not from the code under test, whose
+// node split the tests check against it): a node is a distinct hostname, nodes are numbered by
+// their lowest world rank, and a rank's local rank is its place among its node's ranks.
+struct Topology {
+  int nodes = 1, node = 0, local_rank = 0, local_size = 1;
+  std::vector<int> node_of;        // node of each world rank
+  std::vector<int> local_rank_of;  // local rank of each world rank
+};
+
+// Collective on MPI_COMM_WORLD.
+inline Topology topology() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  const int p = world_size(), me = world_rank();
+  std::vector<char> all(size_t(p) * sizeof(name));
+  MPI_Allgather(name, sizeof(name), MPI_CHAR, all.data(), sizeof(name), MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> hosts, seen;
+  for (int r = 0; r < p; ++r) hosts.emplace_back(&all[size_t(r) * sizeof(name)]);
+  Topology t;
+  std::vector<int> count;
+  for (int r = 0; r < p; ++r) {
+    size_t n = 0;
+    while (n < seen.size() && seen[n] != hosts[r]) ++n;
+    if (n == seen.size()) seen.push_back(hosts[r]), count.push_back(0);
+    t.node_of.push_back(int(n));
+    t.local_rank_of.push_back(count[n]++);
+  }
+  t.nodes = int(seen.size());
+  t.node = t.node_of[me];
+  t.local_rank = t.local_rank_of[me];
+  t.local_size = count[t.node];
+  return t;
 }
 
 struct MpiFixture {

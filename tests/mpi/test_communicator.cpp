@@ -3,6 +3,7 @@
 // np: 1 2 3 4
 #define BOOST_TEST_MODULE communicator
 #define OMPI_SKIP_MPICXX 1
+#include <algorithm>
 #include <numeric>
 
 #include "mpi_test.hpp"
@@ -14,20 +15,27 @@ RT_MPI_TEST_MAIN
 
 using namespace ringtrain;
 
-BOOST_AUTO_TEST_CASE(ranks_and_one_real_node) {
+BOOST_AUTO_TEST_CASE(ranks_and_real_nodes_follow_the_hostnames) {
   comm::Communicator world;
   BOOST_TEST(world.rank() == rt_test::world_rank());
   BOOST_TEST(world.size() == rt_test::world_size());
   BOOST_TEST(log::rank() == world.rank());
   BOOST_TEST(log::world_size() == world.size());
-  // mpirun on one machine: one node holding every rank, ring order = world order.
-  BOOST_TEST(world.node_count() == 1);
-  BOOST_TEST(world.node_index() == 0);
-  BOOST_TEST(world.local_size() == world.size());
-  BOOST_TEST(world.local_rank() == world.rank());
-  std::vector<int> identity(world.size());
-  std::iota(identity.begin(), identity.end(), 0);
-  BOOST_TEST(world.ring_order() == identity);
+  // A node is a hostname (one on a single machine, one per namespace in jobs/local/cluster.sh):
+  // nodes numbered by their lowest rank, local ranks in world order, the ring visits each
+  // node's ranks together (world order where mpirun placed consecutive ranks on a node).
+  const rt_test::Topology topo = rt_test::topology();
+  BOOST_TEST_MESSAGE("rank " << world.rank() << " on " << world.hostname() << ": node " << topo.node
+                             << " of " << topo.nodes);
+  BOOST_TEST(world.node_count() == topo.nodes);
+  BOOST_TEST(world.node_index() == topo.node);
+  BOOST_TEST(world.local_size() == topo.local_size);
+  BOOST_TEST(world.local_rank() == topo.local_rank);
+  std::vector<int> ring(world.size());
+  std::iota(ring.begin(), ring.end(), 0);
+  std::stable_sort(ring.begin(), ring.end(),
+                   [&](int a, int b) { return topo.node_of[a] < topo.node_of[b]; });
+  BOOST_TEST(world.ring_order() == ring);
   BOOST_TEST(!world.hostname().empty());
   BOOST_TEST(world.cpu_threads_per_rank() >= 1);
   BOOST_TEST(world.cpu_threads_description().find("per rank") != std::string::npos);

@@ -2,6 +2,8 @@
 // hierarchical and mpi: exact sums and bitwise-identical results, where chunk and segment counts
 // are large.
 // np: 2 4
+// Across emulated nodes 2x2 only: there ranks_per_node = 2 is the real grouping.
+// nodes: 2x2
 #define BOOST_TEST_MODULE ring_allreduce_large
 #define OMPI_SKIP_MPICXX 1
 #include "allreduce_test_data.hpp"

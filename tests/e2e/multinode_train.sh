@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# multinode_train.sh — training across 2 emulated nodes (jobs/local/cluster.sh: network and UTS
+# namespaces on a rate-shaped private subnet) ends with the checkpoint of the same deck on one
+# node, bitwise: 2 nodes x 1 rank against 1 node x 2 ranks, and the hierarchical allreduce on
+# 2 nodes x 2 ranks (real topology) against 1 node x 4 ranks grouped 2 a node
+# (comm.ranks_per_node = 2: the same reduce-within, ring-across order). The results name both
+# hosts, and /timings has a row per rank. Skipped (exit 0, with the reason) where namespaces are
+# not permitted.
+set -euo pipefail
+BIN=${BIN:-bin}
+PYTHON=${PYTHON:-/usr/bin/python3}
+fail() { echo "FAIL: $*"; exit 1; }
+work=$(mktemp -d /tmp/rt-e2e-multinode.XXXXXX)
+prefix=rte$(($$ % 100000))
+trap 'jobs/local/cluster.sh down --prefix "$prefix" >/dev/null 2>&1; rm -rf "$work"' EXIT
+
+status=0
+jobs/local/cluster.sh up --nodes 2 --rate 1gbit --slots 2 --prefix "$prefix" >"$work/up.log" 2>&1 || status=$?
+if [ "$status" = 2 ] && ! grep -q "error:" "$work/up.log"; then
+  echo "SKIP: $(head -1 "$work/up.log")"
+  exit 0
+fi
+[ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
+
+"$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 11 --shards 2 >/dev/null
+cat >"$work/tiny.deck" <<DECK
+[data]
+dir = $work/data
+eval_split =
+test_split =
+[model]
+name = cnn_small
+[train]
+epochs = 1
+max_steps = 4
+batch_per_rank = 8
+lr = 0.05
+threads = 1
+[comm]
+fusion_mib = 0.1
+first_bucket_mib = 0.02
+[output]
+dir = $work/out
+DECK
+run() {  # run NAME NODES NP [ringtrain args]: NODES empty = this machine
+  local name=$1 nodes=$2 np=$3; shift 3
+  NODES=$nodes RT_CLUSTER=$prefix BIN=$BIN jobs/local/train.sh "$work/tiny.deck" "$np" \
+    --output.name="$name" "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "run $name"; }
+  grep -a "^| ringtrain |" "$work/$name.log" | head -1
+}
+
+compare() {  # compare A B: every dataset of /params and /optimizer, bitwise
+  "$PYTHON" - "$work/out/$1.ckpt.h5" "$work/out/$2.ckpt.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+assert a.attrs["global_step"] == b.attrs["global_step"] == 4, (a.attrs["global_step"], b.attrs["global_step"])
+names = []
+for group in ["params", "optimizer"]:
+    a[group].visit(lambda n, g=group: names.append(f"{g}/{n}") if isinstance(a[f"{g}/{n}"], h5py.Dataset) else None)
+assert len(names) > 4, names
+for n in names:
+    x, y = a[n][()], b[n][()]
+    assert x.shape == y.shape and x.tobytes() == y.tobytes(), f"{n} differs: max {np.abs(x - y).max()}"
+print(f"bitwise equal: {len(names)} datasets at step {a.attrs['global_step']}")
+PY
+}
+
+check_results() {  # check_results NAME HOSTS...: the hosts attribute (a host a rank) and /timings rows
+  "$PYTHON" - "$work/out/$1.h5" "${@:2}" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+hosts = [h.decode() if isinstance(h, bytes) else str(h) for h in f.attrs["hosts"]]
+want = sys.argv[2:]
+assert hosts == want, (hosts, want)
+assert f.attrs["world_size"] == len(want) and f.attrs["nodes"] == len(set(want)), dict(f.attrs)
+step = f["timings/step"][()]
+assert step.shape == (len(want), 4), step.shape  # row r is rank r, a column a step
+assert (step > 0).all(), step
+print(f"{sys.argv[1].split('/')[-1]}: hosts {hosts}, timings/step {step.shape}")
+PY
+}
+
+n0=$prefix-node0 n1=$prefix-node1
+run n2x1 2 2 | grep -q "| 2 rank(s) on 2 node(s) |" || fail "2 x 1 start line: $(grep -a '^| ringtrain' "$work/n2x1.log")"
+run n1x2 "" 2 | grep -q "| 2 rank(s) on 1 node(s) |" || fail "1 x 2 start line"
+check_results n2x1 "$n0" "$n1" || fail "2 x 1 results"
+compare n2x1 n1x2 || fail "2 nodes x 1 rank against 1 node x 2 ranks"
+
+run h2x2 2 4 --comm.algorithm=hierarchical | grep -q "| 4 rank(s) on 2 node(s) |.*| hierarchical allreduce |" \
+  || fail "2 x 2 start line: $(grep -a '^| ringtrain' "$work/h2x2.log")"
+run h1x4 "" 4 --comm.algorithm=hierarchical --comm.ranks_per_node=2 >/dev/null
+check_results h2x2 "$n0" "$n0" "$n1" "$n1" || fail "2 x 2 results"
+compare h2x2 h1x4 || fail "hierarchical: 2 real nodes x 2 ranks against 1 node x 4 ranks grouped 2 a node"
+echo "multi-node training: 2 x 1 = 1 x 2 and hierarchical 2 x 2 = 1 x 4 (2 a node), bitwise"
