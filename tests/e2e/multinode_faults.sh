@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# multinode_faults.sh — faults across emulated nodes (jobs/local/cluster.sh): with the link to
+# node 1 taken down mid-run (ip link set ... down), or node 1's ranks stopped (SIGSTOP), every
+# rank on every node exits non-zero within comm.stall_timeout_s + 10 s, the ranks that can still
+# print name the ranks that did not answer, no process of the job (ranks, OpenMPI daemons) is
+# left in either node's namespace, and the last checkpoint is intact. Skipped (exit 0, with the
+# reason) where namespaces are not permitted.
+set -euo pipefail
+BIN=${BIN:-bin}
+PYTHON=${PYTHON:-/usr/bin/python3}
+fail() { echo "FAIL: $*"; exit 1; }
+work=$(mktemp -d /tmp/rt-e2e-mnfault.XXXXXX)
+prefix=rtf$(($$ % 100000))
+trap 'jobs/local/cluster.sh down --prefix "$prefix" >/dev/null 2>&1; rm -rf "$work"' EXIT
+timeout_s=3
+limit_s=$((timeout_s + 10))
+
+status=0
+jobs/local/cluster.sh up --nodes 2 --rate 1gbit --slots 2 --prefix "$prefix" >"$work/up.log" 2>&1 || status=$?
+if [ "$status" = 2 ] && ! grep -q "error:" "$work/up.log"; then
+  echo "SKIP: $(head -1 "$work/up.log")"
+  exit 0
+fi
+[ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
+
+"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+cat >"$work/long.deck" <<DECK
+[data]
+dir = $work/data
+eval_split =
+test_split =
+[model]
+name = cnn_small
+[train]
+epochs = 1000
+batch_per_rank = 8
+lr = 0.05
+threads = 1
+log_interval = 1
+checkpoint_every = 5
+[comm]
+fusion_mib = 0.1
+stall_timeout_s = $timeout_s
+[output]
+dir = $work/out
+DECK
+
+node_pids() { ip netns pids "$prefix-node$1" 2>/dev/null | tr '\n' ' '; }
+
+# fault NAME NP HOW: starts a 2-node job of NP ranks, applies HOW once step 12 is logged, and
+# checks how the job ends.
+fault() {
+  local name=$1 np=$2 how=$3 log=$work/$1.log start end elapsed code
+  NODES=2 RT_CLUSTER=$prefix BIN=$BIN jobs/local/train.sh "$work/long.deck" "$np" \
+    --output.name="$name" >"$log" 2>&1 &
+  local job=$!
+  for _ in $(seq 1200); do grep -q "step *12/" "$log" && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  grep -q "step *12/" "$log" || { cat "$log"; fail "$name: the job did not reach step 12"; }
+  start=$(date +%s.%N)
+  case $how in
+    link-down) ip link set "$prefix-v1" down ;;
+    stop-node1) for pid in $(node_pids 1); do
+                  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = ringtrain ] && kill -STOP "$pid"
+                done ;;
+  esac
+  code=0
+  for _ in $(seq $((limit_s * 10 + 100))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then
+    kill -9 "$job" 2>/dev/null || true
+    fail "$name: mpirun still running $((limit_s + 10)) s after $how: $(tail -5 "$log")"
+  fi
+  wait "$job" || code=$?
+  end=$(date +%s.%N)
+  elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  [ "$code" != 0 ] || fail "$name: exit 0 after $how"
+  # Every process of the job, on both nodes, ends within the limit too.
+  for _ in $(seq 100); do [ -z "$(node_pids 0)$(node_pids 1)" ] && break; sleep 0.1; done
+  local left="$(node_pids 0)$(node_pids 1)"
+  [ -z "$left" ] || fail "$name: processes left: $(ps -o pid,stat,comm -p "${left// /,}" | tail -n +2 | tr '\n' ';')"
+  end=$(date +%s.%N)
+  elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  awk -v e="$elapsed" -v l="$limit_s" 'BEGIN { exit !(e > l) }' \
+    && fail "$name: the last process ended $elapsed s after $how, more than $limit_s s"
+  grep -q "ringtrain: error: rank [0-9]*: stall: after $timeout_s s, .* did not answer within" "$log" \
+    || fail "$name: no rank named the silent ranks: $(grep -a error "$log" | head -3)"
+  "$PYTHON" -c 'import sys, h5py; f = h5py.File(sys.argv[1], "r"); s = int(f.attrs["global_step"]); assert s >= 10 and s % 5 == 0, s; print(f"checkpoint intact at step {s}")' \
+    "$work/out/$name.ckpt.h5" || fail "$name: checkpoint"
+  echo "$name: exit $code; every process gone $elapsed s after $how (limit $limit_s s); $(grep -a -m1 'stall:' "$log")"
+  [ "$how" = link-down ] && ip link set "$prefix-v1" up
+  return 0
+}
+
+fault link_down_2x1 2 link-down
+fault stop_node1_2x2 4 stop-node1
+echo "multinode faults: all passed"
