@@ -10,6 +10,15 @@
 #                    of jobs/local/cluster.sh, which must be up with at least N nodes.
 #   RT_HOSTFILE=F    mpirun --hostfile F; without NODES, mpirun fills F's slots in order.
 #   RT_MPIRUN_ARGS   more mpirun arguments (e.g. a real cluster's --mca btl_tcp_if_include).
+#   RT_LINK_TIMEOUT_S  how long the launcher's daemons go without hearing from a node before
+#                    they end the job (default 5; TCP keepalive on OpenMPI's own connections).
+#                    A node whose link dies cannot be reached by anyone's MPI_Abort, and
+#                    OpenMPI's default (300 s idle, then 9 probes 20 s apart) leaves mpirun and
+#                    the far daemon waiting for 8 minutes; stuck ranks on a live link are
+#                    ringtrain's to report (comm.stall_timeout_s). OpenMPI then prints which
+#                    node it lost, so multi-node runs keep its messages (no -q). Keep
+#                    RT_LINK_TIMEOUT_S + 3 below comm.stall_timeout_s: an abort sent first
+#                    waits on the dead link and holds the keepalive off.
 # Ranks on other nodes are not bound: emulated nodes share this machine's cores, and a real
 # node's cores are not known here (set RT_MPIRUN_ARGS="--map-by ppr:K:node:PE=T" there).
 BIN=${BIN:-bin}
@@ -35,6 +44,10 @@ rt_node_flags() {
     read -ra args <<<"$RT_CLUSTER_MPIRUN_ARGS"
     read -ra hosts <<<"$RT_CLUSTER_HOSTS"
   fi
+  local keepalive=${RT_LINK_TIMEOUT_S:-5}
+  [[ $keepalive =~ ^[1-9][0-9]*$ ]] || { echo "rt_mpirun: error: RT_LINK_TIMEOUT_S=$keepalive: give whole seconds" >&2; return 2; }
+  args+=(--mca oob_tcp_keepalive_time "$keepalive" --mca oob_tcp_keepalive_intvl 1
+         --mca oob_tcp_keepalive_probes 3)
   if [ -n "$nodes" ]; then
     [ "${#hosts[@]}" -ge "$nodes" ] || { echo "rt_mpirun: error: NODES=$nodes but only ${#hosts[@]} node(s): ${hosts[*]}" >&2; return 2; }
     local subset=${hosts[*]:0:$nodes}
@@ -50,6 +63,8 @@ rt_mpirun() {
   [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
   local threads=${RT_CORES_PER_RANK:-$(( CORES / np ))}; [ "$threads" -ge 1 ] || threads=1
   if [ -n "${NODES:-}${RT_HOSTFILE:-}" ]; then
+    flags=(-np "$np")  # OpenMPI's own lines name a node it lost
+    [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
     local node_flags
     node_flags=$(rt_node_flags "$np") || return 2
     mapfile -t -O "${#flags[@]}" flags <<<"$node_flags"
