@@ -3,12 +3,20 @@
 #
 # Tables go to stdout and output/bench/allreduce-np<N>.txt; rows to allreduce-np<N>.{h5,jsonl}.
 # Extra arguments go to rt-allreduce-bench (e.g. --max-bytes 64M --wire bf16).
-# Settings (environment): NPS="2 4", BIN=bin, OUT=output/bench, BIND (mpirun binding flags),
+# Settings (environment): NPS="2 4" (empty: no one-node runs), BIN=bin, OUT=output/bench, BIND (mpirun binding flags),
 # SINGLE_COPY (vader's single-copy mechanism: cma or none).
+#
+# Then the same across 2 emulated nodes (jobs/local/cluster.sh: network namespaces joined by a
+# veth link shaped with tbf to NODE_RATE, default 10gbit; no added delay: these kernels have no
+# netem) at each of NODE_LAYOUTS (default "2x1 2x2": nodes x ranks per node), up to
+# NODE_MAX_BYTES (default 64M). The p2p column is then the link's own measured bound (one ring
+# link, both directions at once, through MPI over TCP), and ours/p2p how close busbw comes to it.
+# Tables and rows go to OUT/2nodes-<layout>/. NODE_LAYOUTS= skips it; without root or
+# namespaces it is skipped with the reason.
 set -euo pipefail
 BIN=${BIN:-bin}
 OUT=${OUT:-output/bench}
-NPS=${NPS:-"2 4"}
+NPS=${NPS-"2 4"}
 # Why these defaults (measured here, OpenMPI 4.1.4 vader BTL, 2 cores shared with other jobs):
 #  - cma (process_vm_readv): the receiver copies straight out of the sender's buffer, one copy
 #    per message instead of two through the shared-memory FIFO, and it needs only the
@@ -35,4 +43,31 @@ for np in $NPS; do
   # shellcheck disable=SC2086
   mpirun --oversubscribe --allow-run-as-root $BIND -np "$np" \
     "$BIN/rt-allreduce-bench" --output-dir "$OUT" --ranks-per-node 2 "$@" | tee "$OUT/allreduce-np$np.txt"
+done
+
+NODE_LAYOUTS=${NODE_LAYOUTS-"2x1 2x2"}
+NODE_RATE=${NODE_RATE:-10gbit}
+NODE_MAX_BYTES=${NODE_MAX_BYTES:-64M}
+[ -n "$NODE_LAYOUTS" ] || exit 0
+prefix=rtb$(($$ % 100000))
+up_log=$(mktemp)
+trap 'jobs/local/cluster.sh down --prefix "$prefix" >/dev/null 2>&1; rm -f "$up_log"' EXIT
+if ! jobs/local/cluster.sh up --nodes 2 --rate "$NODE_RATE" --slots 2 --prefix "$prefix" >"$up_log" 2>&1; then
+  echo "== 2 emulated nodes: skipped ($(head -1 "$up_log"))"
+  exit 0
+fi
+# shellcheck disable=SC1090
+source "/run/ringtrain-cluster/$prefix/mpirun.env"
+read -ra cluster_args <<<"$RT_CLUSTER_MPIRUN_ARGS"
+read -ra hosts <<<"$RT_CLUSTER_HOSTS"
+for layout in $NODE_LAYOUTS; do
+  nodes=${layout%x*} per_node=${layout#*x}
+  [ "$nodes" = 2 ] || { echo "bench-allreduce: NODE_LAYOUTS: '$layout': 2 nodes only" >&2; exit 2; }
+  dir=$OUT/2nodes-$layout
+  mkdir -p "$dir"
+  echo "== 2 emulated nodes x $per_node rank(s), link $NODE_RATE (tbf), no added delay"
+  mpirun --allow-run-as-root "${cluster_args[@]}" --host "${hosts[0]},${hosts[1]}" \
+    --map-by "ppr:$per_node:node" --bind-to none -np $((2 * per_node)) \
+    "$BIN/rt-allreduce-bench" --output-dir "$dir" --max-bytes "$NODE_MAX_BYTES" "$@" \
+    | tee "$dir/allreduce.txt"
 done
