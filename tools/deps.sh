@@ -65,6 +65,18 @@ if [ "$mode" = "--install" ] && [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# What only the emulated-node tests use (jobs/local/cluster.sh: ip, tc; nft for packet loss):
+# installed where apt-get runs as root, never required (those tests skip without them).
+test_pkgs=(iproute2 util-linux nftables)
+if [ "$mode" = "--install" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  optional=(); for name in "${test_pkgs[@]}"; do installed "$name" || optional+=("$name"); done
+  if [ ${#optional[@]} -gt 0 ]; then
+    echo "deps: installing ${optional[*]} (emulated-node tests)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${optional[@]}" \
+      >>/tmp/ringtrain-apt.log 2>&1 || echo "deps: could not install ${optional[*]}; those tests will skip" >&2
+  fi
+fi
+
 [ "$mode" = "--install" ] && [ -z "${VERBOSE_DEPS:-}" ] && exit 0
 
 say() { printf '  %s %-14s %s\n' "$1" "$2" "$3"; }
