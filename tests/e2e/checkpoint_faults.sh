@@ -5,17 +5,10 @@
 # results file or a checkpoint is written gives one line naming the file, exit 1 (no crash),
 # no temp file, and the previous checkpoint kept; and on 2 ranks a model with batch norm
 # resumes bitwise, every rank's BN running statistics included.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d /tmp/rt-e2e-ckfault.XXXXXX)
+source tests/e2e/lib/e2e.sh
+e2e_workdir ckfault 'mountpoint -q "$work/full" && umount "$work/full"'
 full=$work/full
-cleanup() { mountpoint -q "$full" 2>/dev/null && umount "$full"; rm -rf "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+tiny_fiber_data "$work/data"
 cat >"$work/run.deck" <<DECK
 [data]
 dir = $work/data

@@ -3,13 +3,9 @@
 # with a non-finite mean stops ringtrain at start, on 1 and 2 ranks: one line naming both
 # splits' files and the two values, exit code 2, no training, no checkpoint, no results.
 # (Before: a smaller val image crashed after the first epoch, a larger one evaluated garbage.)
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+source tests/e2e/lib/e2e.sh
 source jobs/local/common.sh
-work=$(mktemp -d /tmp/rt-e2e-data-split.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+e2e_workdir data-split
 
 "$BIN/rt-fibergen" --output "$work/px64" --count 200 --seed 7 >/dev/null
 "$BIN/rt-fibergen" --output "$work/px128" --count 60 --seed 8 --size 128 >/dev/null

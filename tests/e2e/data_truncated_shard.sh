@@ -5,12 +5,9 @@
 # (Before: HDF5 read the lost rows as zeros and the run trained on them to the end, exit 0.)
 # The shard is cut when the first progress line appears: the run has 200 steps to go then,
 # so the reader thread must read the shard again whatever the timing.
-set -euo pipefail
-BIN=${BIN:-bin}
+source tests/e2e/lib/e2e.sh
 source jobs/local/common.sh
-work=$(mktemp -d /tmp/rt-e2e-data-truncated.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+e2e_workdir data-truncated
 
 cat >"$work/tiny.deck" <<DECK
 [data]

@@ -2,11 +2,8 @@
 # deck_errors.sh — bad deck values and output paths stop ringtrain on 2 ranks before any
 # training: one error line, exit code 2 on every rank, nothing written; a missing checkpoint
 # directory is created at start, and too many threads for the cores give one warning line.
-set -euo pipefail
-BIN=${BIN:-bin}
-work=$(mktemp -d /tmp/rt-e2e-deck-errors.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source tests/e2e/lib/e2e.sh
+e2e_workdir deck-errors
 
 "$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 5 --shards 1 >/dev/null
 cat >"$work/tiny.deck" <<DECK

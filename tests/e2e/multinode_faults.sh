@@ -7,28 +7,17 @@
 # whose message names the lost node; stopped ranks on a live link are found by ringtrain's
 # watchdog, whose line names the ranks that did not answer. Skipped (exit 0, with the reason)
 # where namespaces are not permitted.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
-fail() { echo "FAIL: $*"; exit 1; }
-work=$(mktemp -d /tmp/rt-e2e-mnfault.XXXXXX)
+source tests/e2e/lib/e2e.sh
 prefix=rtf$(($$ % 100000))
-trap 'jobs/local/cluster.sh down --prefix "$prefix" >/dev/null 2>&1; rm -rf "$work"' EXIT
+e2e_workdir mnfault 'jobs/local/cluster.sh down --prefix "$prefix"'
 # The launcher notices a dead link after RT_LINK_TIMEOUT_S + 3 s of silence (2 + 3 here), before
 # ringtrain's watchdog (8 s) would send an abort that the dead link holds up.
 timeout_s=8
 limit_s=$((timeout_s + 10))
 export RT_LINK_TIMEOUT_S=2
 
-status=0
-jobs/local/cluster.sh up --nodes 2 --rate 1gbit --slots 2 --prefix "$prefix" >"$work/up.log" 2>&1 || status=$?
-if [ "$status" = 2 ] && ! grep -q "error:" "$work/up.log"; then
-  echo "SKIP: $(head -1 "$work/up.log")"
-  exit 0
-fi
-[ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
-
-"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+cluster_up_or_skip "$prefix"
+tiny_fiber_data "$work/data"
 cat >"$work/long.deck" <<DECK
 [data]
 dir = $work/data

@@ -6,23 +6,11 @@
 # (comm.ranks_per_node = 2: the same reduce-within, ring-across order). The results name both
 # hosts, and /timings has a row per rank. Skipped (exit 0, with the reason) where namespaces are
 # not permitted.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
-fail() { echo "FAIL: $*"; exit 1; }
-work=$(mktemp -d /tmp/rt-e2e-multinode.XXXXXX)
+source tests/e2e/lib/e2e.sh
 prefix=rte$(($$ % 100000))
-trap 'jobs/local/cluster.sh down --prefix "$prefix" >/dev/null 2>&1; rm -rf "$work"' EXIT
-
-status=0
-jobs/local/cluster.sh up --nodes 2 --rate 1gbit --slots 2 --prefix "$prefix" >"$work/up.log" 2>&1 || status=$?
-if [ "$status" = 2 ] && ! grep -q "error:" "$work/up.log"; then
-  echo "SKIP: $(head -1 "$work/up.log")"
-  exit 0
-fi
-[ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
-
-"$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 11 --shards 2 >/dev/null
+e2e_workdir multinode 'jobs/local/cluster.sh down --prefix "$prefix"'
+cluster_up_or_skip "$prefix"
+tiny_fiber_data "$work/data" 200
 cat >"$work/tiny.deck" <<DECK
 [data]
 dir = $work/data

@@ -3,15 +3,9 @@
 # one line naming the step and the tensor, before the weights take it, and the last checkpoint
 # (all finite) is kept; with train.on_nonfinite = skip the run completes, each skipped step is
 # one warning, the results file counts them and the weights stay finite.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d /tmp/rt-e2e-nonfinite.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+source tests/e2e/lib/e2e.sh
+e2e_workdir nonfinite
+tiny_fiber_data "$work/data"
 cat >"$work/run.deck" <<DECK
 [data]
 dir = $work/data

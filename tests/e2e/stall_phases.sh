@@ -5,16 +5,13 @@
 # rank print one line naming the phase, the step and the silent rank, and the job exits
 # non-zero within the stall deadline + 10 s, leaving no process behind. The stop comes from
 # RINGTRAIN_STOP_AT=PHASE@RANK (core/fault.hpp). I/O phases wait 10 x the timeout.
-set -u
-BIN=${BIN:-bin}
+source tests/e2e/lib/e2e.sh
+set +e  # every case runs; failures are counted
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d /tmp/rt-e2e-stall.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+e2e_workdir stall
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+tiny_fiber_data "$work/data"
 cat >"$work/run.deck" <<DECK
 [data]
 dir = $work/data

@@ -1,0 +1,33 @@
+# e2e.sh — sourced by the end-to-end scripts: strict mode, BIN and PYTHON, OpenMPI as root, a
+# work directory removed at exit, fail, and a tiny fiber dataset.
+set -euo pipefail
+BIN=${BIN:-bin}
+PYTHON=${PYTHON:-/usr/bin/python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+fail() { echo "FAIL: $*"; exit 1; }
+
+# e2e_workdir NAME [CLEANUP]: $work becomes a new directory under /tmp, removed at exit after
+# CLEANUP (a command line, e.g. taking an emulated cluster down) has run.
+e2e_workdir() {
+  work=$(mktemp -d "/tmp/rt-e2e-$1.XXXXXX")
+  E2E_CLEANUP=${2:-true}
+  trap 'eval "$E2E_CLEANUP" >/dev/null 2>&1; rm -rf "$work"' EXIT
+}
+
+# tiny_fiber_data DIR [COUNT] [SEED]: a small fiber dataset in two shards, in a second or two.
+tiny_fiber_data() {
+  "$BIN/rt-fibergen" --output "$1" --count "${2:-400}" --seed "${3:-11}" --shards 2 >/dev/null
+}
+
+# cluster_up_or_skip PREFIX: two emulated nodes (jobs/local/cluster.sh), or exit 0 with the
+# reason where namespaces are not permitted.
+cluster_up_or_skip() {
+  local status=0
+  jobs/local/cluster.sh up --nodes 2 --rate 1gbit --slots 2 --prefix "$1" >"$work/up.log" 2>&1 || status=$?
+  if [ "$status" = 2 ] && ! grep -q "error:" "$work/up.log"; then
+    echo "SKIP: $(head -1 "$work/up.log")"
+    exit 0
+  fi
+  [ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
+}
