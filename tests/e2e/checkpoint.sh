@@ -2,14 +2,9 @@
 # checkpoint.sh — a run stopped after k steps and resumed ends with weights and optimizer
 # state bitwise identical to an uninterrupted run; SIGTERM to a running job leaves a valid
 # checkpoint and a clean exit, and --resume finishes the run.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
-work=$(mktemp -d /tmp/rt-e2e-ckpt.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-"$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 11 --shards 2 >/dev/null
+source tests/e2e/lib/e2e.sh
+e2e_workdir ckpt
+tiny_fiber_data "$work/data"
 cat >"$work/ckpt.deck" <<DECK
 [data]
 dir = $work/data
@@ -38,21 +33,7 @@ run --output.name=parts --train.max_steps=13 >"$work/part1.log" 2>&1 || fail "fi
 run --output.name=parts --resume >"$work/part2.log" 2>&1 || { cat "$work/part2.log"; fail "resume"; }
 grep -q "resumed from .* at step 13 (epoch 1, step 13)" "$work/part2.log" || fail "no resume line: $(cat "$work/part2.log")"
 
-compare() {  # compare A B: every dataset of /params and /optimizer, bitwise
-  "$PYTHON" - "$1" "$2" <<'PY'
-import sys, h5py, numpy as np
-a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
-assert a.attrs["global_step"] == b.attrs["global_step"], (a.attrs["global_step"], b.attrs["global_step"])
-names = []
-for group in ["params", "optimizer"]:
-    a[group].visit(lambda n, g=group: names.append(f"{g}/{n}") if isinstance(a[f"{g}/{n}"], h5py.Dataset) else None)
-assert len(names) > 4, names
-for n in names:
-    x, y = a[n][()], b[n][()]
-    assert x.shape == y.shape and x.tobytes() == y.tobytes(), f"{n} differs: max {np.abs(x - y).max()}"
-print(f"bitwise equal: {len(names)} datasets at step {a.attrs['global_step']}")
-PY
-}
+compare() { compare_checkpoints "$1" "$2"; }
 compare "$work/out/whole.ckpt.h5" "$work/out/parts.ckpt.h5"
 
 # With gradient accumulation (K = 2 micro-batches of 8): steps count optimizer steps, so 320 /

@@ -37,21 +37,7 @@ run() {  # run NAME NODES NP [ringtrain args]: NODES empty = this machine
   grep -a "^| ringtrain |" "$work/$name.log" | head -1
 }
 
-compare() {  # compare A B: every dataset of /params and /optimizer, bitwise
-  "$PYTHON" - "$work/out/$1.ckpt.h5" "$work/out/$2.ckpt.h5" <<'PY'
-import sys, h5py, numpy as np
-a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
-assert a.attrs["global_step"] == b.attrs["global_step"] == 4, (a.attrs["global_step"], b.attrs["global_step"])
-names = []
-for group in ["params", "optimizer"]:
-    a[group].visit(lambda n, g=group: names.append(f"{g}/{n}") if isinstance(a[f"{g}/{n}"], h5py.Dataset) else None)
-assert len(names) > 4, names
-for n in names:
-    x, y = a[n][()], b[n][()]
-    assert x.shape == y.shape and x.tobytes() == y.tobytes(), f"{n} differs: max {np.abs(x - y).max()}"
-print(f"bitwise equal: {len(names)} datasets at step {a.attrs['global_step']}")
-PY
-}
+compare() { compare_checkpoints "$work/out/$1.ckpt.h5" "$work/out/$2.ckpt.h5" 4; }
 
 check_results() {  # check_results NAME HOSTS...: the hosts attribute (a host a rank) and /timings rows
   "$PYTHON" - "$work/out/$1.h5" "${@:2}" <<'PY'

@@ -31,3 +31,23 @@ cluster_up_or_skip() {
   fi
   [ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
 }
+
+# compare_checkpoints A B [STEP]: every dataset of /params and /optimizer bitwise equal, at the
+# same global step (STEP, when given).
+compare_checkpoints() {
+  "$PYTHON" - "$1" "$2" "${3:-}" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+step = a.attrs["global_step"]
+assert step == b.attrs["global_step"], (step, b.attrs["global_step"])
+assert not sys.argv[3] or step == int(sys.argv[3]), (step, sys.argv[3])
+names = []
+for group in ["params", "optimizer"]:
+    a[group].visit(lambda n, g=group: names.append(f"{g}/{n}") if isinstance(a[f"{g}/{n}"], h5py.Dataset) else None)
+assert len(names) > 4, names
+for n in names:
+    x, y = a[n][()], b[n][()]
+    assert x.shape == y.shape and x.tobytes() == y.tobytes(), f"{n} differs: max {np.abs(x - y).max()}"
+print(f"bitwise equal: {len(names)} datasets at step {step}")
+PY
+}
