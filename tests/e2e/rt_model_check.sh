@@ -3,13 +3,9 @@
 # this machine): the printed error is the one recomputed here from the results files (median steps
 # after warm-up, the ring's alpha-beta cost of each bucket with overlap), and bad inputs give one line
 # and exit 2. Also --cluster's table and plot.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+source tests/e2e/lib/e2e.sh
 export BIN PYTHON
-work=$(mktemp -d /tmp/rt-e2e-model-check.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+e2e_workdir model-check
 
 "$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 5 --shards 1 >/dev/null
 cat >"$work/tiny.deck" <<DECK
