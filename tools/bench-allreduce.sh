@@ -66,7 +66,7 @@ for layout in $NODE_LAYOUTS; do
   dir=$OUT/2nodes-$layout
   mkdir -p "$dir"
   echo "== 2 emulated nodes x $per_node rank(s), link $NODE_RATE (tbf), no added delay"
-  mpirun --allow-run-as-root "${cluster_args[@]}" --host "${hosts[0]},${hosts[1]}" \
+  mpirun --allow-run-as-root "${cluster_args[@]}" --host "${hosts[0]}:$per_node,${hosts[1]}:$per_node" \
     --map-by "ppr:$per_node:node" --bind-to none -np $((2 * per_node)) \
     "$BIN/rt-allreduce-bench" --output-dir "$dir" --max-bytes "$NODE_MAX_BYTES" "$@" \
     | tee "$dir/allreduce.txt"
