@@ -3,10 +3,9 @@
 
 #include <unistd.h>
 
-#include <ctime>
-
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/stop_signals.hpp"
+#include "ringtrain/core/timer.hpp"
 #include "ringtrain/io/h5.hpp"
 
 namespace ringtrain::train {
@@ -14,13 +13,6 @@ namespace {
 
 constexpr const char* kFormat = "ringtrain-checkpoint";
 constexpr int32_t kVersion = 1;
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 }  // namespace
 
@@ -61,12 +53,10 @@ void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) 
     root.set_attr("seed", int64_t(config_.train.seed));
     root.set_attr("written_at", utc_now());
     root.write_string("deck", config_.effective_deck);
-    {
-      h5::Group params = root.create_group("params");
-      model.save(params);
-      h5::Group optimizer = root.create_group("optimizer");
-      sgd.save(optimizer);
-    }
+    h5::Group params = root.create_group("params");
+    model.save(params);
+    h5::Group optimizer = root.create_group("optimizer");
+    sgd.save(optimizer);
     if (!mine.empty()) {
       std::vector<float> rows(all.begin(), all.end());
       root.write("rank_buffers", h5::Dims{hsize_t(comm_.size()), hsize_t(mine.size())}, rows.data())

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <limits>
 #include <thread>
 #include <unordered_map>
@@ -49,13 +48,6 @@ struct Sums {
     count += double(r.count);
   }
 };
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 class Trainer {
  public:

@@ -1,10 +1,12 @@
-// timer.hpp — monotonic wall-clock timing for phases, and the calling thread's CPU time, in
-// seconds.
+// timer.hpp — monotonic wall-clock timing for phases, the calling thread's CPU time, in
+// seconds, and the UTC time of day that results and checkpoints record.
 #pragma once
 
 #include <time.h>
 
 #include <chrono>
+#include <ctime>
+#include <string>
 
 namespace ringtrain {
 
@@ -30,5 +32,13 @@ class Stopwatch {
  private:
   double start_;
 };
+
+// Now, as ISO 8601 UTC: "2026-11-24T10:08:15Z".
+inline std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
 
 }  // namespace ringtrain
