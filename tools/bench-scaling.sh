@@ -34,6 +34,12 @@
 # PRECISION (fp32; bf16 runs ringtrain with train.precision=bf16 and DDP under
 # torch.autocast), BF16_MODELS ("resnet18_cifar": after the fp32 table, a bf16 table of these
 # models into $OUT_DIR/bf16, where the CPU has AVX512-BF16 or AMX; empty skips it).
+# Across nodes: then the same weak scaling from 1 node x 1 rank to 2 emulated nodes x 1 rank
+# (jobs/local/cluster.sh: network namespaces, veth link shaped with tbf to NODE_RATE, default
+# 10gbit, no added delay: no netem here), ringtrain (mpirun through the cluster's rsh agent)
+# beside DDP (gloo over the same link, one process started on each node), into
+# $OUT_DIR/2nodes. NODE_MODELS ("fibernet resnet18_cifar"; empty skips it); skipped with the
+# reason where namespaces cannot be made (not root). NODE_MODE=1 is that section's own run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
@@ -49,6 +55,9 @@ BF16_MODELS=${BF16_MODELS-resnet18_cifar}
 FUSION_MIB=${FUSION_MIB:-}
 FIRST_BUCKET_MIB=${FIRST_BUCKET_MIB:-}
 TIMELINE=${TIMELINE:-1}
+NODE_MODELS=${NODE_MODELS-fibernet resnet18_cifar}
+NODE_RATE=${NODE_RATE:-10gbit}
+NODE_MODE=${NODE_MODE:-0}
 # shellcheck source=jobs/local/common.sh
 source jobs/local/common.sh
 export RT_CORES_PER_RANK=1  # see above: the same core per rank at every rank count
@@ -136,9 +145,11 @@ load_since() {
 run_ringtrain() {  # model np overlap round
   local dir="$OUT_DIR/scaling/round$4" name="$1-np$2-overlap-$3"
   mkdir -p "$dir"
+  local nodes=
+  [ "$NODE_MODE" = 1 ] && [ "$2" -gt 1 ] && nodes=$2  # one rank a node
   mark
   # shellcheck disable=SC2086  # EXTRA is a list of flags
-  rt_mpirun "$2" "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
+  NODES=$nodes rt_mpirun "$2" "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
     --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
     --train.log_interval="$steps" --comm.overlap="$3" "${comm_flags[@]}" --output.dir="$dir" \
     --output.name="$name" $EXTRA >"$dir/$name.log" 2>&1 || { tail -n 5 "$dir/$name.log" >&2; die "ringtrain failed: $dir/$name.log"; }
@@ -175,20 +186,45 @@ run_independent() {  # model np round
   done
 }
 
+# DDP across the emulated nodes: rank i is a process of its own on node i, started through
+# the cluster's rsh agent; gloo meets at node 0's address on the private subnet.
+ddp_across_nodes() {  # np torch-args...
+  local np=$1 i pids=() status=0 port=$(( 29500 + RANDOM % 2000 ))
+  shift
+  for (( i = 0; i < np; ++i )); do
+    "$RT_CLUSTER_AGENT" "${node_hosts[$i]}" "cd '$PWD' && GLOO_SOCKET_IFNAME=eth0 exec '$PYTHON'" \
+      "tools/bench_scaling_torch.py --ranks $np --rank $i --master $node0_addr:$port $*" \
+      >"$OUT_DIR/ddp.out$i" 2>"$OUT_DIR/ddp.err$i" &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || status=$?; done
+  cat "$OUT_DIR"/ddp.err* >"$OUT_DIR/ddp.err" 2>/dev/null
+  [ "$status" = 0 ] && cat "$OUT_DIR/ddp.out0"
+}
+
 run_ddp() {  # model np round
-  local out
+  local out args=(--model "$1" --input "$input" --classes "$classes" --batch "$batch"
+    --threads 1 --bucket-mib "$bucket" --warmup 3 --window "$window" --windows "$windows"
+    --probe-steps "$probes" --precision "$PRECISION")
   mark
-  out=$("$PYTHON" tools/bench_scaling_torch.py --ranks "$2" --model "$1" --input "$input" \
-          --classes "$classes" --batch "$batch" --threads 1 --bucket-mib "$bucket" \
-          --warmup 3 --window "$window" --windows "$windows" --probe-steps "$probes" \
-          --precision "$PRECISION" \
-          2>"$OUT_DIR/ddp.err") \
-    || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP failed: $OUT_DIR/ddp.err"; }
+  if [ "$NODE_MODE" = 1 ] && [ "$2" -gt 1 ]; then
+    out=$(ddp_across_nodes "$2" "${args[@]}") \
+      || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP across nodes failed: $OUT_DIR/ddp.err*"; }
+  else
+    out=$("$PYTHON" tools/bench_scaling_torch.py --ranks "$2" "${args[@]}" 2>"$OUT_DIR/ddp.err") \
+      || { tail -n 5 "$OUT_DIR/ddp.err" >&2; die "PyTorch DDP failed: $OUT_DIR/ddp.err"; }
+  fi
   load_since
   "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); r.update(json.loads(sys.argv[2]));
 r["round"] = int(sys.argv[3]); print(json.dumps(r))' "$out" "$load_json" "$3" >>"$RAW"
 }
 
+if [ "$NODE_MODE" = 1 ]; then
+  # shellcheck disable=SC1090
+  source "/run/ringtrain-cluster/$RT_CLUSTER/mpirun.env"
+  read -ra node_hosts <<<"$RT_CLUSTER_HOSTS"
+  node0_addr=${RT_CLUSTER_SUBNET%.0/24}.1
+fi
 mkdir -p "$OUT_DIR"
 RAW="$OUT_DIR/scaling-raw.jsonl"
 : >"$RAW"
@@ -203,13 +239,14 @@ for round in $(seq 1 "$ROUNDS"); do
       run_ringtrain "$model" "$np" true "$round"
       [ "$PEER" = ddp ] && run_ddp "$model" "$np" "$round"
       run_ringtrain "$model" "$np" false "$round"
-      [ "$np" -gt 1 ] && [ "$np" -le "$(nproc)" ] && run_independent "$model" "$np" "$round"
+      [ "$NODE_MODE" = 0 ] && [ "$np" -gt 1 ] && [ "$np" -le "$(nproc)" ] && run_independent "$model" "$np" "$round"
       echo "  round $round, $model, $np rank(s): done at $(( $(date +%s) - start )) s," \
            "load $(cut -d' ' -f1 /proc/loadavg)"
     done
   done
 done
 "$PYTHON" tools/bench_scaling_report.py table "$RAW" "$OUT_DIR/scaling.jsonl"
+[ "$NODE_MODE" = 1 ] && exit 0
 if [ "$TIMELINE" = 1 ] && [[ " $MODELS " == *" fibernet "* ]]; then
   model_settings fibernet
   dir="$OUT_DIR/scaling"
@@ -227,5 +264,19 @@ if [ "$PRECISION" = fp32 ] && [ -n "$BF16_MODELS" ]; then
       tools/bench-scaling.sh
   else
     echo "bench-scaling: no bf16 table: this CPU has neither AVX512-BF16 nor AMX"
+  fi
+fi
+# The 2-node table: 1 node x 1 rank -> 2 nodes x 1 rank over the shaped link.
+if [ "$PRECISION" = fp32 ] && [ -n "$NODE_MODELS" ]; then
+  echo
+  prefix=rts$(($$ % 100000))
+  up_log=$(mktemp)
+  trap 'jobs/local/cluster.sh down --prefix "$prefix" >/dev/null 2>&1; rm -f "$up_log"' EXIT
+  if jobs/local/cluster.sh up --nodes 2 --rate "$NODE_RATE" --slots 1 --prefix "$prefix" >"$up_log" 2>&1; then
+    echo "bench-scaling: 2 emulated nodes x 1 rank, link $NODE_RATE (tbf), no added delay"
+    NODE_MODE=1 RT_CLUSTER=$prefix NPS="1 2" MODELS="$NODE_MODELS" OUT_DIR="$OUT_DIR/2nodes" \
+      TIMELINE=0 BF16_MODELS= NODE_MODELS= tools/bench-scaling.sh
+  else
+    echo "bench-scaling: no 2-node table: $(head -1 "$up_log")"
   fi
 fi

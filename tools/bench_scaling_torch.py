@@ -22,6 +22,11 @@ backward (exposed time plus the compute slowed by the comm threads sharing the c
 
 Ranks are pinned one per core when they fit (as tools/bench-scaling.sh binds ringtrain's
 ranks with mpirun --bind-to core); past the core count they float, as mpirun --bind-to none.
+
+Across nodes (--rank R --master HOST:PORT): this process is rank R alone, started by the
+caller on its node (tools/bench-scaling.sh starts one per emulated node through the cluster's
+rsh agent); gloo connects over HOST's network; rank 0 prints the JSON line; nothing is pinned
+(as ringtrain's multi-node ranks, mpirun --bind-to none).
 """
 import argparse
 import faulthandler
@@ -78,12 +83,23 @@ def pin_to_core(rank, ranks):
         os.sched_setaffinity(0, {cores[rank]})
 
 
-def worker(rank, a, port, results):
+class PrintResult:
+    """The results queue of a rank started alone (--rank): rank 0 prints the JSON line."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def put(self, item):
+        print(json.dumps(summary(self.a, *item)))
+
+
+def worker(rank, a, master, results):
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a rank hangs
-    pin_to_core(rank, a.ranks)
+    if a.rank is None:
+        pin_to_core(rank, a.ranks)
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{master}", rank=rank,
                             world_size=a.ranks)
     c, h, w = (int(v) for v in a.input.split("x"))
     torch.manual_seed(1)  # the same initial weights on every rank, as DDP broadcasts anyway
@@ -181,15 +197,29 @@ def main():
                    help="instrumented steps for the exposed communication")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16: forward and loss under torch.autocast (CPU mixed precision)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="be this one rank of --ranks, started on its own node (needs --master)")
+    p.add_argument("--master", default=None,
+                   help="HOST:PORT of rank 0's rendezvous, reachable from every node")
     a = p.parse_args()
+    if a.rank is not None:
+        if a.master is None or not 0 <= a.rank < a.ranks:
+            p.error("--rank R needs --master HOST:PORT and 0 <= R < --ranks")
+        worker(a.rank, a, a.master, PrintResult(a))
+        return
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(a, free_port(), results), nprocs=a.ranks,
+    mp.start_processes(worker, args=(a, f"127.0.0.1:{free_port()}", results), nprocs=a.ranks,
                        start_method="spawn")
-    window_s, (comm, exposed, bwd_sync, bwd_nosync), buckets = results.get()
+    print(json.dumps(summary(a, *results.get())))
+
+
+def summary(a, window_s, sums, buckets):
+    """The JSON line: img/s over the timed windows, the instrumented steps' comm times."""
+    comm, exposed, bwd_sync, bwd_nosync = sums
     global_batch = a.batch * a.ranks
     rates = [global_batch * a.window / s for s in window_s]
-    print(json.dumps({
+    return {
         "system": "pytorch-ddp", "model": a.model, "ranks": a.ranks, "overlap": True,
         "precision": a.precision,
         "batch_per_rank": a.batch, "threads": a.threads, "bucket_mib": a.bucket_mib,
@@ -199,7 +229,7 @@ def main():
         "allreduce_ms_per_step": round(1e3 * comm / a.probe_steps, 3),
         "exposed_ms_per_step": round(1e3 * exposed / a.probe_steps, 3),
         "backward_ms": round(1e3 * bwd_sync, 3), "backward_no_sync_ms": round(1e3 * bwd_nosync, 3),
-        "torch": torch.__version__}))
+        "torch": torch.__version__}
 
 
 if __name__ == "__main__":
