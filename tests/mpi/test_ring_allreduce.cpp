@@ -88,7 +88,9 @@ std::vector<Setup> fp32_setups() {
        opts(comm::allreduce::Wire::fp16, 1 << 20, 4, 0, 64 << 10)},
       {"auto", Algorithm::automatic, opts()},
       {"auto chunk 64 B x2", Algorithm::automatic, opts(comm::allreduce::Wire::fp32, 64, 2)},
-      {"auto bf16", Algorithm::automatic, opts(comm::allreduce::Wire::bf16, 256, 2)}};
+      {"auto bf16", Algorithm::automatic, opts(comm::allreduce::Wire::bf16, 256, 2)},
+      // Nodes of 2 ranks: from 3 ranks on, auto runs hierarchical past 64 KiB.
+      {"auto nodes of 2", Algorithm::automatic, opts(comm::allreduce::Wire::fp32, 4096, 4, 2)}};
 }
 
 // Counts 0, 1, p-1, p, p+1, a prime, 2^20+3, then small again (scratch reused, not regrown).

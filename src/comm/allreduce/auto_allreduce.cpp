@@ -1,15 +1,44 @@
-// auto_allreduce.cpp — the size rule of auto and the allreducer that applies it per call.
+// auto_allreduce.cpp — the size and topology rule of auto and the allreducer that applies it per
+// call.
 #include "ringtrain/comm/allreduce/auto_allreduce.hpp"
+
+#include <algorithm>
+#include <vector>
 
 #include "ringtrain/comm/communicator.hpp"
 
 namespace ringtrain::comm::allreduce {
+namespace {
+
+// The topology of comm's ranks: real nodes, or groups of ranks_per_node consecutive ranks
+// (the override tests and the deck's comm.ranks_per_node use), as HierarchicalAllreduce groups.
+Topology topology_of(const Communicator& comm, int ranks_per_node) {
+  const int n = comm.size();
+  if (ranks_per_node > 0)
+    return Topology{n, (n + ranks_per_node - 1) / ranks_per_node, std::min(n, ranks_per_node)};
+  std::vector<int> per_node(static_cast<size_t>(comm.node_count()), 0);
+  std::vector<int> node_of(static_cast<size_t>(n), 0);
+  const int mine = comm.node_index();
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, node_of.data(), 1, MPI_INT, comm.raw()));
+  for (int node : node_of) ++per_node[static_cast<size_t>(node)];
+  return Topology{n, comm.node_count(), *std::max_element(per_node.begin(), per_node.end())};
+}
+
+}  // namespace
 
 // Up to 32 KiB rhd's whole-vector doubling takes the fewest steps; on a power of two rhd is
 // ahead or level up to 16 MiB; elsewhere its fold costs a whole vector more, so it pays only
 // while steps, not bytes, cost. Past those sizes the ring's neighbour-only traffic maps onto a
 // real network best. Measurements: docs/TUNING.md, "auto: ring or rhd".
-Algorithm choose_automatic(size_t bytes, int world_size) {
+//
+// Across nodes with more than one rank on a node, the node-local reduce lets one flow a node
+// cross the network, carrying 2(m-1)/m of the vector for m nodes instead of the flat ring's
+// 2(n-1)/n: hierarchical past 64 KiB, where bytes, not steps, cost; below, rhd's log2(n)
+// steps. One rank a node is the one-node rule's case: the nodes are the ranks.
+Algorithm choose_automatic(size_t bytes, const Topology& topology) {
+  const int world_size = topology.world_size;
+  if (topology.nodes > 1 && topology.max_ranks_per_node > 1)
+    return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::hierarchical;
   const bool power_of_two = (world_size & (world_size - 1)) == 0;
   if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;
   if (power_of_two) return bytes <= (16u << 20) ? Algorithm::rhd : Algorithm::ring;
@@ -17,21 +46,39 @@ Algorithm choose_automatic(size_t bytes, int world_size) {
 }
 
 AutoAllreduce::AutoAllreduce(const Communicator& comm, const AllreduceOptions& options)
-    : comm_(duplicate(comm.raw())), options_(options), n_(comm.size()) {
+    : comm_(duplicate(comm.raw())),
+      options_(options),
+      topology_(topology_of(comm, options.ranks_per_node)) {
   AllreduceOptions inner = options;
   inner.validate_counts = false;  // checked once, here
   ring_ = std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), inner);
   rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner);
+  if (topology_.nodes > 1 && topology_.max_ranks_per_node > 1)
+    hierarchical_ = std::make_unique<HierarchicalAllreduce>(comm, inner);
+}
+
+Allreducer& AutoAllreduce::chosen_for(size_t count) {
+  switch (choose_automatic(count * sizeof(float), topology_)) {
+    case Algorithm::rhd:
+      return *rhd_;
+    case Algorithm::hierarchical:
+      return *hierarchical_;
+    default:
+      return *ring_;
+  }
 }
 
 void AutoAllreduce::sum_and_divide(float* data, size_t count, float divisor) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (options_.validate_counts) check_same_count(comm_.get(), count, "auto allreduce");
-  // Every rank passes the same count, so every rank picks the same algorithm.
-  Allreducer& chosen = choose_automatic(count * sizeof(float), n_) == Algorithm::ring
-                           ? static_cast<Allreducer&>(*ring_)
-                           : static_cast<Allreducer&>(*rhd_);
-  chosen.sum_and_divide(data, count, divisor);
+  // Every rank passes the same count and knows the same topology, so every rank picks the
+  // same algorithm.
+  chosen_for(count).sum_and_divide(data, count, divisor);
+}
+
+void AutoAllreduce::set_spin_hint(const std::atomic<bool>* hint) {
+  ring_->set_spin_hint(hint);
+  if (hierarchical_) hierarchical_->set_spin_hint(hint);
 }
 
 std::string AutoAllreduce::name() const {

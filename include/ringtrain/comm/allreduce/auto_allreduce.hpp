@@ -1,4 +1,4 @@
-// auto_allreduce.hpp — per call, rhd or ring by message size and world size.
+// auto_allreduce.hpp — per call, rhd, ring or hierarchical by message size and topology.
 #pragma once
 
 #include <atomic>
@@ -9,30 +9,46 @@
 
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/allreduce/halving_doubling.hpp"
+#include "ringtrain/comm/allreduce/hierarchical_allreduce.hpp"
 #include "ringtrain/comm/allreduce/ring_allreduce.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
 
 namespace ringtrain::comm::allreduce {
 
-// What auto runs for one call of `bytes` (fp32) over world_size ranks: ring or rhd. The rule
-// and the measurements behind it: docs/TUNING.md, "auto: ring or rhd".
-Algorithm choose_automatic(size_t bytes, int world_size);
+// Where the ranks are, as auto sees it: how many, on how many nodes, the most on one node.
+struct Topology {
+  int world_size = 1;
+  int nodes = 1;
+  int max_ranks_per_node = 1;
+};
+
+// What auto runs for one call of `bytes` (fp32): ring, rhd or hierarchical. The rules and the
+// measurements behind them: docs/TUNING.md, "auto: ring, rhd or hierarchical".
+Algorithm choose_automatic(size_t bytes, const Topology& topology);
+// One node (or the topology unknown): world_size ranks.
+inline Algorithm choose_automatic(size_t bytes, int world_size) {
+  return choose_automatic(bytes, Topology{world_size, 1, world_size});
+}
 
 class AutoAllreduce final : public Allreducer {
  public:
-  // Collective over comm (duplicated here, and by the ring and rhd inside).
+  // Collective over comm (duplicated here, and by the algorithms inside). The nodes are the
+  // real ones, or options.ranks_per_node consecutive ranks where that is > 0.
   AutoAllreduce(const Communicator& comm, const AllreduceOptions& options);
   void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
   void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
-  void set_spin_hint(const std::atomic<bool>* hint) override { ring_->set_spin_hint(hint); }
+  void set_spin_hint(const std::atomic<bool>* hint) override;
 
  private:
+  Allreducer& chosen_for(size_t count);
+
   CommHandle comm_;
   AllreduceOptions options_;
-  int n_;
+  Topology topology_;
   std::unique_ptr<RingAllreduce> ring_;
   std::unique_ptr<HalvingDoubling> rhd_;
+  std::unique_ptr<HierarchicalAllreduce> hierarchical_;  // only across nodes of > 1 rank
   std::mutex mutex_;
 };
 
