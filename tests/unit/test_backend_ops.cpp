@@ -1,7 +1,9 @@
 // test_backend_ops.cpp — every oneDNN op against the reference loops, forward and backward.
+#include <algorithm>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -166,6 +168,18 @@ BOOST_DATA_TEST_CASE(batch_norm_matches_reference, bdata::make(testable_backends
         op->backward(x[i], dy[i], g[i], mean[i], var[i], dx[i], dg[i], db[i], nullptr);
         op->forward_inference(x[i], g[i], b[i], mean[i], var[i], yi[i]);
       }
+      if (relu) {
+        // The fused ReLU must bite: a fair share of outputs cut to 0, so that a backend
+        // without the ReLU (or without the mask in backward) differs from the reference.
+        std::vector<float> yr = to_host(*p.ref, y[1]), yir = to_host(*p.ref, yi[1]);
+        double cut = double(std::count(yr.begin(), yr.end(), 0.0f)) / double(yr.size());
+        double cut_inference =
+            double(std::count(yir.begin(), yir.end(), 0.0f)) / double(yir.size());
+        std::printf("  relu cuts %.0f%% (training), %.0f%% (inference)\n", 100 * cut,
+                    100 * cut_inference);
+        BOOST_TEST((cut > 0.2 && cut < 0.8));
+        BOOST_TEST((cut_inference > 0.2 && cut_inference < 0.8));
+      }
       expect_close("bn forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
       expect_close("bn batch mean", *p.cpu, mean[0], *p.ref, mean[1], kTol);
       expect_close("bn batch var", *p.cpu, var[0], *p.ref, var[1], 1e-4);
@@ -296,6 +310,29 @@ BOOST_DATA_TEST_CASE(pools_match_reference, bdata::make(testable_backends()), na
   check_pool(name, {PoolKind::kAvg, 2, 2, 0, false}, {2, 16, 6, 6}, 73);
   check_pool(name, {PoolKind::kAvg, 3, 2, 1, false}, {2, 3, 7, 7}, 74);
   check_pool(name, {PoolKind::kAvg, 1, 1, 0, true}, {2, 32, 4, 4}, 75);
+}
+
+// Overlapping max windows (3x3, stride 2) send one input's gradient from up to four
+// windows. cuDNN's CUDNN_POOLING_MAX adds them with atomics in no fixed order, so two runs
+// could differ in the last bits; the deterministic mode (and the CPU loops) may not.
+BOOST_DATA_TEST_CASE(max_pool_backward_is_repeatable, bdata::make(testable_backends()), name) {
+  auto be = make_backend(name, 2);
+  // Few distinct values: many windows share their maximum, so many gradients meet.
+  std::vector<float> xv = random_values(size_t(8) * 64 * 33 * 33, 76, 0.0f, 4.0f);
+  for (float& v : xv) v = std::floor(v);
+  Tensor x = to_device(*be, {8, 64, 33, 33}, xv), y, dx;
+  auto op = be->make_pool({PoolKind::kMax, 3, 2, 1, false});
+  op->forward(x, y, true);
+  Tensor dy = random_tensor(*be, y.shape(), 77);
+  std::vector<float> first;
+  size_t runs_differing = 0;
+  for (int run = 0; run < 5; ++run) {
+    op->backward(dy, dx);
+    std::vector<float> got = to_host(*be, dx);
+    if (run == 0) first = got;
+    runs_differing += std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) != 0;
+  }
+  BOOST_TEST(runs_differing == 0u, name << ": " << runs_differing << " of 4 reruns differ");
 }
 
 BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
