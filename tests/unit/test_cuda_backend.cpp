@@ -74,19 +74,6 @@ BOOST_AUTO_TEST_CASE(asking_for_cuda_without_a_gpu_is_an_input_error,
   BOOST_TEST(input_error_of([] { make_cuda_backend(CudaOptions{}); }) == expected);
 }
 
-BOOST_AUTO_TEST_CASE(local_rank_to_gpu) {
-  BOOST_TEST(select_local_device(0, 2, 2, false) == 0);
-  BOOST_TEST(select_local_device(1, 2, 4, false) == 1);
-  BOOST_TEST(select_local_device(3, 4, 2, true) == 1);
-  BOOST_TEST(select_local_device(2, 3, 1, true) == 0);
-  BOOST_TEST(input_error_of([] { select_local_device(2, 4, 2, false); }) ==
-             "train.backend = cuda: 4 ranks on this node but only 2 GPU(s); launch at most 2 "
-             "ranks per node or allow ranks to share GPUs in the deck");
-  BOOST_TEST(input_error_of([] { select_local_device(0, 1, 0, true); }) ==
-             "train.backend = cuda: no GPU on this node for local rank 0");
-  BOOST_CHECK_THROW(select_local_device(2, 2, 2, false), Error);
-}
-
 #if RINGTRAIN_HAS_CUDA
 
 BOOST_AUTO_TEST_CASE(pool_size_classes) {
@@ -211,5 +198,98 @@ BOOST_AUTO_TEST_CASE(segments_pack_and_finite_flag, *boost::unit_test::precondit
 }
 
 #endif  // RINGTRAIN_HAS_CUDA
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Which GPU each rank of a node takes, from every local rank's list of visible bus ids (what
+// the trainer gathers). Before these lists, the choice saw only a device count and the local
+// size: every case below with one GPU per rank, or with groups, stopped every rank.
+BOOST_AUTO_TEST_SUITE(device_selection)
+
+namespace {
+
+// A node "n7" whose local rank i is world rank 10 + i and sees visible[i].
+NodeGpus node_of(std::vector<std::vector<std::string>> visible) {
+  NodeGpus node;
+  node.host = "n7";
+  for (size_t i = 0; i < visible.size(); ++i) node.ranks.push_back(10 + int(i));
+  node.visible = std::move(visible);
+  return node;
+}
+
+std::vector<int> devices_of(const NodeGpus& node, bool share) {
+  std::vector<int> devices;
+  for (int l = 0; l < int(node.visible.size()); ++l)
+    devices.push_back(select_local_device(node, l, share));
+  return devices;
+}
+
+const std::string kA = "0000:1B:00.0", kB = "0000:3B:00.0", kC = "0000:5E:00.0",
+                  kD = "0000:86:00.0";
+
+}  // namespace
+
+// srun --gpus-per-task=1: each rank's CUDA_VISIBLE_DEVICES holds its own GPU, device 0.
+BOOST_AUTO_TEST_CASE(one_visible_gpu_per_rank_is_device_0) {
+  NodeGpus node = node_of({{kA}, {kB}, {kC}, {kD}});
+  BOOST_TEST(devices_of(node, false) == std::vector<int>({0, 0, 0, 0}),
+             boost::test_tools::per_element());
+  // A rank alone with two GPUs (--gpus-per-task=2) takes the first.
+  BOOST_TEST(devices_of(node_of({{kA, kB}, {kC, kD}}), false) == std::vector<int>({0, 0}),
+             boost::test_tools::per_element());
+}
+
+// mpirun: every rank sees every GPU of the node and takes the one of its local rank.
+BOOST_AUTO_TEST_CASE(ranks_sharing_a_list_take_local_rank_order) {
+  BOOST_TEST(
+      devices_of(node_of({{kA, kB, kC, kD}, {kA, kB, kC, kD}}), false) == std::vector<int>({0, 1}),
+      boost::test_tools::per_element());
+  std::vector<std::string> all{kA, kB, kC, kD};
+  BOOST_TEST(devices_of(node_of({all, all, all, all}), false) == std::vector<int>({0, 1, 2, 3}),
+             boost::test_tools::per_element());
+  // Two groups (a GPU pair per socket): each group counts from 0 in its own list.
+  BOOST_TEST(devices_of(node_of({{kA, kB}, {kA, kB}, {kC, kD}, {kC, kD}}), false) ==
+                 std::vector<int>({0, 1, 0, 1}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(more_ranks_than_gpus_needs_train_share_gpus) {
+  NodeGpus node = node_of({{kA, kB}, {kA, kB}, {kA, kB}, {kA, kB}});
+  const std::string expected =
+      "train.backend = cuda: 4 ranks on host n7 see the same 2 GPU(s); launch at most 2 ranks "
+      "per node, give each rank its own GPU (srun --gpus-per-task=1), or set "
+      "train.share_gpus = true to let ranks share GPUs";
+  for (int l = 0; l < 4; ++l)
+    BOOST_TEST(input_error_of([&] { select_local_device(node, l, false); }) == expected);
+  BOOST_TEST(devices_of(node, true) == std::vector<int>({0, 1, 0, 1}),
+             boost::test_tools::per_element());
+  // The key the message names is a real deck key.
+  BOOST_TEST(input_error_of([] {
+               select_local_device(node_of({{kA}, {kA}}), 1, false);
+             }).find("train.share_gpus = true") != std::string::npos);
+}
+
+// Lists that differ but overlap would put two ranks on one GPU without anyone asking.
+BOOST_AUTO_TEST_CASE(overlapping_lists_landing_on_one_gpu_are_an_error) {
+  NodeGpus node = node_of({{kA, kB}, {kA}});
+  const std::string expected =
+      "train.backend = cuda: ranks 10 and 11 on host n7 would both use GPU 0000:1B:00.0 (their "
+      "visible devices overlap); give each rank its own GPU or set train.share_gpus = true to "
+      "let ranks share GPUs";
+  BOOST_TEST(input_error_of([&] { select_local_device(node, 0, false); }) == expected);
+  BOOST_TEST(input_error_of([&] { select_local_device(node, 1, false); }) == expected);
+  BOOST_TEST(devices_of(node, true) == std::vector<int>({0, 0}), boost::test_tools::per_element());
+  // Overlapping lists whose picks differ are fine.
+  BOOST_TEST(devices_of(node_of({{kA, kB}, {kB}}), false) == std::vector<int>({0, 0}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_without_a_gpu_is_an_input_error) {
+  NodeGpus node = node_of({{kA}, {}});
+  BOOST_TEST(select_local_device(node, 0, false) == 0);
+  BOOST_TEST(input_error_of([&] { select_local_device(node, 1, false); }) ==
+             "train.backend = cuda: rank 11 on host n7 sees no GPU");
+  BOOST_CHECK_THROW(select_local_device(node, 2, false), Error);
+}
 
 BOOST_AUTO_TEST_SUITE_END()
