@@ -14,6 +14,10 @@
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/core/error.hpp"
 
+#if RINGTRAIN_HAS_CUDA
+#include <cuda_runtime_api.h>  // the reader in ready_marks_* copies device memory itself
+#endif
+
 using namespace ringtrain;
 using namespace ringtrain::backend;
 using namespace rt_test;
@@ -413,23 +417,61 @@ BOOST_AUTO_TEST_CASE(fill_copy_scale_axpby_and_views) {
   }
 }
 
-// What the fusion engine needs of a GPU backend besides memory: a ready mark another thread
-// waits on, once the work issued before it is done.
-BOOST_AUTO_TEST_CASE(ready_marks_cross_threads) {
+namespace {
+
+// Reads backend memory the way the fusion engine's comm thread does (NCCL, a staging copy):
+// not through the backend, whose download() would wait for its own stream, so that nothing
+// but the ready mark orders the read after the backend's work.
+std::vector<float> read_behind_backend(const std::string& name, const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+#if RINGTRAIN_HAS_CUDA
+  if (name == "cuda") {
+    // On the legacy default stream, which the backend's non-blocking stream does not wait
+    // for nor make wait.
+    BOOST_REQUIRE(cudaMemcpy(out.data(), t.f32(), out.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+#endif
+  std::memcpy(out.data(), t.f32(), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+// What the fusion engine needs of a GPU backend besides memory: a ready mark that another
+// thread waits on before it reads what the ops issued before the mark wrote.
+//
+// The reader reads behind the backend's back (read_behind_backend), after wait_ready only.
+// On cuda, 100 scalings of 128 MiB queue tens of milliseconds of GPU work in well under one;
+// if record_ready/wait_ready did nothing, the reader's copy would run while they still do
+// and see an earlier pass's values (x * 2^k, k < 100), and this test fails. (An earlier
+// version read back through download(), which synchronises by itself: it passed with marks
+// that did nothing.) On cpu and ref the marks do nothing by design because every op has
+// finished when it returns: the same check then holds that contract, which a CPU backend
+// made asynchronous without real marks would break.
+BOOST_AUTO_TEST_CASE(ready_marks_order_a_reader_on_another_thread) {
   std::vector<std::string> names = testable_backends();
   names.push_back("ref");
   for (const std::string& name : names) {
     auto be = make_backend(name, 2);
-    std::vector<float> xv = random_values(1000, 93);
-    Tensor x = to_device(*be, {1000}, xv);
-    Tensor v = Tensor::view(x.f32(), {1000});
-    be->scale(v, 2.0f);
-    be->record_ready(2);
-    std::thread([&] { be->wait_ready(2); }).join();
-    std::vector<float> got = to_host(*be, x);
+    const size_t n = name == "cuda" ? size_t(32) << 20 : size_t(1) << 16;
+    std::vector<float> xv(n);
+    for (size_t i = 0; i < n; ++i) xv[i] = float(i % 7 + 1);  // position-dependent
+    Tensor x = to_device(*be, {int64_t(n)}, xv);
+    const int passes = 100;
+    for (int pass = 0; pass < passes; ++pass) be->scale(x, 2.0f);
+    be->record_ready(3);
+    std::vector<float> got;
+    std::thread reader([&] {
+      be->wait_ready(3);
+      got = read_behind_backend(name, x);
+    });
+    reader.join();
     size_t wrong = 0;
-    for (size_t i = 0; i < xv.size(); ++i) wrong += got[i] != xv[i] * 2.0f;
-    BOOST_TEST(wrong == 0u, name << ": " << wrong << " values not scaled");
+    for (size_t i = 0; i < n; ++i) wrong += got[i] != std::ldexp(xv[i], passes);
+    BOOST_TEST(wrong == 0u, name << ": the reader saw " << wrong << " of " << n
+                                 << " values before the last of " << passes << " scalings");
   }
 }
 
