@@ -6,6 +6,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
@@ -87,6 +90,128 @@ BOOST_AUTO_TEST_CASE(pool_size_classes) {
   BOOST_TEST(cuda::DevicePool::size_class(mib + 1) == 2 * mib);
   BOOST_TEST(cuda::DevicePool::size_class(3 * mib) == 4 * mib);
   BOOST_TEST(cuda::DevicePool::size_class(4 * mib) == 4 * mib);
+  // Above 1 MiB: quarters of the power of two below, in whole 2 MiB granules.
+  BOOST_TEST(cuda::DevicePool::size_class(5 * mib) == 6 * mib);
+  BOOST_TEST(cuda::DevicePool::size_class(90 * mib) == 96 * mib);
+  BOOST_TEST(cuda::DevicePool::size_class(100 * mib) == 112 * mib);
+  BOOST_TEST(cuda::DevicePool::size_class(128 * mib) == 128 * mib);
+}
+
+namespace {
+
+// Device memory on the host: numbered fake blocks, a capacity, and a log of the calls.
+class FakeMemory : public cuda::DeviceMemory {
+ public:
+  struct State {
+    size_t capacity = size_t(1) << 40, used = 0;
+    std::map<void*, size_t> live;
+    std::vector<std::string> log;  // "malloc 1024", "free 1024", "sync"
+    uintptr_t next = 0x1000;
+  };
+  explicit FakeMemory(std::shared_ptr<State> state) : s_(std::move(state)) {}
+  void* allocate(size_t bytes) override {
+    if (s_->used + bytes > s_->capacity) {
+      s_->log.push_back("oom " + std::to_string(bytes));
+      return nullptr;
+    }
+    void* block = reinterpret_cast<void*>(s_->next);
+    s_->next += bytes;
+    s_->used += bytes;
+    s_->live[block] = bytes;
+    s_->log.push_back("malloc " + std::to_string(bytes));
+    return block;
+  }
+  void free(void* block) noexcept override {
+    s_->used -= s_->live.at(block);
+    s_->log.push_back("free " + std::to_string(s_->live.at(block)));
+    s_->live.erase(block);
+  }
+  void synchronize() noexcept override { s_->log.push_back("sync"); }
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+struct FakePool {
+  explicit FakePool(bool caching = true)
+      : state(std::make_shared<FakeMemory::State>()),
+        pool(cuda::DevicePool::create(std::make_unique<FakeMemory>(state), caching)) {}
+  std::shared_ptr<FakeMemory::State> state;
+  std::shared_ptr<cuda::DevicePool> pool;
+};
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+}  // namespace
+
+// Host-side bookkeeping of the pool, on fake device memory (runs without a GPU).
+BOOST_AUTO_TEST_CASE(pool_reuses_a_block_of_the_same_class) {
+  FakePool f;
+  void* first = f.pool->allocate(1000).get();  // given back at once
+  auto again = f.pool->allocate(900);
+  BOOST_TEST(again.get() == first);
+  BOOST_TEST(f.pool->device_allocations() == 1u);
+  BOOST_TEST(f.pool->bytes_in_use() == 1024u);
+}
+
+// Exact-size lists kept a 100 MiB block idle while a 90 MiB request allocated anew (and the
+// cache grew with every shape a run met); best fit serves it from the nearest larger block.
+BOOST_AUTO_TEST_CASE(pool_serves_a_request_from_the_smallest_larger_block) {
+  FakePool f;
+  {
+    auto a = f.pool->allocate(100 * kMiB), b = f.pool->allocate(91 * kMiB);
+    auto c = f.pool->allocate(300 * kMiB);
+  }
+  BOOST_TEST(f.pool->device_allocations() == 3u);
+  BOOST_TEST(f.pool->bytes_cached() == (112 + 96 + 320) * kMiB);
+  auto got = f.pool->allocate(90 * kMiB);  // class 96 MiB: the 96 MiB block, not the 112
+  BOOST_TEST(f.state->live.at(got.get()) == 96 * kMiB);
+  auto next = f.pool->allocate(90 * kMiB);  // then the 112 MiB one (at most 1.5 x 96)
+  BOOST_TEST(f.state->live.at(next.get()) == 112 * kMiB);
+  BOOST_TEST(f.pool->device_allocations() == 3u);
+  // 320 MiB is more than half as large again as 96 MiB: a new block rather than that waste.
+  auto third = f.pool->allocate(90 * kMiB);
+  BOOST_TEST(f.pool->device_allocations() == 4u);
+  BOOST_TEST(f.pool->bytes_in_use() == (96 + 112 + 96) * kMiB);
+  BOOST_TEST(f.pool->bytes_cached() == 320 * kMiB);
+}
+
+BOOST_AUTO_TEST_CASE(pool_out_of_memory_frees_its_cache_and_retries) {
+  FakePool f;
+  f.state->capacity = 200 * kMiB;
+  { auto a = f.pool->allocate(128 * kMiB); }  // cached, 128 MiB of the 200 held
+  auto b = f.pool->allocate(64 * kMiB);       // fits beside it
+  f.state->log.clear();
+  auto c = f.pool->allocate(80 * kMiB);  // the 128 MiB block is too large to serve it
+  BOOST_TEST(f.state->log == std::vector<std::string>(
+                                 {"oom 83886080", "sync", "free 134217728", "malloc 83886080"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(f.pool->bytes_cached() == 0u);
+  // Nothing left to free: an Error saying what was asked, not a null block.
+  try {
+    f.pool->allocate(100 * kMiB);
+    BOOST_FAIL("no throw");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("cuda backend: out of device memory for 117440512 "
+                                          "bytes (150994944 in use, 0 cached bytes freed "
+                                          "first)") != std::string::npos,
+               e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(pool_without_caching_frees_at_once_and_waits_before_freeing_its_cache) {
+  FakePool off(false);
+  { auto a = off.pool->allocate(1000); }
+  BOOST_TEST(off.state->log == std::vector<std::string>({"malloc 1024", "free 1024"}),
+             boost::test_tools::per_element());
+  FakePool on(true);
+  { auto a = on.pool->allocate(1000), b = on.pool->allocate(3000); }
+  on.pool->release_cached();
+  BOOST_TEST(on.state->log == std::vector<std::string>(
+                                  {"malloc 1024", "malloc 4096", "sync", "free 1024", "free 4096"}),
+             boost::test_tools::per_element());
+  on.pool->release_cached();  // nothing cached: no wait for the device
+  BOOST_TEST(on.state->log.size() == 5u);
 }
 
 BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPresent())) {

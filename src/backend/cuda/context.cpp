@@ -65,6 +65,10 @@ Context::Context(const CudaOptions& options)
                                  allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
+Context::~Context() {
+  teardown_.enter(device_);
+}
+
 Tensor Context::alloc(const Shape& shape, DType dtype) const {
   for (int64_t d : shape)
     RT_CHECK(d >= 0, "cuda backend: negative dimension in ", shape_str(shape));
