@@ -409,6 +409,14 @@ BOOST_AUTO_TEST_CASE(overlapping_lists_landing_on_one_gpu_are_an_error) {
              boost::test_tools::per_element());
 }
 
+// The line tools/gpu-check.sh reads to tell whether the GPU checks can run, and why not.
+BOOST_AUTO_TEST_CASE(device_probe_line) {
+  const int count = cuda_device_count();
+  const std::string status = cuda_device_status();
+  std::printf("cuda devices: %d (%s)\n", count, status.c_str());
+  BOOST_TEST((count > 0) == (status == std::to_string(count) + " devices"), status);
+}
+
 BOOST_AUTO_TEST_CASE(a_rank_without_a_gpu_is_an_input_error) {
   NodeGpus node = node_of({{kA}, {}});
   BOOST_TEST(select_local_device(node, 0, false) == 0);
