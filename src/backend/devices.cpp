@@ -2,6 +2,8 @@
 // build; the CUDA calls themselves live in backend/cuda/ and exist only when it is built.
 #include "ringtrain/backend/devices.hpp"
 
+#include <algorithm>
+
 #include "factories.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/core/error.hpp"
@@ -24,16 +26,70 @@ std::string cuda_device_status() noexcept {
 #endif
 }
 
-int select_local_device(int local_rank, int local_size, int device_count, bool allow_sharing) {
+std::vector<std::string> cuda_visible_bus_ids() noexcept {
+#if RINGTRAIN_HAS_CUDA
+  return cuda::visible_bus_ids();
+#else
+  return {};
+#endif
+}
+
+namespace {
+
+// Where local rank `l` lands by the same-list rule: its order among the local ranks that
+// see exactly its list, and how many they are.
+struct Pick {
+  int order = 0;
+  int group = 0;
+};
+
+Pick pick_of(const NodeGpus& node, int l) {
+  Pick pick;
+  for (int other = 0; other < int(node.visible.size()); ++other) {
+    if (node.visible[other] != node.visible[l]) continue;
+    pick.group += 1;
+    if (other < l) pick.order += 1;
+  }
+  return pick;
+}
+
+int device_of(const NodeGpus& node, int l) {
+  return pick_of(node, l).order % int(node.visible[l].size());
+}
+
+const char* const kShareHint = "set train.share_gpus = true to let ranks share GPUs";
+
+}  // namespace
+
+int select_local_device(const NodeGpus& node, int local_rank, bool share_gpus) {
+  const int local_size = int(node.visible.size());
+  RT_CHECK(int(node.ranks.size()) == local_size, "select_local_device: ", node.ranks.size(),
+           " ranks but ", local_size, " device lists");
   RT_CHECK(local_rank >= 0 && local_rank < local_size, "local rank ", local_rank,
            " is outside [0, ", local_size, ")");
-  RT_REQUIRE_INPUT(device_count > 0, "train.backend = cuda: no GPU on this node for local rank ",
-                   local_rank);
-  RT_REQUIRE_INPUT(allow_sharing || local_size <= device_count,
-                   "train.backend = cuda: ", local_size, " ranks on this node but only ",
-                   device_count, " GPU(s); launch at most ", device_count,
-                   " ranks per node or allow ranks to share GPUs in the deck");
-  return local_rank % device_count;
+  const std::vector<std::string>& mine = node.visible[local_rank];
+  RT_REQUIRE_INPUT(!mine.empty(), "train.backend = cuda: rank ", node.ranks[local_rank],
+                   " on host ", node.host, " sees no GPU");
+  const Pick pick = pick_of(node, local_rank);
+  const int count = int(mine.size());
+  RT_REQUIRE_INPUT(
+      share_gpus || pick.group <= count, "train.backend = cuda: ", pick.group, " ranks on host ",
+      node.host, " see the same ", count, " GPU(s); launch at most ", count,
+      " ranks per node, give each rank its own GPU (srun --gpus-per-task=1), or ", kShareHint);
+  const int device = pick.order % count;
+  if (share_gpus) return device;
+  // Different lists can still name the same GPU (overlapping CUDA_VISIBLE_DEVICES).
+  for (int other = 0; other < local_size; ++other) {
+    if (other == local_rank || node.visible[other].empty()) continue;
+    if (node.visible[other][device_of(node, other)] != mine[device]) continue;
+    const int a = std::min(node.ranks[other], node.ranks[local_rank]);
+    const int b = std::max(node.ranks[other], node.ranks[local_rank]);
+    throw InputError(str("train.backend = cuda: ranks ", a, " and ", b, " on host ", node.host,
+                         " would both use GPU ", mine[device],
+                         " (their visible devices overlap); give each rank its own GPU or ",
+                         kShareHint));
+  }
+  return device;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {

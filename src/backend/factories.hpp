@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/devices.hpp"
@@ -22,6 +23,8 @@ struct DeviceProbe {
   std::string status;
 };
 DeviceProbe probe_devices() noexcept;
+// cudaDeviceGetPCIBusId of every visible device (see cuda_visible_bus_ids).
+std::vector<std::string> visible_bus_ids() noexcept;
 std::unique_ptr<Backend> create_backend(const CudaOptions& options);
 }  // namespace cuda
 

@@ -53,6 +53,8 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"model.name", &c.model.name, "model from the zoo: cnn_small, resnet18_cifar, fibernet", {}, true},
       {"train.backend", &c.train.backend, "device library: cpu (oneDNN), cuda (cuDNN), ref (plain loops)",
        {"cpu", "cuda", "ref"}},
+      {"train.share_gpus", &c.train.share_gpus,
+       "cuda: let the ranks of a node share its GPUs when they outnumber them (false: an error)", {}},
       {"train.precision", &c.train.precision,
        "activations and convolutions: fp32, or bf16 (cpu backend on AVX512-BF16 or AMX; "
        "weights, gradients, optimizer and reduction stay fp32)",

@@ -28,6 +28,7 @@
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
+#include "ringtrain/train/gpu_binding.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
 
@@ -186,10 +187,12 @@ void Trainer::open_data() {
 
 void Trainer::build_model() {
   const backend::Precision precision = backend::parse_precision(cfg_.train.precision);
+  // Every rank gathers (a collective) before any rank can fail on its own.
+  const backend::NodeGpus node =
+      cfg_.train.backend == "cuda" ? gather_node_gpus(comm_) : backend::NodeGpus{};
   if (cfg_.train.backend == "cuda" && backend::cuda_device_count() > 0) {
-    backend::CudaOptions cuda;  // one GPU per rank of this node
-    cuda.device = backend::select_local_device(comm_.local_rank(), comm_.local_size(),
-                                               backend::cuda_device_count(), false);
+    backend::CudaOptions cuda;  // one GPU per rank of this node unless train.share_gpus
+    cuda.device = backend::select_local_device(node, comm_.local_rank(), cfg_.train.share_gpus);
     RT_REQUIRE_INPUT(precision == backend::Precision::kF32,
                      "train.precision = bf16: the cuda backend has no bf16 path yet; use "
                      "train.backend = cpu or train.precision = fp32");  // as make_backend says

@@ -13,6 +13,7 @@
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/train/gpu_binding.hpp"
 
 RT_MPI_TEST_MAIN
 
@@ -20,10 +21,20 @@ using namespace ringtrain;
 
 namespace {
 
+// This rank's GPU as the trainer chooses it (from every local rank's visible bus ids, so
+// a per-rank CUDA_VISIBLE_DEVICES counts), or -1 when it has none of its own. Collective.
+int own_gpu(const comm::Communicator& world) {
+  const backend::NodeGpus node = train::gather_node_gpus(world);
+  try {
+    return backend::select_local_device(node, world.local_rank(), false);
+  } catch (const InputError&) {
+    return -1;
+  }
+}
+
 // Every rank of this node has a GPU of its own.
 bool gpu_per_rank(const comm::Communicator& world) {
-  const int gpus = backend::cuda_device_count();
-  return world.all_ok(gpus > 0 && world.local_size() <= gpus);
+  return world.all_ok(own_gpu(world) >= 0);
 }
 
 // A precondition: `want` is whether every rank must have a GPU of its own, or must not.
@@ -65,8 +76,7 @@ BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
                      *boost::unit_test::precondition(GpuPerRank{true})) {
   comm::Communicator world;
   backend::CudaOptions options;
-  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
-                                                backend::cuda_device_count(), false);
+  options.device = own_gpu(world);
   auto be = backend::make_cuda_backend(options);
   for (comm::allreduce::Wire wire :
        {comm::allreduce::Wire::fp32, comm::allreduce::Wire::bf16, comm::allreduce::Wire::fp16}) {
@@ -94,8 +104,7 @@ BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
 BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(GpuPerRank{true})) {
   comm::Communicator world;
   backend::CudaOptions options;
-  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
-                                                backend::cuda_device_count(), false);
+  options.device = own_gpu(world);
   auto be = backend::make_cuda_backend(options);
   auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, {});
   std::vector<float> host(16, 1.0f);
@@ -113,8 +122,7 @@ BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
                      *boost::unit_test::precondition(GpuPerRank{true})) {
   comm::Communicator world;
   backend::CudaOptions options;
-  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
-                                                backend::cuda_device_count(), false);
+  options.device = own_gpu(world);
   auto be = backend::make_cuda_backend(options);
   for (auto algorithm : {comm::allreduce::Algorithm::ring, comm::allreduce::Algorithm::mpi,
                          comm::allreduce::Algorithm::hierarchical}) {
@@ -145,8 +153,7 @@ BOOST_AUTO_TEST_CASE(every_algorithm_means_device_memory,
                      *boost::unit_test::precondition(GpuPerRank{true})) {
   comm::Communicator world;
   backend::CudaOptions options;
-  options.device = backend::select_local_device(world.local_rank(), world.local_size(),
-                                                backend::cuda_device_count(), false);
+  options.device = own_gpu(world);
   auto be = backend::make_cuda_backend(options);
   const float p = float(world.size());
   for (auto algorithm :

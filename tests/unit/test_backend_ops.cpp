@@ -1,7 +1,9 @@
 // test_backend_ops.cpp — every oneDNN op against the reference loops, forward and backward.
+#include <algorithm>
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -11,6 +13,10 @@
 #include "nn_test_util.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/core/error.hpp"
+
+#if RINGTRAIN_HAS_CUDA
+#include <cuda_runtime_api.h>  // the reader in ready_marks_* copies device memory itself
+#endif
 
 using namespace ringtrain;
 using namespace ringtrain::backend;
@@ -166,6 +172,18 @@ BOOST_DATA_TEST_CASE(batch_norm_matches_reference, bdata::make(testable_backends
         op->backward(x[i], dy[i], g[i], mean[i], var[i], dx[i], dg[i], db[i], nullptr);
         op->forward_inference(x[i], g[i], b[i], mean[i], var[i], yi[i]);
       }
+      if (relu) {
+        // The fused ReLU must bite: a fair share of outputs cut to 0, so that a backend
+        // without the ReLU (or without the mask in backward) differs from the reference.
+        std::vector<float> yr = to_host(*p.ref, y[1]), yir = to_host(*p.ref, yi[1]);
+        double cut = double(std::count(yr.begin(), yr.end(), 0.0f)) / double(yr.size());
+        double cut_inference =
+            double(std::count(yir.begin(), yir.end(), 0.0f)) / double(yir.size());
+        std::printf("  relu cuts %.0f%% (training), %.0f%% (inference)\n", 100 * cut,
+                    100 * cut_inference);
+        BOOST_TEST((cut > 0.2 && cut < 0.8));
+        BOOST_TEST((cut_inference > 0.2 && cut_inference < 0.8));
+      }
       expect_close("bn forward y", *p.cpu, y[0], *p.ref, y[1], kTol);
       expect_close("bn batch mean", *p.cpu, mean[0], *p.ref, mean[1], kTol);
       expect_close("bn batch var", *p.cpu, var[0], *p.ref, var[1], 1e-4);
@@ -298,6 +316,29 @@ BOOST_DATA_TEST_CASE(pools_match_reference, bdata::make(testable_backends()), na
   check_pool(name, {PoolKind::kAvg, 1, 1, 0, true}, {2, 32, 4, 4}, 75);
 }
 
+// Overlapping max windows (3x3, stride 2) send one input's gradient from up to four
+// windows. cuDNN's CUDNN_POOLING_MAX adds them with atomics in no fixed order, so two runs
+// could differ in the last bits; the deterministic mode (and the CPU loops) may not.
+BOOST_DATA_TEST_CASE(max_pool_backward_is_repeatable, bdata::make(testable_backends()), name) {
+  auto be = make_backend(name, 2);
+  // Few distinct values: many windows share their maximum, so many gradients meet.
+  std::vector<float> xv = random_values(size_t(8) * 64 * 33 * 33, 76, 0.0f, 4.0f);
+  for (float& v : xv) v = std::floor(v);
+  Tensor x = to_device(*be, {8, 64, 33, 33}, xv), y, dx;
+  auto op = be->make_pool({PoolKind::kMax, 3, 2, 1, false});
+  op->forward(x, y, true);
+  Tensor dy = random_tensor(*be, y.shape(), 77);
+  std::vector<float> first;
+  size_t runs_differing = 0;
+  for (int run = 0; run < 5; ++run) {
+    op->backward(dy, dx);
+    std::vector<float> got = to_host(*be, dx);
+    if (run == 0) first = got;
+    runs_differing += std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) != 0;
+  }
+  BOOST_TEST(runs_differing == 0u, name << ": " << runs_differing << " of 4 reruns differ");
+}
+
 BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
   std::vector<std::string> names = testable_backends();
   names.push_back("ref");
@@ -376,23 +417,61 @@ BOOST_AUTO_TEST_CASE(fill_copy_scale_axpby_and_views) {
   }
 }
 
-// What the fusion engine needs of a GPU backend besides memory: a ready mark another thread
-// waits on, once the work issued before it is done.
-BOOST_AUTO_TEST_CASE(ready_marks_cross_threads) {
+namespace {
+
+// Reads backend memory the way the fusion engine's comm thread does (NCCL, a staging copy):
+// not through the backend, whose download() would wait for its own stream, so that nothing
+// but the ready mark orders the read after the backend's work.
+std::vector<float> read_behind_backend(const std::string& name, const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+#if RINGTRAIN_HAS_CUDA
+  if (name == "cuda") {
+    // On the legacy default stream, which the backend's non-blocking stream does not wait
+    // for nor make wait.
+    BOOST_REQUIRE(cudaMemcpy(out.data(), t.f32(), out.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+#endif
+  std::memcpy(out.data(), t.f32(), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+// What the fusion engine needs of a GPU backend besides memory: a ready mark that another
+// thread waits on before it reads what the ops issued before the mark wrote.
+//
+// The reader reads behind the backend's back (read_behind_backend), after wait_ready only.
+// On cuda, 100 scalings of 128 MiB queue tens of milliseconds of GPU work in well under one;
+// if record_ready/wait_ready did nothing, the reader's copy would run while they still do
+// and see an earlier pass's values (x * 2^k, k < 100), and this test fails. (An earlier
+// version read back through download(), which synchronises by itself: it passed with marks
+// that did nothing.) On cpu and ref the marks do nothing by design because every op has
+// finished when it returns: the same check then holds that contract, which a CPU backend
+// made asynchronous without real marks would break.
+BOOST_AUTO_TEST_CASE(ready_marks_order_a_reader_on_another_thread) {
   std::vector<std::string> names = testable_backends();
   names.push_back("ref");
   for (const std::string& name : names) {
     auto be = make_backend(name, 2);
-    std::vector<float> xv = random_values(1000, 93);
-    Tensor x = to_device(*be, {1000}, xv);
-    Tensor v = Tensor::view(x.f32(), {1000});
-    be->scale(v, 2.0f);
-    be->record_ready(2);
-    std::thread([&] { be->wait_ready(2); }).join();
-    std::vector<float> got = to_host(*be, x);
+    const size_t n = name == "cuda" ? size_t(32) << 20 : size_t(1) << 16;
+    std::vector<float> xv(n);
+    for (size_t i = 0; i < n; ++i) xv[i] = float(i % 7 + 1);  // position-dependent
+    Tensor x = to_device(*be, {int64_t(n)}, xv);
+    const int passes = 100;
+    for (int pass = 0; pass < passes; ++pass) be->scale(x, 2.0f);
+    be->record_ready(3);
+    std::vector<float> got;
+    std::thread reader([&] {
+      be->wait_ready(3);
+      got = read_behind_backend(name, x);
+    });
+    reader.join();
     size_t wrong = 0;
-    for (size_t i = 0; i < xv.size(); ++i) wrong += got[i] != xv[i] * 2.0f;
-    BOOST_TEST(wrong == 0u, name << ": " << wrong << " values not scaled");
+    for (size_t i = 0; i < n; ++i) wrong += got[i] != std::ldexp(xv[i], passes);
+    BOOST_TEST(wrong == 0u, name << ": the reader saw " << wrong << " of " << n
+                                 << " values before the last of " << passes << " scalings");
   }
 }
 

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
@@ -74,19 +77,6 @@ BOOST_AUTO_TEST_CASE(asking_for_cuda_without_a_gpu_is_an_input_error,
   BOOST_TEST(input_error_of([] { make_cuda_backend(CudaOptions{}); }) == expected);
 }
 
-BOOST_AUTO_TEST_CASE(local_rank_to_gpu) {
-  BOOST_TEST(select_local_device(0, 2, 2, false) == 0);
-  BOOST_TEST(select_local_device(1, 2, 4, false) == 1);
-  BOOST_TEST(select_local_device(3, 4, 2, true) == 1);
-  BOOST_TEST(select_local_device(2, 3, 1, true) == 0);
-  BOOST_TEST(input_error_of([] { select_local_device(2, 4, 2, false); }) ==
-             "train.backend = cuda: 4 ranks on this node but only 2 GPU(s); launch at most 2 "
-             "ranks per node or allow ranks to share GPUs in the deck");
-  BOOST_TEST(input_error_of([] { select_local_device(0, 1, 0, true); }) ==
-             "train.backend = cuda: no GPU on this node for local rank 0");
-  BOOST_CHECK_THROW(select_local_device(2, 2, 2, false), Error);
-}
-
 #if RINGTRAIN_HAS_CUDA
 
 BOOST_AUTO_TEST_CASE(pool_size_classes) {
@@ -100,6 +90,128 @@ BOOST_AUTO_TEST_CASE(pool_size_classes) {
   BOOST_TEST(cuda::DevicePool::size_class(mib + 1) == 2 * mib);
   BOOST_TEST(cuda::DevicePool::size_class(3 * mib) == 4 * mib);
   BOOST_TEST(cuda::DevicePool::size_class(4 * mib) == 4 * mib);
+  // Above 1 MiB: quarters of the power of two below, in whole 2 MiB granules.
+  BOOST_TEST(cuda::DevicePool::size_class(5 * mib) == 6 * mib);
+  BOOST_TEST(cuda::DevicePool::size_class(90 * mib) == 96 * mib);
+  BOOST_TEST(cuda::DevicePool::size_class(100 * mib) == 112 * mib);
+  BOOST_TEST(cuda::DevicePool::size_class(128 * mib) == 128 * mib);
+}
+
+namespace {
+
+// Device memory on the host: numbered fake blocks, a capacity, and a log of the calls.
+class FakeMemory : public cuda::DeviceMemory {
+ public:
+  struct State {
+    size_t capacity = size_t(1) << 40, used = 0;
+    std::map<void*, size_t> live;
+    std::vector<std::string> log;  // "malloc 1024", "free 1024", "sync"
+    uintptr_t next = 0x1000;
+  };
+  explicit FakeMemory(std::shared_ptr<State> state) : s_(std::move(state)) {}
+  void* allocate(size_t bytes) override {
+    if (s_->used + bytes > s_->capacity) {
+      s_->log.push_back("oom " + std::to_string(bytes));
+      return nullptr;
+    }
+    void* block = reinterpret_cast<void*>(s_->next);
+    s_->next += bytes;
+    s_->used += bytes;
+    s_->live[block] = bytes;
+    s_->log.push_back("malloc " + std::to_string(bytes));
+    return block;
+  }
+  void free(void* block) noexcept override {
+    s_->used -= s_->live.at(block);
+    s_->log.push_back("free " + std::to_string(s_->live.at(block)));
+    s_->live.erase(block);
+  }
+  void synchronize() noexcept override { s_->log.push_back("sync"); }
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+struct FakePool {
+  explicit FakePool(bool caching = true)
+      : state(std::make_shared<FakeMemory::State>()),
+        pool(cuda::DevicePool::create(std::make_unique<FakeMemory>(state), caching)) {}
+  std::shared_ptr<FakeMemory::State> state;
+  std::shared_ptr<cuda::DevicePool> pool;
+};
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+}  // namespace
+
+// Host-side bookkeeping of the pool, on fake device memory (runs without a GPU).
+BOOST_AUTO_TEST_CASE(pool_reuses_a_block_of_the_same_class) {
+  FakePool f;
+  void* first = f.pool->allocate(1000).get();  // given back at once
+  auto again = f.pool->allocate(900);
+  BOOST_TEST(again.get() == first);
+  BOOST_TEST(f.pool->device_allocations() == 1u);
+  BOOST_TEST(f.pool->bytes_in_use() == 1024u);
+}
+
+// Exact-size lists kept a 100 MiB block idle while a 90 MiB request allocated anew (and the
+// cache grew with every shape a run met); best fit serves it from the nearest larger block.
+BOOST_AUTO_TEST_CASE(pool_serves_a_request_from_the_smallest_larger_block) {
+  FakePool f;
+  {
+    auto a = f.pool->allocate(100 * kMiB), b = f.pool->allocate(91 * kMiB);
+    auto c = f.pool->allocate(300 * kMiB);
+  }
+  BOOST_TEST(f.pool->device_allocations() == 3u);
+  BOOST_TEST(f.pool->bytes_cached() == (112 + 96 + 320) * kMiB);
+  auto got = f.pool->allocate(90 * kMiB);  // class 96 MiB: the 96 MiB block, not the 112
+  BOOST_TEST(f.state->live.at(got.get()) == 96 * kMiB);
+  auto next = f.pool->allocate(90 * kMiB);  // then the 112 MiB one (at most 1.5 x 96)
+  BOOST_TEST(f.state->live.at(next.get()) == 112 * kMiB);
+  BOOST_TEST(f.pool->device_allocations() == 3u);
+  // 320 MiB is more than half as large again as 96 MiB: a new block rather than that waste.
+  auto third = f.pool->allocate(90 * kMiB);
+  BOOST_TEST(f.pool->device_allocations() == 4u);
+  BOOST_TEST(f.pool->bytes_in_use() == (96 + 112 + 96) * kMiB);
+  BOOST_TEST(f.pool->bytes_cached() == 320 * kMiB);
+}
+
+BOOST_AUTO_TEST_CASE(pool_out_of_memory_frees_its_cache_and_retries) {
+  FakePool f;
+  f.state->capacity = 200 * kMiB;
+  { auto a = f.pool->allocate(128 * kMiB); }  // cached, 128 MiB of the 200 held
+  auto b = f.pool->allocate(64 * kMiB);       // fits beside it
+  f.state->log.clear();
+  auto c = f.pool->allocate(80 * kMiB);  // the 128 MiB block is too large to serve it
+  BOOST_TEST(f.state->log == std::vector<std::string>(
+                                 {"oom 83886080", "sync", "free 134217728", "malloc 83886080"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(f.pool->bytes_cached() == 0u);
+  // Nothing left to free: an Error saying what was asked, not a null block.
+  try {
+    f.pool->allocate(100 * kMiB);
+    BOOST_FAIL("no throw");
+  } catch (const Error& e) {
+    BOOST_TEST(std::string(e.what()).find("cuda backend: out of device memory for 117440512 "
+                                          "bytes (150994944 in use, 0 cached bytes freed "
+                                          "first)") != std::string::npos,
+               e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(pool_without_caching_frees_at_once_and_waits_before_freeing_its_cache) {
+  FakePool off(false);
+  { auto a = off.pool->allocate(1000); }
+  BOOST_TEST(off.state->log == std::vector<std::string>({"malloc 1024", "free 1024"}),
+             boost::test_tools::per_element());
+  FakePool on(true);
+  { auto a = on.pool->allocate(1000), b = on.pool->allocate(3000); }
+  on.pool->release_cached();
+  BOOST_TEST(on.state->log == std::vector<std::string>(
+                                  {"malloc 1024", "malloc 4096", "sync", "free 1024", "free 4096"}),
+             boost::test_tools::per_element());
+  on.pool->release_cached();  // nothing cached: no wait for the device
+  BOOST_TEST(on.state->log.size() == 5u);
 }
 
 BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPresent())) {
@@ -211,5 +323,106 @@ BOOST_AUTO_TEST_CASE(segments_pack_and_finite_flag, *boost::unit_test::precondit
 }
 
 #endif  // RINGTRAIN_HAS_CUDA
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Which GPU each rank of a node takes, from every local rank's list of visible bus ids (what
+// the trainer gathers). Before these lists, the choice saw only a device count and the local
+// size: every case below with one GPU per rank, or with groups, stopped every rank.
+BOOST_AUTO_TEST_SUITE(device_selection)
+
+namespace {
+
+// A node "n7" whose local rank i is world rank 10 + i and sees visible[i].
+NodeGpus node_of(std::vector<std::vector<std::string>> visible) {
+  NodeGpus node;
+  node.host = "n7";
+  for (size_t i = 0; i < visible.size(); ++i) node.ranks.push_back(10 + int(i));
+  node.visible = std::move(visible);
+  return node;
+}
+
+std::vector<int> devices_of(const NodeGpus& node, bool share) {
+  std::vector<int> devices;
+  for (int l = 0; l < int(node.visible.size()); ++l)
+    devices.push_back(select_local_device(node, l, share));
+  return devices;
+}
+
+const std::string kA = "0000:1B:00.0", kB = "0000:3B:00.0", kC = "0000:5E:00.0",
+                  kD = "0000:86:00.0";
+
+}  // namespace
+
+// srun --gpus-per-task=1: each rank's CUDA_VISIBLE_DEVICES holds its own GPU, device 0.
+BOOST_AUTO_TEST_CASE(one_visible_gpu_per_rank_is_device_0) {
+  NodeGpus node = node_of({{kA}, {kB}, {kC}, {kD}});
+  BOOST_TEST(devices_of(node, false) == std::vector<int>({0, 0, 0, 0}),
+             boost::test_tools::per_element());
+  // A rank alone with two GPUs (--gpus-per-task=2) takes the first.
+  BOOST_TEST(devices_of(node_of({{kA, kB}, {kC, kD}}), false) == std::vector<int>({0, 0}),
+             boost::test_tools::per_element());
+}
+
+// mpirun: every rank sees every GPU of the node and takes the one of its local rank.
+BOOST_AUTO_TEST_CASE(ranks_sharing_a_list_take_local_rank_order) {
+  BOOST_TEST(
+      devices_of(node_of({{kA, kB, kC, kD}, {kA, kB, kC, kD}}), false) == std::vector<int>({0, 1}),
+      boost::test_tools::per_element());
+  std::vector<std::string> all{kA, kB, kC, kD};
+  BOOST_TEST(devices_of(node_of({all, all, all, all}), false) == std::vector<int>({0, 1, 2, 3}),
+             boost::test_tools::per_element());
+  // Two groups (a GPU pair per socket): each group counts from 0 in its own list.
+  BOOST_TEST(devices_of(node_of({{kA, kB}, {kA, kB}, {kC, kD}, {kC, kD}}), false) ==
+                 std::vector<int>({0, 1, 0, 1}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(more_ranks_than_gpus_needs_train_share_gpus) {
+  NodeGpus node = node_of({{kA, kB}, {kA, kB}, {kA, kB}, {kA, kB}});
+  const std::string expected =
+      "train.backend = cuda: 4 ranks on host n7 see the same 2 GPU(s); launch at most 2 ranks "
+      "per node, give each rank its own GPU (srun --gpus-per-task=1), or set "
+      "train.share_gpus = true to let ranks share GPUs";
+  for (int l = 0; l < 4; ++l)
+    BOOST_TEST(input_error_of([&] { select_local_device(node, l, false); }) == expected);
+  BOOST_TEST(devices_of(node, true) == std::vector<int>({0, 1, 0, 1}),
+             boost::test_tools::per_element());
+  // The key the message names is a real deck key.
+  BOOST_TEST(input_error_of([] {
+               select_local_device(node_of({{kA}, {kA}}), 1, false);
+             }).find("train.share_gpus = true") != std::string::npos);
+}
+
+// Lists that differ but overlap would put two ranks on one GPU without anyone asking.
+BOOST_AUTO_TEST_CASE(overlapping_lists_landing_on_one_gpu_are_an_error) {
+  NodeGpus node = node_of({{kA, kB}, {kA}});
+  const std::string expected =
+      "train.backend = cuda: ranks 10 and 11 on host n7 would both use GPU 0000:1B:00.0 (their "
+      "visible devices overlap); give each rank its own GPU or set train.share_gpus = true to "
+      "let ranks share GPUs";
+  BOOST_TEST(input_error_of([&] { select_local_device(node, 0, false); }) == expected);
+  BOOST_TEST(input_error_of([&] { select_local_device(node, 1, false); }) == expected);
+  BOOST_TEST(devices_of(node, true) == std::vector<int>({0, 0}), boost::test_tools::per_element());
+  // Overlapping lists whose picks differ are fine.
+  BOOST_TEST(devices_of(node_of({{kA, kB}, {kB}}), false) == std::vector<int>({0, 0}),
+             boost::test_tools::per_element());
+}
+
+// The line tools/gpu-check.sh reads to tell whether the GPU checks can run, and why not.
+BOOST_AUTO_TEST_CASE(device_probe_line) {
+  const int count = cuda_device_count();
+  const std::string status = cuda_device_status();
+  std::printf("cuda devices: %d (%s)\n", count, status.c_str());
+  BOOST_TEST((count > 0) == (status == std::to_string(count) + " devices"), status);
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_without_a_gpu_is_an_input_error) {
+  NodeGpus node = node_of({{kA}, {}});
+  BOOST_TEST(select_local_device(node, 0, false) == 0);
+  BOOST_TEST(input_error_of([&] { select_local_device(node, 1, false); }) ==
+             "train.backend = cuda: rank 11 on host n7 sees no GPU");
+  BOOST_CHECK_THROW(select_local_device(node, 2, false), Error);
+}
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringtrain/backend/backend.hpp"
 
@@ -21,10 +22,27 @@ int cuda_device_count() noexcept;
 // "2 devices". Never throws.
 std::string cuda_device_status() noexcept;
 
-// The GPU of the rank with this local rank among local_size ranks on a node with
-// device_count GPUs: local_rank itself, or local_rank % device_count when ranks may share
-// GPUs. More ranks than GPUs without sharing (or no GPU at all) is an InputError.
-int select_local_device(int local_rank, int local_size, int device_count, bool allow_sharing);
+// PCI bus ids ("0000:3B:00.0") of the GPUs this process sees, in CUDA's order: what
+// CUDA_VISIBLE_DEVICES (or a launcher's per-rank binding) left visible. Empty without CUDA
+// or a GPU; an id CUDA will not give reads "device <index>". Never throws.
+std::vector<std::string> cuda_visible_bus_ids() noexcept;
+
+// What the ranks of one node see, gathered at start-up so each can choose its GPU.
+struct NodeGpus {
+  std::string host;                               // for messages
+  std::vector<int> ranks;                         // the world rank of each local rank
+  std::vector<std::vector<std::string>> visible;  // each local rank's cuda_visible_bus_ids()
+};
+
+// The device index (into its own visible list) for local rank `local_rank` of `node`.
+// Ranks that see the same list of GPUs take them in local-rank order: a rank alone with its
+// GPU (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) takes device 0; N ranks that
+// all see the node's M >= N GPUs take device = local rank. InputError, naming the host and
+// the deck key train.share_gpus, when the ranks that see a list outnumber its GPUs, or when
+// two ranks would land on the same physical GPU (the same bus id) through different lists,
+// unless share_gpus (then ranks wrap round: order % M). A rank that sees no GPU is an
+// InputError too.
+int select_local_device(const NodeGpus& node, int local_rank, bool share_gpus);
 
 struct CudaOptions {
   int device = 0;                    // CUDA device index (see select_local_device)

@@ -37,6 +37,7 @@ struct ModelConfig {
 
 struct TrainConfig {
   std::string backend = "cpu";  // cpu | cuda | ref
+  bool share_gpus = false;      // cuda: ranks of a node may share GPUs when they outnumber them
   std::string precision = "fp32";
   int threads = 0;  // 0: this rank's share of the cores; at most kMaxThreads
   int epochs = 1;

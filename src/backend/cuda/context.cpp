@@ -35,6 +35,24 @@ DeviceProbe probe_devices() noexcept {
   return probe;
 }
 
+std::vector<std::string> visible_bus_ids() noexcept {
+  std::vector<std::string> ids;
+  try {
+    for (int device = 0; device < probe_devices().count; ++device) {
+      char id[64] = {0};
+      if (cudaDeviceGetPCIBusId(id, int(sizeof(id)), device) == cudaSuccess) {
+        ids.emplace_back(id);
+      } else {
+        (void)cudaGetLastError();
+        ids.push_back("device " + std::to_string(device));
+      }
+    }
+  } catch (...) {  // std::bad_alloc: no list at all reads as no GPU, never a throw
+    ids.clear();
+  }
+  return ids;
+}
+
 Context::Context(const CudaOptions& options)
     : device_(bind_device(options.device)),
       pool_(DevicePool::create(options.device)),
@@ -45,6 +63,10 @@ Context::Context(const CudaOptions& options)
   // fp32 GEMMs stay fp32 unless TF32 is asked for: the tests hold them to the reference.
   CUBLAS_CHECK(cublasSetMathMode(cublas_.get(),
                                  allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+Context::~Context() {
+  teardown_.enter(device_);
 }
 
 Tensor Context::alloc(const Shape& shape, DType dtype) const {

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "device_scope.hpp"
 #include "handles.hpp"
 #include "memory_pool.hpp"
 #include "ringtrain/backend/backend.hpp"
@@ -14,6 +15,9 @@ namespace ringtrain::backend::cuda {
 class Context {
  public:
   explicit Context(const CudaOptions& options);
+  // Tears down on this context's device, whatever the calling thread's is, then puts that
+  // one back.
+  ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
@@ -36,6 +40,8 @@ class Context {
   void* workspace(size_t bytes);
 
  private:
+  // First, so destroyed last: restores the caller's device after every member below went.
+  DeviceScope teardown_;
   int device_;
   // Declared before the handles: the stream outlives what is bound to it.
   Stream stream_;

@@ -1,4 +1,4 @@
-// memory_pool.cpp — the caching device allocator.
+// memory_pool.cpp — the caching device allocator and CUDA's DeviceMemory.
 #include "memory_pool.hpp"
 
 #include <cuda_runtime_api.h>
@@ -7,9 +7,48 @@
 #include <cstring>
 
 #include "check.hpp"
+#include "device_scope.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend::cuda {
+namespace {
+
+class CudaMemory : public DeviceMemory {
+ public:
+  explicit CudaMemory(int device) : device_(device) {}
+
+  void* allocate(size_t bytes) override {
+    DeviceScope scope(device_);
+    void* block = nullptr;
+    const cudaError_t code = cudaMalloc(&block, bytes);
+    if (code == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it, the pool frees its cache and retries
+      return nullptr;
+    }
+    CUDA_CHECK(code);
+    return block;
+  }
+  // Both on the pool's device whatever the calling thread's is: cudaDeviceSynchronize on
+  // another device would not wait for this one, and a thread that never chose one would
+  // make a context on GPU 0 for it.
+  void free(void* block) noexcept override {
+    DeviceScope scope(device_);
+    (void)cudaFree(block);  // implicitly synchronises the device first
+  }
+  void synchronize() noexcept override {
+    DeviceScope scope(device_);
+    (void)cudaDeviceSynchronize();
+  }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMemory> make_cuda_memory(int device) {
+  return std::make_unique<CudaMemory>(device);
+}
 
 std::shared_ptr<DevicePool> DevicePool::create(int device) {
   const char* setting = std::getenv("RINGTRAIN_CUDA_POOL");
@@ -18,7 +57,11 @@ std::shared_ptr<DevicePool> DevicePool::create(int device) {
 }
 
 std::shared_ptr<DevicePool> DevicePool::create(int device, bool caching) {
-  return std::shared_ptr<DevicePool>(new DevicePool(device, caching));
+  return create(make_cuda_memory(device), caching);
+}
+
+std::shared_ptr<DevicePool> DevicePool::create(std::unique_ptr<DeviceMemory> memory, bool caching) {
+  return std::shared_ptr<DevicePool>(new DevicePool(std::move(memory), caching));
 }
 
 DevicePool::~DevicePool() {
@@ -26,38 +69,51 @@ DevicePool::~DevicePool() {
 }
 
 size_t DevicePool::size_class(size_t bytes) {
-  constexpr size_t kSmall = 512, kLarge = size_t(1) << 20, kLargeStep = size_t(2) << 20;
+  constexpr size_t kSmall = 512, kLarge = size_t(1) << 20, kGranule = size_t(2) << 20;
   if (bytes <= kSmall) return kSmall;
-  if (bytes <= kLarge) {
-    size_t size = kSmall;
-    while (size < bytes) size <<= 1;
-    return size;
+  size_t power = kSmall;
+  while (power < bytes) power <<= 1;
+  if (power <= kLarge) return power;
+  const size_t step = power / 8;  // bytes is in (power/2, power]: quarters of power/2
+  const size_t size = (bytes + step - 1) / step * step;
+  return (size + kGranule - 1) / kGranule * kGranule;
+}
+
+void* DevicePool::take_cached(size_t wanted, size_t& size) {
+  auto it = free_.lower_bound(wanted);
+  if (it == free_.end() || !serves(it->first, wanted)) return nullptr;
+  void* block = it->second;
+  size = it->first;
+  cached_ -= size;
+  free_.erase(it);
+  return block;
+}
+
+void* DevicePool::allocate_new(size_t size) {
+  void* block = memory_->allocate(size);
+  if (block == nullptr) {
+    const size_t freed = bytes_cached();
+    release_cached();
+    block = memory_->allocate(size);
+    RT_CHECK(block != nullptr, "cuda backend: out of device memory for ", size, " bytes (",
+             bytes_in_use(), " in use, ", freed,
+             " cached bytes freed first); HINT: a smaller train.batch_per_rank, or fewer ranks "
+             "per GPU");
   }
-  return (bytes + kLargeStep - 1) / kLargeStep * kLargeStep;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++mallocs_;
+  return block;
 }
 
 std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
-  const size_t size = size_class(bytes);
+  const size_t wanted = size_class(bytes);
+  size_t size = wanted;
   void* block = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& list = free_[size];
-    if (!list.empty()) {
-      block = list.back();
-      list.pop_back();
-      cached_ -= size;
-    }
+    block = take_cached(wanted, size);
   }
-  if (block == nullptr) {
-    CUDA_CHECK(cudaSetDevice(device_));
-    if (cudaMalloc(&block, size) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the sticky-free allocation error, then retry once
-      release_cached();
-      CUDA_CHECK(cudaMalloc(&block, size));
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++mallocs_;
-  }
+  if (block == nullptr) block = allocate_new(size);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ += size;
@@ -67,22 +123,24 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
 }
 
 void DevicePool::give_back(void* block, size_t size) noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  in_use_ -= size;
-  if (!caching_) {
-    (void)cudaFree(block);  // implicitly synchronises the device first
-    return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ -= size;
+    if (caching_) {
+      free_.emplace(size, block);
+      cached_ += size;
+      return;
+    }
   }
-  free_[size].push_back(block);
-  cached_ += size;
+  memory_->free(block);
 }
 
 void DevicePool::release_cached() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (free_.empty()) return;
   // Blocks may still be read by queued kernels: wait for the device before freeing.
-  if (cached_ > 0) (void)cudaDeviceSynchronize();
-  for (auto& [size, list] : free_)
-    for (void* block : list) (void)cudaFree(block);
+  memory_->synchronize();
+  for (auto& [size, block] : free_) memory_->free(block);
   free_.clear();
   cached_ = 0;
 }

@@ -7,28 +7,46 @@
 // Safe for one compute stream: a block given back while kernels queued on that stream
 // still read it is only handed out again to work queued later on the same stream, which
 // runs after them. Memory used on another stream (NCCL) must be synchronised first.
+//
+// The bookkeeping is host code over a DeviceMemory: CUDA's (which makes the pool's device
+// current around every call, so blocks may be released from any thread) or a test's fake.
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 namespace ringtrain::backend::cuda {
+
+// The device calls a pool makes.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // `bytes` of device memory, or null when the device is out of memory (other failures throw).
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void free(void* block) noexcept = 0;
+  // Waits until no queued work can still touch a block.
+  virtual void synchronize() noexcept = 0;
+};
+
+// cudaMalloc/cudaFree/cudaDeviceSynchronize on `device`, made current around each call.
+std::unique_ptr<DeviceMemory> make_cuda_memory(int device);
 
 class DevicePool : public std::enable_shared_from_this<DevicePool> {
  public:
   // Caching unless RINGTRAIN_CUDA_POOL=off.
   static std::shared_ptr<DevicePool> create(int device);
   static std::shared_ptr<DevicePool> create(int device, bool caching);
+  static std::shared_ptr<DevicePool> create(std::unique_ptr<DeviceMemory> memory, bool caching);
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
   // At least `bytes` of device memory; the owner's deleter returns the block to the pool.
+  // Out of device memory, the cached blocks are freed and the allocation tried once more.
   std::shared_ptr<void> allocate(size_t bytes);
-  // Frees every cached block (not those in use).
+  // Frees every cached block (not those in use), after waiting for the device.
   void release_cached();
 
   size_t bytes_in_use() const;
@@ -36,17 +54,27 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   size_t device_allocations() const;  // cudaMalloc calls so far
 
   // The block size a request is served with: 512 B granules up to 1 MiB rounded to a
-  // power of two, larger ones to a multiple of 2 MiB (bounded waste, few classes).
+  // power of two; larger ones to a quarter of their power of two (waste under 25%), at
+  // least a multiple of 2 MiB.
   static size_t size_class(size_t bytes);
+  // A cached block of class `cached` serves a request of class `wanted` when it is at most
+  // half as large again: the smallest such block is taken (best fit), so requests of nearby
+  // sizes share blocks instead of each class growing its own list.
+  static bool serves(size_t cached, size_t wanted) {
+    return cached >= wanted && cached <= wanted + wanted / 2;
+  }
 
  private:
-  DevicePool(int device, bool caching) : device_(device), caching_(caching) {}
-  void give_back(void* block, size_t size_class) noexcept;
+  DevicePool(std::unique_ptr<DeviceMemory> memory, bool caching)
+      : memory_(std::move(memory)), caching_(caching) {}
+  void* take_cached(size_t wanted, size_t& size);
+  void* allocate_new(size_t size);
+  void give_back(void* block, size_t size) noexcept;
 
-  int device_;
+  std::unique_ptr<DeviceMemory> memory_;
   bool caching_;
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::multimap<size_t, void*> free_;  // cached blocks by size, for best fit
   size_t in_use_ = 0, cached_ = 0, mallocs_ = 0;
 };
 

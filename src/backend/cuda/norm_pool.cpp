@@ -1,5 +1,5 @@
-// norm_pool.cpp — cuDNN batch norm (with a synchronized path on our own kernels), ReLU
-// and pooling; the residual add on our kernel.
+// norm_pool.cpp — cuDNN batch norm (with a synchronized path on our own kernels and an
+// optional fused ReLU), ReLU and pooling; the residual add on our kernel.
 #include <cmath>
 #include <vector>
 
@@ -38,6 +38,8 @@ class BatchNorm : public BatchNormOp {
   BatchNorm(Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {
     RT_CHECK(s_.eps >= CUDNN_BN_MIN_EPSILON, "batch norm: eps ", s_.eps,
              " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
+    CUDNN_CHECK(cudnnSetActivationDescriptor(relu_.get(), CUDNN_ACTIVATION_RELU,
+                                             CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
 
   double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
@@ -47,9 +49,11 @@ class BatchNorm : public BatchNormOp {
     ctx_.ensure(mean, {C_});
     ctx_.ensure(var, {C_});
     ctx_.ensure(y, x.shape());
+    cudnn_saved_ = false;
     if (reducer && *reducer) {
       global_statistics(x, mean, var, *reducer);
       normalise(x, gamma, beta, mean, var, y);
+      apply_relu(y);
       return count_;
     }
     const double m = double(N_ * HW_);
@@ -59,11 +63,18 @@ class BatchNorm : public BatchNormOp {
     // unbiased variance; zeroed first because 0 * NaN in uninitialised memory is NaN.
     kernels::fill(mean.f32(), C_, 0.0f, ctx_.stream());
     kernels::fill(var.f32(), C_, 0.0f, ctx_.stream());
+    // cuDNN's own saved mean and inverse deviation: its backward reads them as an opaque
+    // cache of this forward, in whatever form it wrote them.
+    ctx_.ensure(saved_mean_, {C_});
+    ctx_.ensure(saved_inv_var_, {C_});
     CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(), x_desc_.get(),
         y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(), var.raw(), s_.eps,
-        nullptr, nullptr));
+        saved_mean_.raw(), saved_inv_var_.raw()));
+    cudnn_saved_ = true;
+    saved_shape_ = x.shape();
     kernels::axpby(0.0f, nullptr, float((m - 1) / m), var.f32(), C_, ctx_.stream());
+    apply_relu(y);
     count_ = m;
     return m;
   }
@@ -74,6 +85,7 @@ class BatchNorm : public BatchNormOp {
     set_dims(x);
     ctx_.ensure(y, x.shape());
     normalise(x, gamma, beta, mean, var, y);
+    apply_relu(y);
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
@@ -84,16 +96,21 @@ class BatchNorm : public BatchNormOp {
     RT_CHECK(dy.shape() == x.shape(), "batch norm backward: dy ", shape_str(dy.shape()),
              " differs from x ", shape_str(x.shape()));
     ctx_.ensure(dx, x.shape());
-    ctx_.ensure(inv_std_, {C_});
-    kernels::inv_std(var.f32(), s_.eps, C_, inv_std_.f32(), ctx_.stream());
+    const Tensor& dy_bn = through_relu(dy);
     if (reducer && *reducer) {
-      sync_backward(x, dy, gamma, mean, dx, dgamma, dbeta, *reducer);
+      ctx_.ensure(inv_std_, {C_});
+      kernels::inv_std(var.f32(), s_.eps, C_, inv_std_.f32(), ctx_.stream());
+      sync_backward(x, dy_bn, gamma, mean, dx, dgamma, dbeta, *reducer);
       return;
     }
+    // cuDNN's cache from the training forward of this x, else null (cuDNN recomputes the
+    // statistics from x: the same batch statistics `mean` and `var` hold).
+    const bool cached = cudnn_saved_ && x.shape() == saved_shape_;
     CUDNN_CHECK(cudnnBatchNormalizationBackward(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
-        x_desc_.get(), dy.raw(), x_desc_.get(), dx.raw(), param_desc_.get(), gamma.raw(),
-        dgamma.raw(), dbeta.raw(), s_.eps, mean.raw(), inv_std_.raw()));
+        x_desc_.get(), dy_bn.raw(), x_desc_.get(), dx.raw(), param_desc_.get(), gamma.raw(),
+        dgamma.raw(), dbeta.raw(), s_.eps, cached ? saved_mean_.raw() : nullptr,
+        cached ? saved_inv_var_.raw() : nullptr));
   }
 
  private:
@@ -115,6 +132,28 @@ class BatchNorm : public BatchNormOp {
     CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(), x_desc_.get(),
         y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), mean.raw(), var.raw(), s_.eps));
+  }
+
+  // The fused ReLU, in place, after either forward. Its output is kept (shared storage, no
+  // copy; the layer keeps it too, as the next layer's input) for backward's mask.
+  void apply_relu(Tensor& y) {
+    if (!s_.fuse_relu) return;
+    CUDNN_CHECK(cudnnActivationForward(ctx_.cudnn(), relu_.get(), &kOne, x_desc_.get(), y.raw(),
+                                       &kZero, x_desc_.get(), y.raw()));
+    relu_y_ = y;
+  }
+
+  // dy of the ReLU's output -> dy of the normalisation's: zero where the last forward's
+  // output was not positive (the cpu and ref backends' contract).
+  const Tensor& through_relu(const Tensor& dy) {
+    if (!s_.fuse_relu) return dy;
+    RT_CHECK(!relu_y_.empty() && relu_y_.shape() == dy.shape(),
+             "batch norm backward: no forward of shape ", shape_str(dy.shape()), " before it");
+    ctx_.ensure(dy_bn_, dy.shape());
+    CUDNN_CHECK(cudnnActivationBackward(ctx_.cudnn(), relu_.get(), &kOne, x_desc_.get(),
+                                        relu_y_.raw(), x_desc_.get(), dy.raw(), x_desc_.get(),
+                                        relu_y_.raw(), &kZero, x_desc_.get(), dy_bn_.raw()));
+    return dy_bn_;
   }
 
   // Mean, then variance about it (two passes, no cancellation), summed over every rank
@@ -158,7 +197,13 @@ class BatchNorm : public BatchNormOp {
   int64_t N_ = 0, C_ = 0, HW_ = 0;
   double count_ = 0;
   TensorDesc x_desc_, param_desc_;
+  ActivationDesc relu_;
   Tensor inv_std_, sums_;
+  Tensor saved_mean_, saved_inv_var_;  // cuDNN's cache from the last training forward
+  bool cudnn_saved_ = false;           // ... when that forward went through cuDNN
+  Shape saved_shape_;                  // ... and had this x shape
+  Tensor relu_y_;                      // fused ReLU: the last forward's output
+  Tensor dy_bn_;                       // fused ReLU: dy masked by relu_y_ > 0
   std::vector<float> host_;
 };
 
@@ -244,9 +289,13 @@ class Pool : public PoolOp {
     const int kh = s_.global ? int(x.dim(2)) : s_.kernel;
     const int kw = s_.global ? int(x.dim(3)) : s_.kernel;
     const int st = s_.global ? 1 : s_.stride, pad = s_.global ? 0 : s_.padding;
-    // Average pooling counts the padding, as the reference and PyTorch's default do.
-    const cudnnPoolingMode_t mode =
-        s_.kind == PoolKind::kMax ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    // Average pooling counts the padding, as the reference and PyTorch's default do. Max
+    // pooling's backward with CUDNN_POOLING_MAX is nondeterministic where windows overlap
+    // (atomic adds): the deterministic mode, like the convolutions' deterministic algorithms,
+    // keeps two runs bitwise equal. Its forward is the same maximum.
+    const cudnnPoolingMode_t mode = s_.kind == PoolKind::kMax
+                                        ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                        : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
     CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool.get(), mode, CUDNN_NOT_PROPAGATE_NAN, kh, kw,
                                             pad, pad, st, st));
     describe(p->x_desc, x);
