@@ -190,9 +190,7 @@ void Trainer::build_model() {
     backend::CudaOptions cuda;  // one GPU per rank of this node
     cuda.device = backend::select_local_device(comm_.local_rank(), comm_.local_size(),
                                                backend::cuda_device_count(), false);
-    RT_REQUIRE_INPUT(precision == backend::Precision::kF32,
-                     "train.precision = bf16: the cuda backend has no bf16 path yet; use "
-                     "train.backend = cpu or train.precision = fp32");  // as make_backend says
+    cuda.precision = precision;
     backend_ = backend::make_cuda_backend(cuda);
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not

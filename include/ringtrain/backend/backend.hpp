@@ -25,10 +25,12 @@
 
 namespace ringtrain::backend {
 
-// What activations are stored in and convolutions multiply: fp32, or bf16 with fp32
-// accumulation (parameters, gradients, optimizer state and the loss stay fp32 either way).
-enum class Precision { kF32, kBF16 };
-// "fp32" or "bf16"; anything else throws InputError naming the value.
+// What activations are stored in and convolutions multiply: fp32; bf16 or fp16 with fp32
+// accumulation; or tf32 (fp32 tensors, tensor-core products that round their inputs to
+// 10-bit mantissas). Parameters, gradients, optimizer state and the loss stay fp32 in every
+// one. cpu and ref take fp32 and bf16; cuda takes all four.
+enum class Precision { kF32, kBF16, kF16, kTF32 };
+// "fp32", "bf16", "fp16" or "tf32"; anything else throws InputError naming the value.
 Precision parse_precision(const std::string& text);
 const char* precision_name(Precision precision);
 
@@ -205,7 +207,9 @@ class Backend {
 // bf16: cpu needs a CPU with AVX512-BF16 or AMX (InputError naming the ISA oneDNN found
 // otherwise: emulated bf16 would train slower than fp32); ref rounds every stored activation
 // to bf16 (round to nearest even) around its fp32 loops, the reference the cpu path is
-// checked against; cuda has no bf16 yet (InputError).
+// checked against. fp16 and tf32 are cuda's alone: cpu and ref refuse them (InputError
+// naming the key, the value and the backend that takes it). "cuda" here is
+// make_cuda_backend with default options but for the precision.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads,
                                       Precision precision = Precision::kF32);
 

@@ -26,10 +26,12 @@ std::string cuda_device_status() noexcept;
 // GPUs. More ranks than GPUs without sharing (or no GPU at all) is an InputError.
 int select_local_device(int local_rank, int local_size, int device_count, bool allow_sharing);
 
+// The deck's train.precision, train.deterministic and train.cudnn_workspace_mib land here.
 struct CudaOptions {
-  int device = 0;                    // CUDA device index (see select_local_device)
-  size_t workspace_limit_mib = 256;  // most cuDNN workspace a convolution algorithm may use
-  bool allow_tf32 = false;           // let cuDNN and cuBLAS use TF32 tensor cores for fp32
+  int device = 0;                         // CUDA device index (see select_local_device)
+  Precision precision = Precision::kF32;  // bf16/fp16: tensor cores, NHWC; tf32: fp32 on them
+  bool deterministic = false;             // only convolution algorithms cuDNN calls deterministic
+  size_t workspace_limit_mib = 256;       // most cuDNN workspace a convolution algorithm may use
 };
 
 // The cuDNN/cuBLAS backend on options.device. InputError when the build has no CUDA or no

@@ -39,12 +39,14 @@ Context::Context(const CudaOptions& options)
     : device_(bind_device(options.device)),
       pool_(DevicePool::create(options.device)),
       workspace_limit_(options.workspace_limit_mib << 20),
-      allow_tf32_(options.allow_tf32) {
+      precision_(options.precision),
+      deterministic_(options.deterministic) {
   CUDNN_CHECK(cudnnSetStream(cudnn_.get(), stream_.get()));
   CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
   // fp32 GEMMs stay fp32 unless TF32 is asked for: the tests hold them to the reference.
-  CUBLAS_CHECK(cublasSetMathMode(cublas_.get(),
-                                 allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), precision_ == Precision::kTF32
+                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                    : CUBLAS_DEFAULT_MATH));
 }
 
 Tensor Context::alloc(const Shape& shape, DType dtype) const {

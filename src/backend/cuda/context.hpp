@@ -26,7 +26,8 @@ class Context {
   cublasHandle_t cublas() const { return cublas_.get(); }
   DevicePool& pool() const { return *pool_; }
   size_t workspace_limit() const { return workspace_limit_; }
-  bool allow_tf32() const { return allow_tf32_; }
+  Precision precision() const { return precision_; }
+  bool deterministic() const { return deterministic_; }
 
   // A plain device tensor from the pool.
   Tensor alloc(const Shape& shape, DType dtype = DType::kF32) const;
@@ -43,7 +44,8 @@ class Context {
   CublasHandle cublas_;
   std::shared_ptr<DevicePool> pool_;
   size_t workspace_limit_;
-  bool allow_tf32_;
+  Precision precision_;
+  bool deterministic_;
   std::shared_ptr<void> workspace_;
   size_t workspace_bytes_ = 0;
 };

@@ -50,8 +50,9 @@ class Conv : public ConvOp {
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_.get(), s_.padding, s_.padding, s_.stride,
                                                 s_.stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                                 CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv_desc_.get(), ctx_.allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), ctx_.precision() == Precision::kTF32
+                                                                  ? CUDNN_DEFAULT_MATH
+                                                                  : CUDNN_FMA_MATH));
     set_nchw(bias_desc_, 1, s_.out_channels, 1, 1);
     CUDNN_CHECK(cudnnSetActivationDescriptor(relu_desc_.get(), CUDNN_ACTIVATION_RELU,
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));

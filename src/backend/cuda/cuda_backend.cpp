@@ -36,6 +36,7 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda"; }
   int threads() const override { return 1; }
+  Precision precision() const override { return ctx_.precision(); }
 
   Tensor alloc(const Shape& shape, DType dtype) override { return ctx_.alloc(shape, dtype); }
 
