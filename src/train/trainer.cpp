@@ -187,11 +187,10 @@ void Trainer::open_data() {
 void Trainer::build_model() {
   const backend::Precision precision = backend::parse_precision(cfg_.train.precision);
   if (cfg_.train.backend == "cuda" && backend::cuda_device_count() > 0) {
-    backend::CudaOptions cuda;  // one GPU per rank of this node
-    cuda.device = backend::select_local_device(comm_.local_rank(), comm_.local_size(),
-                                               backend::cuda_device_count(), false);
-    cuda.precision = precision;
-    backend_ = backend::make_cuda_backend(cuda);
+    // One GPU per rank of this node.
+    const int device = backend::select_local_device(comm_.local_rank(), comm_.local_size(),
+                                                    backend::cuda_device_count(), false);
+    backend_ = backend::make_cuda_backend(cuda_options(cfg_.train, device));
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
   }
@@ -662,6 +661,15 @@ void Trainer::run() {
 }
 
 }  // namespace
+
+backend::CudaOptions cuda_options(const TrainConfig& train, int device) {
+  backend::CudaOptions options;
+  options.device = device;
+  options.precision = backend::parse_precision(train.precision);
+  options.deterministic = train.deterministic;
+  options.workspace_limit_mib = size_t(train.cudnn_workspace_mib);
+  return options;
+}
 
 void train(const Config& config, comm::Communicator& comm) {
   Trainer trainer(config, comm);
