@@ -46,9 +46,6 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
   RT_REQUIRE_INPUT(
       options.workspace_limit_mib > 0,
       "train.cudnn_workspace_mib = 0: the cuDNN workspace limit must be at least 1 MiB");
-  RT_REQUIRE_INPUT(options.precision == Precision::kF32 || options.precision == Precision::kTF32,
-                   "train.precision = ", precision_name(options.precision),
-                   ": the cuda backend has no 16-bit path yet; use fp32 or tf32");
   return cuda::create_backend(options);
 #else
   (void)options;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ringtrain/backend/tensor.hpp"
@@ -80,6 +81,29 @@ struct LossResult {
   double loss = 0;      // mean over the batch
   int64_t correct = 0;  // argmax == label
   int64_t count = 0;    // batch size
+};
+
+// A loss whose numbers may still be on their way from the device. get() waits for them
+// the first time and returns the same numbers after; the host backends hand one that is
+// known already.
+class PendingLoss {
+ public:
+  PendingLoss() = default;
+  explicit PendingLoss(LossResult known) : value_(known), known_(true) {}
+  explicit PendingLoss(std::function<LossResult()> read) : read_(std::move(read)) {}
+  LossResult get() {
+    if (!known_) {
+      value_ = read_();
+      known_ = true;
+      read_ = nullptr;
+    }
+    return value_;
+  }
+
+ private:
+  std::function<LossResult()> read_;
+  LossResult value_;
+  bool known_ = false;
 };
 
 class ConvOp {
@@ -171,6 +195,14 @@ class Backend {
   // dlogits = (softmax - onehot) / N. A label outside [0, classes) is an Error.
   virtual LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
                                            Tensor& dlogits) = 0;
+  // The same, without waiting for the loss: dlogits is queued as above and the labels may
+  // change once this returns, but the numbers are read when get() is called (a device with
+  // streams need not stop between forward and backward for them). The default computes
+  // them now: the host backends give exactly softmax_cross_entropy's result.
+  virtual PendingLoss softmax_cross_entropy_later(const Tensor& logits, const int32_t* labels,
+                                                  Tensor& dlogits) {
+    return PendingLoss(softmax_cross_entropy(logits, labels, dlogits));
+  }
 
   // Plain fp32 tensors of equal numel:
   // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
