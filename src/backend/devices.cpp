@@ -99,8 +99,9 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
   RT_REQUIRE_INPUT(options.device >= 0 && options.device < probe.count,
                    "train.backend = cuda: ", "device ", options.device, " does not exist (",
                    probe.status, ")");
-  RT_REQUIRE_INPUT(options.workspace_limit_mib > 0,
-                   "train.backend = cuda: the cuDNN workspace limit must be > 0 MiB");
+  RT_REQUIRE_INPUT(
+      options.workspace_limit_mib > 0,
+      "train.cudnn_workspace_mib = 0: the cuDNN workspace limit must be at least 1 MiB");
   return cuda::create_backend(options);
 #else
   (void)options;

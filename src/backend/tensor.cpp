@@ -6,6 +6,7 @@
 
 #include "factories.hpp"
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend {
@@ -14,7 +15,7 @@ size_t dtype_size(DType dtype) {
   return dtype == DType::kF32 ? 4 : 2;
 }
 const char* dtype_name(DType dtype) {
-  return dtype == DType::kF32 ? "fp32" : "bf16";
+  return dtype == DType::kF32 ? "fp32" : dtype == DType::kBF16 ? "bf16" : "fp16";
 }
 
 int64_t shape_numel(const Shape& shape) {
@@ -58,27 +59,50 @@ std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::kF32;
   if (text == "bf16") return Precision::kBF16;
-  throw InputError(str("unknown precision '", text, "': choose fp32 or bf16"));
+  if (text == "fp16") return Precision::kF16;
+  if (text == "tf32") return Precision::kTF32;
+  throw InputError(str("unknown precision '", text, "': choose fp32, bf16, fp16 or tf32"));
 }
 
 const char* precision_name(Precision precision) {
-  return precision == Precision::kF32 ? "fp32" : "bf16";
+  switch (precision) {
+    case Precision::kF32:
+      return "fp32";
+    case Precision::kBF16:
+      return "bf16";
+    case Precision::kF16:
+      return "fp16";
+    case Precision::kTF32:
+      return "tf32";
+  }
+  return "?";
 }
+
+namespace {
+
+// cpu and ref run fp32 and bf16; fp16 and tf32 exist for tensor cores.
+void require_host_precision(const std::string& backend, Precision precision) {
+  RT_REQUIRE_INPUT(precision == Precision::kF32 || precision == Precision::kBF16,
+                   "train.precision = ", precision_name(precision), ": the ", backend,
+                   " backend runs fp32 or bf16; ", precision_name(precision),
+                   " runs on train.backend = cuda");
+}
+
+}  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Precision precision) {
   RT_REQUIRE_INPUT(threads >= 1, "backend ", name, ": threads must be >= 1, got ", threads);
   if (name != "cpu" && name != "ref" && name != "cuda")
     throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
-  if (name == "cpu") return make_cpu_backend(threads, precision);
-  if (name == "ref") {
-    if (precision == Precision::kBF16) return make_bf16_reference(make_ref_backend(threads));
-    return make_ref_backend(threads);
+  if (name == "cuda") {
+    CudaOptions options;
+    options.precision = precision;
+    return make_cuda_backend(options);
   }
-  RT_REQUIRE_INPUT(precision == Precision::kF32, "train.precision = bf16: the ", name,
-                   " backend has no bf16 path yet; use train.backend = cpu or "
-                   "train.precision = fp32");
-  if (name == "cuda") return make_cuda_backend(CudaOptions{});
-  throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
+  require_host_precision(name, precision);
+  if (name == "cpu") return make_cpu_backend(threads, precision);
+  if (precision == Precision::kBF16) return make_bf16_reference(make_ref_backend(threads));
+  return make_ref_backend(threads);
 }
 
 }  // namespace ringtrain::backend

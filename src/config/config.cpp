@@ -56,9 +56,13 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.share_gpus", &c.train.share_gpus,
        "cuda: let the ranks of a node share its GPUs when they outnumber them (false: an error)", {}},
       {"train.precision", &c.train.precision,
-       "activations and convolutions: fp32, or bf16 (cpu backend on AVX512-BF16 or AMX; "
-       "weights, gradients, optimizer and reduction stay fp32)",
-       {"fp32", "bf16"}},
+       "activations and convolutions: fp32; bf16 (cpu on AVX512-BF16 or AMX, cuda); fp16 or "
+       "tf32 (cuda: tensor cores); weights, gradients, optimizer and reduction stay fp32",
+       {"fp32", "bf16", "fp16", "tf32"}},
+      {"train.deterministic", &c.train.deterministic,
+       "cuda: only convolution algorithms cuDNN calls deterministic (bitwise repeatable runs)", {}},
+      {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
+       "cuda: most scratch memory a cuDNN convolution algorithm may use, MiB", {}},
       {"train.threads", &c.train.threads,
        "threads per rank (0 = this rank's share of its cores; at most 1024)", {}},
       {"train.epochs", &c.train.epochs, "epochs to train", {}},
@@ -318,6 +322,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.base_batch >= 1, "train.base_batch", std::to_string(t.base_batch), "at least 1");
   require(t.threads >= 0 && t.threads <= kMaxThreads, "train.threads", std::to_string(t.threads),
           "0 (this rank's share of its cores) to 1024");
+  require(t.cudnn_workspace_mib >= 1 && t.cudnn_workspace_mib <= kMaxCudnnWorkspaceMib,
+          "train.cudnn_workspace_mib", std::to_string(t.cudnn_workspace_mib), "1 to 1048576 MiB");
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every),
           "0 or more");

@@ -44,6 +44,11 @@ LossResult Model::loss(const int32_t* labels) {
   return be_.softmax_cross_entropy(*logits_, labels, dlogits_);
 }
 
+backend::PendingLoss Model::loss_later(const int32_t* labels) {
+  RT_CHECK(logits_ != nullptr, "model ", name_, ": loss_later() before forward()");
+  return be_.softmax_cross_entropy_later(*logits_, labels, dlogits_);
+}
+
 void Model::backward(const std::function<void(size_t)>& on_grad_ready, bool accumulate) {
   RT_CHECK(!dlogits_.empty(), "model ", name_, ": backward() before loss()");
   for (Parameter* p : params_) {

@@ -63,8 +63,9 @@ class Trainer {
   void build_optimizer();
   void print_start() const;
   void train_epoch(int epoch);
-  bool train_step(data::Loader& loader, Sums& sums, StepTimes& t);
-  void train_micro_step(const data::Batch& batch, int micro, Sums& sums, StepTimes& t);
+  bool train_step(data::Loader& loader, StepTimes& t);
+  void train_micro_step(const data::Batch& batch, int micro, StepTimes& t);
+  void settle_losses(Sums& epoch, Sums& interval);
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
   Sums evaluate(data::Loader& loader, bool confusion = false);
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
@@ -100,6 +101,9 @@ class Trainer {
   std::unordered_map<const std::string*, std::pair<const char*, const char*>> layer_names_;
   backend::Tensor input_;
   data::Batch batch_;  // the micro-batch being trained on; its memory is reused
+  // The losses of the steps since the last log line, one list of micro-batches per step:
+  // read (waiting for the device) only when a line or the epoch's row needs them.
+  std::vector<std::vector<backend::PendingLoss>> pending_losses_;
   PhaseLog phases_;
   std::vector<io::EpochRow> epochs_;
   std::string start_time_;
@@ -191,12 +195,10 @@ void Trainer::build_model() {
   const backend::NodeGpus node =
       cfg_.train.backend == "cuda" ? gather_node_gpus(comm_) : backend::NodeGpus{};
   if (cfg_.train.backend == "cuda" && backend::cuda_device_count() > 0) {
-    backend::CudaOptions cuda;  // one GPU per rank of this node unless train.share_gpus
-    cuda.device = backend::select_local_device(node, comm_.local_rank(), cfg_.train.share_gpus);
-    RT_REQUIRE_INPUT(precision == backend::Precision::kF32,
-                     "train.precision = bf16: the cuda backend has no bf16 path yet; use "
-                     "train.backend = cpu or train.precision = fp32");  // as make_backend says
-    backend_ = backend::make_cuda_backend(cuda);
+    // One GPU per rank of this node unless train.share_gpus.
+    const int device =
+        backend::select_local_device(node, comm_.local_rank(), cfg_.train.share_gpus);
+    backend_ = backend::make_cuda_backend(cuda_options(cfg_.train, device));
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
   }
@@ -309,14 +311,16 @@ const backend::Tensor& Trainer::upload(const data::Batch& batch) {
 // One optimizer step: K micro-batches, each read, forwarded and backpropagated (gradients
 // add up in the fusion buckets); the last one's backward reduces them, then the optimizer
 // runs. Phases are summed over the micro-batches. False when the epoch has no step left.
-bool Trainer::train_step(data::Loader& loader, Sums& sums, StepTimes& t) {
+bool Trainer::train_step(data::Loader& loader, StepTimes& t) {
   data::Batch& batch = batch_;
+  pending_losses_.emplace_back();
   for (int micro = 0; micro < accumulate_steps_; ++micro) {
     double t0 = comm::fusion::Timeline::now();
     if (!loader.next(batch)) {
       // The sampler counts whole groups: an epoch never ends inside one.
       RT_CHECK(micro == 0, "the epoch ended after ", micro, " of ", accumulate_steps_,
                " micro-batches of an optimizer step");
+      pending_losses_.pop_back();
       return false;
     }
     if (comm_.rank() == cfg_.train.straggler_rank)
@@ -325,17 +329,17 @@ bool Trainer::train_step(data::Loader& loader, Sums& sums, StepTimes& t) {
     double t1 = comm::fusion::Timeline::now();
     timeline_->span("data", "step", t0, t1);
     t.data += t1 - t0;
-    train_micro_step(batch, micro, sums, t);
+    train_micro_step(batch, micro, t);
   }
   return true;
 }
 
-void Trainer::train_micro_step(const data::Batch& batch, int micro, Sums& sums, StepTimes& t) {
+void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t) {
   comm::fusion::Timeline& tl = *timeline_;
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
-  sums.add(model_->loss(batch.labels.data()));
+  pending_losses_.back().push_back(model_->loss_later(batch.labels.data()));
   double t1 = comm::fusion::Timeline::now();
   parallel_->backward(micro);
   double t2 = comm::fusion::Timeline::now();
@@ -394,20 +398,14 @@ void Trainer::train_epoch(int epoch) {
   skip_steps_ = 0;
   while (!stop_ && global_step_ < total_steps_) {
     double t0 = comm::fusion::Timeline::now();
-    Sums step_sums;
     StepTimes t;
-    if (!train_step(loader, step_sums, t)) break;
+    if (!train_step(loader, t)) break;
     t.step = comm::fusion::Timeline::now() - t0;
     phases_.add(t);
-    epoch_sums.loss += step_sums.loss;
-    epoch_sums.correct += step_sums.correct;
-    epoch_sums.count += step_sums.count;
-    interval.loss += step_sums.loss;
-    interval.correct += step_sums.correct;
-    interval.count += step_sums.count;
     ++step;
     ++global_step_;
     if (step % cfg_.train.log_interval == 0 || step == steps_per_epoch_) {
+      settle_losses(epoch_sums, interval);
       log_interval(epoch, step, steps_per_epoch_, interval, interval_first);
       interval = Sums{};
       interval_first = phases_.steps();
@@ -419,6 +417,7 @@ void Trainer::train_epoch(int epoch) {
     enter_phase(Phase::kStopCheck);
     stop_ = checkpoint_->stop_requested();
   }
+  settle_losses(epoch_sums, interval);
   double seconds = epoch_clock.seconds();
   enter_phase(Phase::kMetrics);
   Sums total = reduce(epoch_sums);
@@ -452,6 +451,21 @@ void Trainer::train_epoch(int epoch) {
                                    row.eval_acc)
                              : std::string(),
                 " | ", int64_t(row.images_per_s), " img/s"));
+}
+
+// Each step's micro-batch losses summed as one step, then into both sums, in step order.
+void Trainer::settle_losses(Sums& epoch, Sums& interval) {
+  for (auto& step : pending_losses_) {
+    Sums step_sums;
+    for (backend::PendingLoss& loss : step) step_sums.add(loss.get());
+    epoch.loss += step_sums.loss;
+    epoch.correct += step_sums.correct;
+    epoch.count += step_sums.count;
+    interval.loss += step_sums.loss;
+    interval.correct += step_sums.correct;
+    interval.count += step_sums.count;
+  }
+  pending_losses_.clear();
 }
 
 void Trainer::log_interval(int epoch, int64_t step, int64_t steps, Sums& interval,
@@ -667,6 +681,15 @@ void Trainer::run() {
 }
 
 }  // namespace
+
+backend::CudaOptions cuda_options(const TrainConfig& train, int device) {
+  backend::CudaOptions options;
+  options.device = device;
+  options.precision = backend::parse_precision(train.precision);
+  options.deterministic = train.deterministic;
+  options.workspace_limit_mib = size_t(train.cudnn_workspace_mib);
+  return options;
+}
 
 void train(const Config& config, comm::Communicator& comm) {
   Trainer trainer(config, comm);

@@ -171,10 +171,14 @@ expect_bad accumulate_negative "command line: bad value '-2' for train.accumulat
   --train.accumulate_steps=-2
 expect_bad accumulate_world "$work/tiny.deck: train.global_batch = 36 does not divide into train.accumulate_steps = 4 micro-batches over 2 ranks; use a multiple of 8 or train.batch_per_rank" \
   --train.batch_per_rank=0 --train.global_batch=36 --train.accumulate_steps=4
-expect_bad precision "command line: bad value 'fp16' for train.precision (one of: fp32, bf16)" \
+expect_bad precision "command line: bad value 'fp8' for train.precision (one of: fp32, bf16, fp16, tf32)" \
+  --train.precision=fp8
+expect_bad cpu_fp16 "train.precision = fp16: the cpu backend runs fp32 or bf16; fp16 runs on train.backend = cuda (every rank)" \
   --train.precision=fp16
-expect_bad ref_bf16_cuda "train.precision = bf16: the cuda backend has no bf16 path yet; use train.backend = cpu or train.precision = fp32 (every rank)" \
-  --train.precision=bf16 --train.backend=cuda
+expect_bad ref_tf32 "train.precision = tf32: the ref backend runs fp32 or bf16; tf32 runs on train.backend = cuda (every rank)" \
+  --train.precision=tf32 --train.backend=ref
+expect_bad workspace "command line: bad value '0' for train.cudnn_workspace_mib (1 to 1048576 MiB)" \
+  --train.cudnn_workspace_mib=0
 expect_bad straggler "$work/tiny.deck: train.straggler_rank = 2 but the world has ranks 0..1" \
   --train.straggler_rank=2 --train.straggler_ms=5
 echo "train e2e: ok"

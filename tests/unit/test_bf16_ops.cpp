@@ -272,11 +272,40 @@ BOOST_AUTO_TEST_CASE(whole_model_gradients_in_bf16_are_close_to_fp32) {
 BOOST_AUTO_TEST_CASE(bf16_on_the_ref_and_cuda_paths_is_refused_or_reference) {
   BOOST_TEST((make_backend("ref", 1, Precision::kBF16)->precision() == Precision::kBF16));
   try {
-    parse_precision("fp16");
+    parse_precision("fp8");
     BOOST_FAIL("no throw");
   } catch (const InputError& e) {
-    BOOST_TEST(std::string(e.what()) == "unknown precision 'fp16': choose fp32 or bf16");
+    BOOST_TEST(std::string(e.what()) == "unknown precision 'fp8': choose fp32, bf16, fp16 or tf32");
   }
+}
+
+// fp16 and tf32 are tensor-core precisions: the host backends refuse them by name instead
+// of training in fp32 while the deck and the results file say otherwise.
+BOOST_AUTO_TEST_CASE(fp16_and_tf32_parse_and_only_cuda_takes_them) {
+  BOOST_TEST((parse_precision("fp16") == Precision::kF16));
+  BOOST_TEST((parse_precision("tf32") == Precision::kTF32));
+  for (const char* text : {"fp32", "bf16", "fp16", "tf32"})
+    BOOST_TEST(std::string(precision_name(parse_precision(text))) == text);
+  auto refusal = [](const char* backend, Precision precision) {
+    try {
+      make_backend(backend, 1, precision);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no InputError)");
+  };
+  BOOST_TEST(refusal("cpu", Precision::kF16) ==
+             "train.precision = fp16: the cpu backend runs fp32 or bf16; fp16 runs on "
+             "train.backend = cuda");
+  BOOST_TEST(refusal("cpu", Precision::kTF32) ==
+             "train.precision = tf32: the cpu backend runs fp32 or bf16; tf32 runs on "
+             "train.backend = cuda");
+  BOOST_TEST(refusal("ref", Precision::kF16) ==
+             "train.precision = fp16: the ref backend runs fp32 or bf16; fp16 runs on "
+             "train.backend = cuda");
+  BOOST_TEST(refusal("ref", Precision::kTF32) ==
+             "train.precision = tf32: the ref backend runs fp32 or bf16; tf32 runs on "
+             "train.backend = cuda");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,7 @@
 
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/train/trainer.hpp"
 #include "temp_dir.hpp"
 
 using namespace ringtrain;
@@ -108,11 +109,12 @@ BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
                                  "batch_per_rank = 8\n[comm]\nfusion_mib = -2\n");
   BOOST_TEST(error_of({"--deck", deck4}) ==
              deck4 + ":8: bad value '-2' for comm.fusion_mib (a positive number of MiB)");
-  // fp32 and bf16 are built; anything else is refused, naming both.
+  // The four precisions are built (fp16 and tf32 on cuda); anything else is refused, naming them.
   std::string good = write_deck("precision.deck", kGoodDeck);
-  BOOST_TEST(error_of({"--deck", good, "--train.precision=fp16"}) ==
-             "command line: bad value 'fp16' for train.precision (one of: fp32, bf16)");
-  BOOST_TEST(error_of({"--deck", good, "--train.precision=bf16"}) == "(no error)");
+  BOOST_TEST(error_of({"--deck", good, "--train.precision=fp8"}) ==
+             "command line: bad value 'fp8' for train.precision (one of: fp32, bf16, fp16, tf32)");
+  for (const char* p : {"fp32", "bf16", "fp16", "tf32"})
+    BOOST_TEST(error_of({"--deck", good, std::string("--train.precision=") + p}) == "(no error)");
   BOOST_TEST(error_of({"--deck", good, "--train.accumulate_steps=0"}) ==
              "command line: bad value '0' for train.accumulate_steps (at least 1)");
   BOOST_TEST(error_of({"--deck", deck, "--train.lr=fast"}) ==
@@ -305,6 +307,39 @@ BOOST_AUTO_TEST_CASE(threads_beyond_the_cores_warn) {
   BOOST_TEST(threads_warning(c, 8, "8 cores") == "");
   c.train.threads = 0;  // automatic: the share itself
   BOOST_TEST(threads_warning(c, 1, "1 core") == "");
+}
+
+// The GPU keys are real: they parse, are range-checked, show in --help and reach the CUDA
+// backend's options (before, the workspace limit and TF32 had no key at all, and an error
+// message sent users to the deck for one).
+BOOST_AUTO_TEST_CASE(gpu_keys_reach_the_cuda_options) {
+  std::string deck = write_deck("gpu.deck", kGoodDeck);
+  const TrainConfig defaults = parse({"--deck", deck}).config.train;
+  BOOST_TEST(!defaults.deterministic);
+  BOOST_TEST(defaults.cudnn_workspace_mib == 256);
+  const TrainConfig set = parse({"--deck", deck, "--train.precision=fp16",
+                                 "--train.deterministic=true", "--train.cudnn_workspace_mib=64"})
+                              .config.train;
+  const backend::CudaOptions options = train::cuda_options(set, 3);
+  BOOST_TEST(options.device == 3);
+  BOOST_TEST((options.precision == backend::Precision::kF16));
+  BOOST_TEST(options.deterministic);
+  BOOST_TEST(options.workspace_limit_mib == 64u);
+  const backend::CudaOptions plain = train::cuda_options(defaults, 0);
+  BOOST_TEST((plain.precision == backend::Precision::kF32));
+  BOOST_TEST(!plain.deterministic);
+  BOOST_TEST(plain.workspace_limit_mib == 256u);
+  BOOST_TEST((train::cuda_options(parse({"--deck", deck, "--train.precision=tf32"}).config.train, 0)
+                  .precision == backend::Precision::kTF32));
+  BOOST_TEST(error_of({"--deck", deck, "--train.cudnn_workspace_mib=0"}) ==
+             "command line: bad value '0' for train.cudnn_workspace_mib (1 to 1048576 MiB)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.cudnn_workspace_mib=1048577"}) ==
+             "command line: bad value '1048577' for train.cudnn_workspace_mib (1 to 1048576 MiB)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.deterministic=maybe"}) ==
+             "command line: bad value 'maybe' for train.deterministic (expected true or false)");
+  const std::string help = help_text();
+  BOOST_TEST(help.find("--train.cudnn_workspace_mib arg (=256)") != std::string::npos);
+  BOOST_TEST(help.find("--train.deterministic arg (=false)") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/backend/algorithm_choice.hpp"
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/backend/devices.hpp"
@@ -75,6 +76,45 @@ BOOST_AUTO_TEST_CASE(asking_for_cuda_without_a_gpu_is_an_input_error,
             "CUDA=1)";
   BOOST_TEST(input_error_of([] { make_backend("cuda", 1); }) == expected);
   BOOST_TEST(input_error_of([] { make_cuda_backend(CudaOptions{}); }) == expected);
+}
+
+// The rule applied to cudnnFind*'s measured list. Before: the first algorithm of the
+// heuristics' list that was deterministic, else the first at all, so train.deterministic had
+// nothing to hold on to (a non-deterministic fallback was taken silently) and a faster
+// non-deterministic algorithm was passed over when determinism was not asked for.
+BOOST_AUTO_TEST_CASE(algorithm_choice_filters_a_measured_list) {
+  const size_t mib = size_t(1) << 20;
+  // algo, succeeded, ms, memory, deterministic
+  const std::vector<AlgorithmTrial> trials = {
+      {7, true, 0.5f, 512 * mib, true},  // fastest, but needs 512 MiB
+      {6, false, 0.6f, 0, true},         // failed on this shape
+      {1, true, 0.8f, 64 * mib, false},  // fastest that fits; not deterministic
+      {0, true, 1.2f, 0, true},          // deterministic, no workspace
+      {2, true, 0.9f, 300 * mib, true},  // deterministic, above 256 MiB
+  };
+  BOOST_TEST(trials[choose_algorithm(trials, 256, false, "forward algorithm")].algo == 1);
+  BOOST_TEST(trials[choose_algorithm(trials, 256, true, "forward algorithm")].algo == 0);
+  BOOST_TEST(trials[choose_algorithm(trials, 512, true, "forward algorithm")].algo == 7);
+  BOOST_TEST(trials[choose_algorithm(trials, 400, true, "forward algorithm")].algo == 2);
+  // Not sorted by time: still the fastest allowed.
+  const std::vector<AlgorithmTrial> unsorted = {{3, true, 2.0f, 0, false},
+                                                {4, true, 1.0f, 0, false}};
+  BOOST_TEST(unsorted[choose_algorithm(unsorted, 1, false, "x")].algo == 4);
+  const std::vector<AlgorithmTrial> only_fast = {{1, true, 0.1f, 0, false},
+                                                 {5, true, 0.2f, 8 * mib, true}};
+  BOOST_TEST(input_error_of([&] {
+               choose_algorithm(only_fast, 4, true,
+                                "backward-filter algorithm for input [8,3,32,32]");
+             }) ==
+             "cuDNN has no deterministic backward-filter algorithm for input [8,3,32,32] "
+             "within train.cudnn_workspace_mib = 4; raise train.cudnn_workspace_mib or set "
+             "train.deterministic = false");
+  BOOST_TEST(input_error_of([&] {
+               choose_algorithm({{1, false, 0.1f, 0, true}}, 4, false,
+                                "forward algorithm for input [1,1,1,1]");
+             }) ==
+             "cuDNN has no forward algorithm for input [1,1,1,1] within "
+             "train.cudnn_workspace_mib = 4; raise train.cudnn_workspace_mib");
 }
 
 #if RINGTRAIN_HAS_CUDA

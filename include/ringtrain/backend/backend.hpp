@@ -19,16 +19,19 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ringtrain/backend/tensor.hpp"
 
 namespace ringtrain::backend {
 
-// What activations are stored in and convolutions multiply: fp32, or bf16 with fp32
-// accumulation (parameters, gradients, optimizer state and the loss stay fp32 either way).
-enum class Precision { kF32, kBF16 };
-// "fp32" or "bf16"; anything else throws InputError naming the value.
+// What activations are stored in and convolutions multiply: fp32; bf16 or fp16 with fp32
+// accumulation; or tf32 (fp32 tensors, tensor-core products that round their inputs to
+// 10-bit mantissas). Parameters, gradients, optimizer state and the loss stay fp32 in every
+// one. cpu and ref take fp32 and bf16; cuda takes all four.
+enum class Precision { kF32, kBF16, kF16, kTF32 };
+// "fp32", "bf16", "fp16" or "tf32"; anything else throws InputError naming the value.
 Precision parse_precision(const std::string& text);
 const char* precision_name(Precision precision);
 
@@ -78,6 +81,29 @@ struct LossResult {
   double loss = 0;      // mean over the batch
   int64_t correct = 0;  // argmax == label
   int64_t count = 0;    // batch size
+};
+
+// A loss whose numbers may still be on their way from the device. get() waits for them
+// the first time and returns the same numbers after; the host backends hand one that is
+// known already.
+class PendingLoss {
+ public:
+  PendingLoss() = default;
+  explicit PendingLoss(LossResult known) : value_(known), known_(true) {}
+  explicit PendingLoss(std::function<LossResult()> read) : read_(std::move(read)) {}
+  LossResult get() {
+    if (!known_) {
+      value_ = read_();
+      known_ = true;
+      read_ = nullptr;
+    }
+    return value_;
+  }
+
+ private:
+  std::function<LossResult()> read_;
+  LossResult value_;
+  bool known_ = false;
 };
 
 class ConvOp {
@@ -169,6 +195,14 @@ class Backend {
   // dlogits = (softmax - onehot) / N. A label outside [0, classes) is an Error.
   virtual LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
                                            Tensor& dlogits) = 0;
+  // The same, without waiting for the loss: dlogits is queued as above and the labels may
+  // change once this returns, but the numbers are read when get() is called (a device with
+  // streams need not stop between forward and backward for them). The default computes
+  // them now: the host backends give exactly softmax_cross_entropy's result.
+  virtual PendingLoss softmax_cross_entropy_later(const Tensor& logits, const int32_t* labels,
+                                                  Tensor& dlogits) {
+    return PendingLoss(softmax_cross_entropy(logits, labels, dlogits));
+  }
 
   // Plain fp32 tensors of equal numel:
   // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
@@ -205,7 +239,9 @@ class Backend {
 // bf16: cpu needs a CPU with AVX512-BF16 or AMX (InputError naming the ISA oneDNN found
 // otherwise: emulated bf16 would train slower than fp32); ref rounds every stored activation
 // to bf16 (round to nearest even) around its fp32 loops, the reference the cpu path is
-// checked against; cuda has no bf16 yet (InputError).
+// checked against. fp16 and tf32 are cuda's alone: cpu and ref refuse them (InputError
+// naming the key, the value and the backend that takes it). "cuda" here is
+// make_cuda_backend with default options but for the precision.
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads,
                                       Precision precision = Precision::kF32);
 

@@ -44,10 +44,12 @@ struct NodeGpus {
 // InputError too.
 int select_local_device(const NodeGpus& node, int local_rank, bool share_gpus);
 
+// The deck's train.precision, train.deterministic and train.cudnn_workspace_mib land here.
 struct CudaOptions {
-  int device = 0;                    // CUDA device index (see select_local_device)
-  size_t workspace_limit_mib = 256;  // most cuDNN workspace a convolution algorithm may use
-  bool allow_tf32 = false;           // let cuDNN and cuBLAS use TF32 tensor cores for fp32
+  int device = 0;                         // CUDA device index (see select_local_device)
+  Precision precision = Precision::kF32;  // bf16/fp16: tensor cores, NHWC; tf32: fp32 on them
+  bool deterministic = false;             // only convolution algorithms cuDNN calls deterministic
+  size_t workspace_limit_mib = 256;       // most cuDNN workspace a convolution algorithm may use
 };
 
 // The cuDNN/cuBLAS backend on options.device. InputError when the build has no CUDA or no

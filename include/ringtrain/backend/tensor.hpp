@@ -16,7 +16,7 @@ namespace ringtrain::backend {
 
 using Shape = std::vector<int64_t>;
 
-enum class DType { kF32, kBF16 };
+enum class DType { kF32, kBF16, kF16 };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 

@@ -17,6 +17,8 @@ constexpr int kMaxThreads = 1024;
 // The longest comm.stall_timeout_s: 1e6 s (11.6 days) outlasts any job's wall-clock limit and
 // stays far below the 9.2e9 s at which the stall clock's int64 nanoseconds overflow.
 constexpr double kMaxStallTimeoutS = 1e6;
+// The largest train.cudnn_workspace_mib: 1 TiB, beyond any GPU's memory.
+constexpr int kMaxCudnnWorkspaceMib = 1 << 20;
 
 struct DataConfig {
   std::string dir;  // shard directory (rt-shard / rt-fibergen output)
@@ -36,10 +38,12 @@ struct ModelConfig {
 };
 
 struct TrainConfig {
-  std::string backend = "cpu";  // cpu | cuda | ref
-  bool share_gpus = false;      // cuda: ranks of a node may share GPUs when they outnumber them
-  std::string precision = "fp32";
-  int threads = 0;  // 0: this rank's share of the cores; at most kMaxThreads
+  std::string backend = "cpu";     // cpu | cuda | ref
+  bool share_gpus = false;         // cuda: ranks of a node may share GPUs when they outnumber them
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 | tf32 (the last two: cuda only)
+  bool deterministic = false;      // cuda: only convolution algorithms cuDNN calls deterministic
+  int cudnn_workspace_mib = 256;   // cuda: most workspace a convolution algorithm may use
+  int threads = 0;                 // 0: this rank's share of the cores; at most kMaxThreads
   int epochs = 1;
   int batch_per_rank = 0;  // exactly one of batch_per_rank and global_batch
   int global_batch = 0;
@@ -50,7 +54,7 @@ struct TrainConfig {
   bool nesterov = false;
   double weight_decay = 5e-4;
   bool decay_bn_and_bias = false;
-  std::string schedule = "cosine";    // cosine | step | constant
+  std::string schedule = "cosine";  // cosine | step | constant
   double warmup_epochs = 0;
   std::vector<int> step_epochs;  // "30,60,80" for schedule = step
   double step_gamma = 0.1;

@@ -38,6 +38,9 @@ class Model {
   // Softmax cross-entropy (mean over the batch) of the last forward against host labels
   // (one per image); sets the logits' gradient for backward().
   LossResult loss(const int32_t* labels);
+  // The same, its numbers read when the caller asks (Backend::softmax_cross_entropy_later):
+  // the training loop does not wait for forward to finish before queueing backward.
+  backend::PendingLoss loss_later(const int32_t* labels);
   // Backprop of the last loss(). Calls on_grad_ready(i) the moment parameters()[i]'s
   // gradient is final, in backward_order(). Gradients are overwritten, or with `accumulate`
   // this batch's gradient is added to them in fp32 (gradient accumulation's later

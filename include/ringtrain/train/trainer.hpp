@@ -1,6 +1,7 @@
 // trainer.hpp — the training run: data, model, fusion engine and optimizer tied together.
 #pragma once
 
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/config/config.hpp"
 
@@ -10,6 +11,10 @@ namespace ringtrain::train {
 // results file. A failure in set-up fails every rank together (agree.hpp); a failure in
 // a step on one rank aborts the job.
 void train(const Config& config, comm::Communicator& comm);
+
+// What the deck asks of the CUDA backend of this rank's GPU `device`: train.precision,
+// train.deterministic and train.cudnn_workspace_mib.
+backend::CudaOptions cuda_options(const TrainConfig& train, int device);
 
 // The whole program behind main(): MPI start-up, the command line, the exit code.
 int run_app(int argc, char** argv);

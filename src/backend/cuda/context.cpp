@@ -1,4 +1,5 @@
-// context.cpp — the CUDA context ops share; device probing; the plain-tensor checks.
+// context.cpp — the CUDA context ops share; device probing; the tensor checks; the forms
+// activations take and the conversions between them.
 #include "context.hpp"
 
 #include "../factories.hpp"
@@ -27,7 +28,50 @@ DeviceProbe probe_once() noexcept {
   return probe;
 }
 
+// The three sizes a conversion kernel walks: [n, c, hw] (2-D [N, F]: n = N, c = F).
+struct Dims {
+  int64_t n = 1, c = 1, hw = 1;
+};
+Dims dims_of(const Shape& shape) {
+  Dims d;
+  if (shape.size() >= 2) d.n = shape[0], d.c = shape[1];
+  if (shape.size() == 1) d.c = shape[0];
+  for (size_t i = 2; i < shape.size(); ++i) d.hw *= shape[i];
+  return d;
+}
+
 }  // namespace
+
+std::shared_ptr<const Layout> nhwc_layout() {
+  static const std::shared_ptr<const Layout> layout = std::make_shared<NhwcLayout>();
+  return layout;
+}
+
+bool is_nhwc(const Tensor& t) {
+  return t.layout() != nullptr && dynamic_cast<const NhwcLayout*>(t.layout().get()) != nullptr;
+}
+
+kernels::Elem elem_of(DType dtype) {
+  return dtype == DType::kBF16  ? kernels::Elem::kBF16
+         : dtype == DType::kF16 ? kernels::Elem::kF16
+                                : kernels::Elem::kF32;
+}
+
+cudnnDataType_t cudnn_type(DType dtype) {
+  return dtype == DType::kBF16  ? CUDNN_DATA_BFLOAT16
+         : dtype == DType::kF16 ? CUDNN_DATA_HALF
+                                : CUDNN_DATA_FLOAT;
+}
+
+void describe(const TensorDesc& d, const Tensor& t) {
+  RT_CHECK(t.rank() == 4 || t.rank() == 2, "cuda backend: tensor ", shape_str(t.shape()),
+           " is neither 4-D nor 2-D");
+  RT_CHECK(t.is_plain() || is_nhwc(t), "cuda backend: tensor ", shape_str(t.shape()),
+           " has a layout cuDNN cannot be told");
+  auto dim = [&](size_t i) { return i < t.rank() ? int(t.dim(i)) : 1; };
+  set_4d(d, is_nhwc(t) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, cudnn_type(t.dtype()), dim(0),
+         dim(1), dim(2), dim(3));
+}
 
 DeviceProbe probe_devices() noexcept {
   // Probed once: later calls neither pay for it nor see a different answer.
@@ -57,12 +101,54 @@ Context::Context(const CudaOptions& options)
     : device_(bind_device(options.device)),
       pool_(DevicePool::create(options.device)),
       workspace_limit_(options.workspace_limit_mib << 20),
-      allow_tf32_(options.allow_tf32) {
+      precision_(options.precision),
+      deterministic_(options.deterministic) {
   CUDNN_CHECK(cudnnSetStream(cudnn_.get(), stream_.get()));
   CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
   // fp32 GEMMs stay fp32 unless TF32 is asked for: the tests hold them to the reference.
-  CUBLAS_CHECK(cublasSetMathMode(cublas_.get(),
-                                 allow_tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(cublasSetMathMode(cublas_.get(), precision_ == Precision::kTF32
+                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                    : CUBLAS_DEFAULT_MATH));
+}
+
+DType Context::act_dtype() const {
+  return precision_ == Precision::kBF16  ? DType::kBF16
+         : precision_ == Precision::kF16 ? DType::kF16
+                                         : DType::kF32;
+}
+
+cudnnMathType_t Context::conv_math() const {
+  if (act_dtype() != DType::kF32) return CUDNN_TENSOR_OP_MATH;
+  return precision_ == Precision::kTF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+void Context::ensure_as(Tensor& t, const Shape& shape, DType dtype, bool nhwc) const {
+  if (!t.empty() && t.shape() == shape && t.dtype() == dtype && is_nhwc(t) == nhwc &&
+      (nhwc || t.is_plain()))
+    return;
+  RT_CHECK(!t.is_view(), "cuda backend: a view ", shape_str(t.shape()), " cannot become ",
+           shape_str(shape), " ", dtype_name(dtype));
+  RT_CHECK(!nhwc || shape.size() == 4, "cuda backend: NHWC needs a 4-D shape, not ",
+           shape_str(shape));
+  const size_t bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  t = Tensor(shape, dtype, pool_->allocate(bytes), bytes, nhwc ? nhwc_layout() : nullptr);
+}
+
+void Context::convert(const Tensor& src, Tensor& dst) const {
+  RT_CHECK(src.shape() == dst.shape(), "cuda backend: convert ", shape_str(src.shape()), " into ",
+           shape_str(dst.shape()));
+  const Dims d = dims_of(src.shape());
+  kernels::convert(src.raw(), elem_of(src.dtype()), is_nhwc(src), dst.raw(), elem_of(dst.dtype()),
+                   is_nhwc(dst), d.n, d.c, d.hw, stream());
+}
+
+const Tensor& Context::as(const Tensor& t, DType dtype, bool nhwc, Tensor& scratch) const {
+  expect_present(t, "an op's input");
+  nhwc = nhwc && t.rank() == 4;
+  if (t.dtype() == dtype && is_nhwc(t) == nhwc && (nhwc || t.is_plain())) return t;
+  ensure_as(scratch, t.shape(), dtype, nhwc);
+  convert(t, scratch);
+  return scratch;
 }
 
 Context::~Context() {
@@ -91,6 +177,10 @@ void* Context::workspace(size_t bytes) {
     workspace_bytes_ = bytes;
   }
   return workspace_.get();
+}
+
+void expect_present(const Tensor& t, const char* what) {
+  RT_CHECK(!t.empty(), "cuda backend: ", what, " is empty");
 }
 
 void expect_f32(const Tensor& t, const char* what) {

@@ -1,16 +1,35 @@
 // context.hpp — what every CUDA op shares: the device, the compute stream, the cuDNN and
-// cuBLAS handles bound to it, the memory pool and one growing cuDNN workspace.
+// cuBLAS handles bound to it, the memory pool, one growing cuDNN workspace; and the forms
+// activations take (element type and order) with the conversions between them.
+//
+// Mixed precision (train.precision = bf16 | fp16): activations are 16-bit, 4-D ones in NHWC
+// order (channels last, what tensor-core convolutions read without a transpose), marked
+// with an NhwcLayout; 2-D ones are plain. Parameters, gradients and everything the
+// optimizer touches stay plain fp32: ops convert weights to the activation form for the
+// product and write fp32 gradients. Every op accepts its inputs in any form (a plain fp32
+// upload, a 16-bit NHWC activation, an fp32 loss gradient) and converts what is not its own.
 #pragma once
 
 #include <memory>
 
 #include "device_scope.hpp"
 #include "handles.hpp"
+#include "kernels.hpp"
 #include "memory_pool.hpp"
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/devices.hpp"
 
 namespace ringtrain::backend::cuda {
+
+// The layout mark of a 4-D tensor stored NHWC (channels last).
+class NhwcLayout : public Layout {};
+std::shared_ptr<const Layout> nhwc_layout();
+bool is_nhwc(const Tensor& t);
+
+kernels::Elem elem_of(DType dtype);
+cudnnDataType_t cudnn_type(DType dtype);
+// A cuDNN descriptor of t as it lies in memory (type and order); [N, F] as [N, F, 1, 1].
+void describe(const TensorDesc& d, const Tensor& t);
 
 class Context {
  public:
@@ -29,11 +48,43 @@ class Context {
   cudnnHandle_t cudnn() const { return cudnn_.get(); }
   cublasHandle_t cublas() const { return cublas_.get(); }
   DevicePool& pool() const { return *pool_; }
-  size_t workspace_limit() const { return workspace_limit_; }
-  bool allow_tf32() const { return allow_tf32_; }
+  size_t workspace_limit() const { return workspace_limit_; }  // bytes
+  size_t workspace_limit_mib() const { return workspace_limit_ >> 20; }
+  Precision precision() const { return precision_; }
+  bool deterministic() const { return deterministic_; }
+
+  // What activations are stored in: fp32 (fp32, tf32), bf16 or fp16; 4-D 16-bit ones NHWC.
+  DType act_dtype() const;
+  // The convolution math: FMA only for fp32 (the tests hold it to the reference), cuDNN's
+  // default for tf32 (which lets fp32 convolutions run on TF32 tensor cores), tensor ops
+  // for 16-bit data.
+  cudnnMathType_t conv_math() const;
 
   // A plain device tensor from the pool.
   Tensor alloc(const Shape& shape, DType dtype = DType::kF32) const;
+  // Reallocates t unless it already has this shape, type and order.
+  void ensure_as(Tensor& t, const Shape& shape, DType dtype, bool nhwc) const;
+  // An activation of this shape in this context's form.
+  void ensure_act(Tensor& t, const Shape& shape) const {
+    ensure_as(t, shape, act_dtype(), act_nhwc(shape));
+  }
+  bool act_nhwc(const Shape& shape) const {
+    return shape.size() == 4 && act_dtype() != DType::kF32;
+  }
+  // dst = src in dst's type and order (equal shapes), on the stream.
+  void convert(const Tensor& src, Tensor& dst) const;
+  // t itself when it already has this type and order, else t converted into scratch.
+  const Tensor& as(const Tensor& t, DType dtype, bool nhwc, Tensor& scratch) const;
+  const Tensor& as_act(const Tensor& t, Tensor& scratch) const {
+    return as(t, act_dtype(), act_nhwc(t.shape()), scratch);
+  }
+  // t in the form of `like` (same type and order), for a gradient meeting its activation.
+  const Tensor& as_form_of(const Tensor& t, const Tensor& like, Tensor& scratch) const {
+    return as(t, like.dtype(), is_nhwc(like), scratch);
+  }
+  const Tensor& as_plain_f32(const Tensor& t, Tensor& scratch) const {
+    return as(t, DType::kF32, false, scratch);
+  }
   // Reallocates t (plain fp32) unless it already has this shape; a view cannot change.
   void ensure(Tensor& t, const Shape& shape) const;
   // At least `bytes` of cuDNN workspace (null when bytes is 0), valid until the next call.
@@ -49,13 +100,16 @@ class Context {
   CublasHandle cublas_;
   std::shared_ptr<DevicePool> pool_;
   size_t workspace_limit_;
-  bool allow_tf32_;
+  Precision precision_;
+  bool deterministic_;
   std::shared_ptr<void> workspace_;
   size_t workspace_bytes_ = 0;
 };
 
 // Checks a tensor handed to a CUDA op: present, plain fp32.
 void expect_f32(const Tensor& t, const char* what);
+// Checks a tensor handed to a CUDA op: present (any type and order).
+void expect_present(const Tensor& t, const char* what);
 
 std::unique_ptr<ConvOp> make_conv(Context& ctx, const ConvSpec& spec);
 std::unique_ptr<LinearOp> make_linear(Context& ctx, const LinearSpec& spec);

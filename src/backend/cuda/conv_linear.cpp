@@ -1,9 +1,11 @@
 // conv_linear.cpp — cuDNN convolution and cuBLAS linear layers: forward, backward data,
-// backward weights. Convolution algorithms are chosen once per input shape by cuDNN's
-// heuristics (Get*_v7), within the workspace limit, preferring deterministic ones.
+// backward weights, in fp32, tf32 or on bf16/fp16 tensor cores. Convolution algorithms are
+// measured by cudnnFind*AlgorithmEx once per input shape and the fastest allowed one kept
+// (within train.cudnn_workspace_mib, deterministic under train.deterministic).
 #include <limits>
 #include <vector>
 
+#include "../algorithm_choice.hpp"
 #include "context.hpp"
 #include "kernels.hpp"
 #include "ringtrain/core/error.hpp"
@@ -24,52 +26,59 @@ int as_int(int64_t v, const char* what) {
   return int(v);
 }
 
-// The first algorithm of a heuristics list that succeeded and fits the workspace limit,
-// a deterministic one if any does.
+// One convolution direction's measured choice; the math type is set on the descriptor
+// before each call, as cuDNN measured the algorithm with it.
+struct Choice {
+  int algo = 0;
+  size_t memory = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
 template <typename Perf>
-Perf pick(const std::vector<Perf>& perf, int returned, size_t limit, const char* which,
-          const Shape& x_shape) {
-  const Perf* fallback = nullptr;
-  for (int i = 0; i < returned; ++i) {
-    const Perf& p = perf[i];
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > limit) continue;
-    if (p.determinism == CUDNN_DETERMINISTIC) return p;
-    if (fallback == nullptr) fallback = &p;
-  }
-  RT_CHECK(fallback != nullptr, "cuDNN has no ", which, " algorithm for input ", shape_str(x_shape),
-           " within the workspace limit of ", limit >> 20,
-           " MiB; raise the cuDNN workspace limit in the deck");
-  return *fallback;
+Choice choose(const std::vector<Perf>& perf, int returned, const Context& ctx,
+              const std::string& what) {
+  std::vector<AlgorithmTrial> trials;
+  for (int i = 0; i < returned; ++i)
+    trials.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].time,
+                      perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC});
+  const Perf& p =
+      perf[choose_algorithm(trials, ctx.workspace_limit_mib(), ctx.deterministic(), what)];
+  return {int(p.algo), p.memory, p.mathType};
 }
 
 class Conv : public ConvOp {
  public:
-  Conv(Context& ctx, const ConvSpec& spec) : ctx_(ctx), s_(spec) {
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                           s_.out_channels, s_.in_channels, s_.kernel, s_.kernel));
+  Conv(Context& ctx, const ConvSpec& spec) : ctx_(ctx), s_(spec), act_(ctx.act_dtype()) {
+    // 16-bit filters are KRSC (NHWC order), as tensor-core kernels read them.
+    CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(w_desc_.get(), cudnn_type(act_),
+                                   act_ == DType::kF32 ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC,
+                                   s_.out_channels, s_.in_channels, s_.kernel, s_.kernel));
+    // Accumulation in fp32 whatever the data (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configs).
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_.get(), s_.padding, s_.padding, s_.stride,
                                                 s_.stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                                 CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv_desc_.get(), ctx_.allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    set_nchw(bias_desc_, 1, s_.out_channels, 1, 1);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), ctx_.conv_math()));
+    set_4d(bias_desc_, CUDNN_TENSOR_NCHW, cudnn_type(act_), 1, s_.out_channels, 1, 1);
     CUDNN_CHECK(cudnnSetActivationDescriptor(relu_desc_.get(), CUDNN_ACTIVATION_RELU,
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
 
-  void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+  void forward(const Tensor& x_in, const Tensor& w, const Tensor* bias, Tensor& y) override {
     ctx_.activate();
-    expect_f32(x, "conv x");
     expect_f32(w, "conv w");
-    Plan& p = plan_for(x);
-    ctx_.ensure(y, p.y_shape);
-    void* ws = ctx_.workspace(p.fwd.memory);
-    CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), w_desc_.get(),
-                                        w.raw(), conv_desc_.get(), p.fwd.algo, ws, p.fwd.memory,
-                                        &kZero, p.y_desc.get(), y.raw()));
+    const Tensor& x = ctx_.as_act(x_in, x_cast_);
+    const Tensor& wa = weights(w);
+    Plan& p = plan_for(x, wa);
+    ctx_.ensure_act(y, p.y_shape);
+    void* ws = use(p.fwd);
+    CUDNN_CHECK(cudnnConvolutionForward(
+        ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), w_desc_.get(), wa.raw(), conv_desc_.get(),
+        cudnnConvolutionFwdAlgo_t(p.fwd.algo), ws, p.fwd.memory, &kZero, p.y_desc.get(), y.raw()));
     if (s_.bias) {
       RT_CHECK(bias != nullptr, "conv forward: the layer has a bias but none was passed");
-      CUDNN_CHECK(cudnnAddTensor(ctx_.cudnn(), &kOne, bias_desc_.get(), bias->raw(), &kOne,
+      const Tensor& b = ctx_.as(*bias, act_, false, bias_cast_);
+      CUDNN_CHECK(cudnnAddTensor(ctx_.cudnn(), &kOne, bias_desc_.get(), b.raw(), &kOne,
                                  p.y_desc.get(), y.raw()));
     }
     if (s_.fuse_relu)
@@ -77,91 +86,125 @@ class Conv : public ConvOp {
                                          y.raw(), &kZero, p.y_desc.get(), y.raw()));
   }
 
-  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+  void backward_data(const Tensor& dy_in, const Tensor& w, Tensor& dx) override {
     ctx_.activate();
-    Plan& p = current("conv backward_data", dy);
-    ctx_.ensure(dx, p.x_shape);
-    void* ws = ctx_.workspace(p.bwd_data.memory);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(
-        ctx_.cudnn(), &kOne, w_desc_.get(), w.raw(), p.y_desc.get(), dy.raw(), conv_desc_.get(),
-        p.bwd_data.algo, ws, p.bwd_data.memory, &kZero, p.x_desc.get(), dx.raw()));
+    expect_f32(w, "conv w");
+    Plan& p = current("conv backward_data", dy_in);
+    const Tensor& dy = ctx_.as_act(dy_in, dy_cast_);
+    const Tensor& wa = weights(w);
+    ctx_.ensure_act(dx, p.x_shape);
+    void* ws = use(p.bwd_data);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(ctx_.cudnn(), &kOne, w_desc_.get(), wa.raw(),
+                                             p.y_desc.get(), dy.raw(), conv_desc_.get(),
+                                             cudnnConvolutionBwdDataAlgo_t(p.bwd_data.algo), ws,
+                                             p.bwd_data.memory, &kZero, p.x_desc.get(), dx.raw()));
   }
 
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
+  // dw and dbias are fp32 whatever the activations: 16-bit filter gradients are converted
+  // from cuDNN's output, bias gradients summed in fp32 from dy.
+  void backward_weights(const Tensor& x_in, const Tensor& dy_in, Tensor& dw,
+                        Tensor* dbias) override {
     ctx_.activate();
-    Plan& p = current("conv backward_weights", dy);
+    Plan& p = current("conv backward_weights", dy_in);
     check_shape(dw, {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel},
                 "conv backward_weights", "dw");
-    void* ws = ctx_.workspace(p.bwd_filter.memory);
+    expect_f32(dw, "conv dw");
+    const Tensor& x = ctx_.as_act(x_in, x_cast_);
+    const Tensor& dy = ctx_.as_act(dy_in, dy_cast_);
+    const bool narrow = act_ != DType::kF32;
+    if (narrow) ctx_.ensure_as(dw_cast_, dw.shape(), act_, true);
+    Tensor& out = narrow ? dw_cast_ : dw;
+    void* ws = use(p.bwd_filter);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), p.y_desc.get(), dy.raw(), conv_desc_.get(),
-        p.bwd_filter.algo, ws, p.bwd_filter.memory, &kZero, w_desc_.get(), dw.raw()));
+        cudnnConvolutionBwdFilterAlgo_t(p.bwd_filter.algo), ws, p.bwd_filter.memory, &kZero,
+        w_desc_.get(), out.raw()));
+    if (narrow) ctx_.convert(dw_cast_, dw);
     if (!s_.bias) return;
     RT_CHECK(dbias != nullptr, "conv backward_weights: the layer has a bias but no dbias");
-    CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx_.cudnn(), &kOne, p.y_desc.get(), dy.raw(), &kZero,
-                                             bias_desc_.get(), dbias->raw()));
+    if (!narrow) {
+      CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx_.cudnn(), &kOne, p.y_desc.get(), dy.raw(),
+                                               &kZero, bias_desc_.get(), dbias->raw()));
+      return;
+    }
+    // NHWC dy is a row-major [N*H*W, C] matrix: its column sums are dbias.
+    kernels::column_sums_typed(dy.raw(), elem_of(act_), dy.numel() / s_.out_channels,
+                               s_.out_channels, dbias->f32(), ctx_.stream());
   }
 
  private:
   struct Plan {
     Shape x_shape, y_shape;
     TensorDesc x_desc, y_desc;
-    cudnnConvolutionFwdAlgoPerf_t fwd;
-    cudnnConvolutionBwdDataAlgoPerf_t bwd_data;
-    cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter;
+    Choice fwd, bwd_data, bwd_filter;
   };
 
-  Plan& plan_for(const Tensor& x) {
+  // The weights as the product reads them: w itself in fp32, else converted to 16-bit KRSC.
+  const Tensor& weights(const Tensor& w) {
+    if (act_ == DType::kF32) return w;
+    ctx_.ensure_as(w_cast_, w.shape(), act_, true);
+    ctx_.convert(w, w_cast_);
+    return w_cast_;
+  }
+
+  void* use(const Choice& c) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), c.math));
+    return ctx_.workspace(c.memory);
+  }
+
+  Plan& plan_for(const Tensor& x, const Tensor& w) {
     for (auto& p : plans_)
       if (p->x_shape == x.shape()) return *(current_ = p.get());
     RT_CHECK(x.rank() == 4 && x.dim(1) == s_.in_channels, "conv: input ", shape_str(x.shape()),
              " does not have ", s_.in_channels, " channels");
     auto p = std::make_unique<Plan>();
     p->x_shape = x.shape();
-    set_nchw(p->x_desc, as_int(x.dim(0), "batch"), s_.in_channels, as_int(x.dim(2), "height"),
-             as_int(x.dim(3), "width"));
-    int n = 0, c = 0, h = 0, w = 0;
+    for (size_t i : {0, 2, 3}) as_int(x.dim(i), "dimension");  // cuDNN takes int sizes
+    describe(p->x_desc, x);
+    int n = 0, c = 0, h = 0, w_ = 0;
     CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv_desc_.get(), p->x_desc.get(),
-                                                      w_desc_.get(), &n, &c, &h, &w));
-    RT_CHECK(h >= 1 && w >= 1, "conv: input ", shape_str(x.shape()), " smaller than the kernel");
-    p->y_shape = {n, c, h, w};
-    set_nchw(p->y_desc, n, c, h, w);
-    choose_algorithms(*p);
+                                                      w_desc_.get(), &n, &c, &h, &w_));
+    RT_CHECK(h >= 1 && w_ >= 1, "conv: input ", shape_str(x.shape()), " smaller than the kernel");
+    p->y_shape = {n, c, h, w_};
+    set_4d(p->y_desc, is_nhwc(x) ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, cudnn_type(act_), n, c, h,
+           w_);
+    find_algorithms(*p, x, w);
     plans_.push_back(std::move(p));
     return *(current_ = plans_.back().get());
   }
 
-  void choose_algorithms(Plan& p) {
+  // Runs every algorithm of each direction on this shape (cuDNN times them) and keeps the
+  // fastest allowed one. Outputs go to scratch tensors, never to a tensor someone reads
+  // (dw may be a view into a fusion bucket); the backward trials read forward's output as dy.
+  void find_algorithms(Plan& p, const Tensor& x, const Tensor& w) {
     cudnnHandle_t h = ctx_.cudnn();
-    const size_t limit = ctx_.workspace_limit();
+    const std::string input = " for input " + shape_str(p.x_shape);
+    Tensor y, dx, dw;
+    ctx_.ensure_act(y, p.y_shape);
+    ctx_.ensure_act(dx, p.x_shape);
+    ctx_.ensure_as(dw, w.shape(), w.dtype(), is_nhwc(w));
+    const size_t ws_bytes = ctx_.workspace_limit();
+    void* ws = ctx_.workspace(ws_bytes);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), ctx_.conv_math()));
     int max = 0, got = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(max);
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-        h, p.x_desc.get(), w_desc_.get(), conv_desc_.get(), p.y_desc.get(), max, &got, fwd.data()));
-    p.fwd = pick(fwd, got, limit, "forward", p.x_shape);
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(static_cast<size_t>(max));
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+        h, p.x_desc.get(), x.raw(), w_desc_.get(), w.raw(), conv_desc_.get(), p.y_desc.get(),
+        y.raw(), max, &got, fwd.data(), ws, ws_bytes));
+    p.fwd = choose(fwd, got, ctx_, "forward algorithm" + input);
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max);
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_.get(), p.y_desc.get(),
-                                                            conv_desc_.get(), p.x_desc.get(), max,
-                                                            &got, data.data()));
-    p.bwd_data = pick(data, got, limit, "backward-data", p.x_shape);
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(static_cast<size_t>(max));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, w_desc_.get(), w.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), p.x_desc.get(),
+        dx.raw(), max, &got, data.data(), ws, ws_bytes));
+    p.bwd_data = choose(data, got, ctx_, "backward-data algorithm" + input);
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(max);
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x_desc.get(), p.y_desc.get(),
-                                                              conv_desc_.get(), w_desc_.get(), max,
-                                                              &got, filter.data()));
-    p.bwd_filter = pick(filter, got, limit, "backward-filter", p.x_shape);
-    // The heuristics' memory is an estimate: size the workspace by cuDNN's exact answer.
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p.x_desc.get(), w_desc_.get(),
-                                                        conv_desc_.get(), p.y_desc.get(),
-                                                        p.fwd.algo, &p.fwd.memory));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_.get(), p.y_desc.get(),
-                                                             conv_desc_.get(), p.x_desc.get(),
-                                                             p.bwd_data.algo, &p.bwd_data.memory));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, p.x_desc.get(), p.y_desc.get(), conv_desc_.get(), w_desc_.get(), p.bwd_filter.algo,
-        &p.bwd_filter.memory));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(static_cast<size_t>(max));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, p.x_desc.get(), x.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), w_desc_.get(),
+        dw.raw(), max, &got, filter.data(), ws, ws_bytes));
+    p.bwd_filter = choose(filter, got, ctx_, "backward-filter algorithm" + input);
   }
 
   Plan& current(const char* op, const Tensor& dy) {
@@ -172,63 +215,88 @@ class Conv : public ConvOp {
 
   Context& ctx_;
   ConvSpec s_;
+  DType act_;
   FilterDesc w_desc_;
   ConvDesc conv_desc_;
   TensorDesc bias_desc_;
   ActivationDesc relu_desc_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
+  Tensor x_cast_, dy_cast_, w_cast_, dw_cast_, bias_cast_;  // inputs in the product's form
 };
+
+cudaDataType_t cuda_type(DType dtype) {
+  return dtype == DType::kBF16 ? CUDA_R_16BF : dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 // Row-major [N, F] x [out, F]^T with a column-major BLAS: a row-major matrix is its own
 // transpose in column-major order, so
 //   y^T  [out, N] = w^T' x^T:   gemm(T, N, m=out, n=N, k=F,   A=w  (ld F), B=x  (ld F))
 //   dx^T [F, N]   = w^T dy^T:   gemm(N, N, m=F,   n=N, k=out, A=w  (ld F), B=dy (ld out))
 //   dw^T [F, out] = x^T dy:     gemm(N, T, m=F,   n=out, k=N, A=x  (ld F), B=dy (ld out))
+// All through cublasGemmEx with fp32 accumulation: A and B in the activation type (16-bit
+// on tensor cores), C in its own (dw is always fp32); tf32 asks for CUBLAS_COMPUTE_32F_FAST_TF32.
+// Inputs are plain in NCHW order (a 16-bit NHWC activation is reordered first), so the
+// flattening is the one Linear defines.
 class Linear : public LinearOp {
  public:
-  Linear(Context& ctx, const LinearSpec& spec) : ctx_(ctx), s_(spec) {}
+  Linear(Context& ctx, const LinearSpec& spec) : ctx_(ctx), s_(spec), act_(ctx.act_dtype()) {}
 
-  void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
+  void forward(const Tensor& x_in, const Tensor& w, const Tensor* bias, Tensor& y) override {
     ctx_.activate();
-    expect_f32(x, "linear x");
+    expect_present(x_in, "linear x");
     expect_f32(w, "linear w");
-    RT_CHECK(x.rank() >= 2 && x.numel() / std::max<int64_t>(1, x.dim(0)) == s_.in_features,
-             "linear: input ", shape_str(x.shape()), " does not have ", s_.in_features,
+    RT_CHECK(x_in.rank() >= 2 && x_in.numel() / std::max<int64_t>(1, x_in.dim(0)) == s_.in_features,
+             "linear: input ", shape_str(x_in.shape()), " does not have ", s_.in_features,
              " features per image");
-    x_shape_ = x.shape();
+    x_shape_ = x_in.shape();
+    const Tensor& x = ctx_.as(x_in, act_, false, x_cast_);
+    const Tensor& wa = ctx_.as(w, act_, false, w_cast_);
     const int n = as_int(x.dim(0), "batch"), f = as_int(s_.in_features, "features");
     const int out = s_.out_features;
-    ctx_.ensure(y, {n, out});
-    CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out, n, f, &kOne, w.f32(), f,
-                             x.f32(), f, &kZero, y.f32(), out));
+    ctx_.ensure_as(y, {n, out}, act_, false);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, n, f, wa, f, x, f, y, out);
     if (!s_.bias) return;
     RT_CHECK(bias != nullptr, "linear forward: the layer has a bias but none was passed");
-    kernels::add_row_bias(y.f32(), bias->f32(), n, out, ctx_.stream());
+    kernels::add_row_bias_typed(y.raw(), elem_of(act_), bias->f32(), n, out, ctx_.stream());
   }
 
-  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+  void backward_data(const Tensor& dy_in, const Tensor& w, Tensor& dx) override {
     ctx_.activate();
-    check_dy("linear backward_data", dy);
+    check_dy("linear backward_data", dy_in);
     const int n = int(x_shape_[0]), f = int(s_.in_features), out = s_.out_features;
-    ctx_.ensure(dx, x_shape_);
-    CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, f, n, out, &kOne, w.f32(), f,
-                             dy.f32(), out, &kZero, dx.f32(), f));
+    const Tensor& dy = ctx_.as(dy_in, act_, false, dy_cast_);
+    const Tensor& wa = ctx_.as(w, act_, false, w_cast_);
+    ctx_.ensure_as(dx, x_shape_, act_, false);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, f, n, out, wa, f, dy, out, dx, f);
   }
 
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
+  void backward_weights(const Tensor& x_in, const Tensor& dy_in, Tensor& dw,
+                        Tensor* dbias) override {
     ctx_.activate();
-    check_dy("linear backward_weights", dy);
+    check_dy("linear backward_weights", dy_in);
     check_shape(dw, {s_.out_features, s_.in_features}, "linear backward_weights", "dw");
+    expect_f32(dw, "linear dw");
     const int n = int(x_shape_[0]), f = int(s_.in_features), out = s_.out_features;
-    CUBLAS_CHECK(cublasSgemm(ctx_.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, f, out, n, &kOne, x.f32(), f,
-                             dy.f32(), out, &kZero, dw.f32(), f));
+    const Tensor& x = ctx_.as(x_in, act_, false, x_cast_);
+    const Tensor& dy = ctx_.as(dy_in, act_, false, dy_cast_);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, f, out, n, x, f, dy, out, dw, f);
     if (!s_.bias) return;
     RT_CHECK(dbias != nullptr, "linear backward_weights: the layer has a bias but no dbias");
-    kernels::column_sums(dy.f32(), n, out, dbias->f32(), ctx_.stream());
+    kernels::column_sums_typed(dy.raw(), elem_of(act_), n, out, dbias->f32(), ctx_.stream());
   }
 
  private:
+  // C = op(A) op(B) in column-major terms; C's type is its own.
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const Tensor& a,
+            int lda, const Tensor& b, int ldb, Tensor& c, int ldc) {
+    const cublasComputeType_t compute =
+        ctx_.precision() == Precision::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasGemmEx(ctx_.cublas(), ta, tb, m, n, k, &kOne, a.raw(), cuda_type(a.dtype()),
+                              lda, b.raw(), cuda_type(b.dtype()), ldb, &kZero, c.raw(),
+                              cuda_type(c.dtype()), ldc, compute, CUBLAS_GEMM_DEFAULT));
+  }
+
   void check_dy(const char* op, const Tensor& dy) {
     RT_CHECK(!x_shape_.empty(), op, " before forward");
     check_shape(dy, {x_shape_[0], s_.out_features}, op, "dy");
@@ -236,7 +304,9 @@ class Linear : public LinearOp {
 
   Context& ctx_;
   LinearSpec s_;
+  DType act_;
   Shape x_shape_;
+  Tensor x_cast_, dy_cast_, w_cast_;
 };
 
 }  // namespace

@@ -1,8 +1,9 @@
 // cuda_backend.cpp — the CUDA backend: allocation from the pool, transfers on the compute
-// stream, the loss, SGD and elementwise ops on our kernels; layer ops in conv_linear.cpp
-// and norm_pool.cpp.
+// stream (uploads through pinned, double-buffered staging), the loss (read later, through
+// pinned memory), SGD and elementwise ops on our kernels; layer ops in conv_linear.cpp and
+// norm_pool.cpp.
+#include <cstring>
 #include <mutex>
-#include <numeric>
 #include <vector>
 
 #include "../factories.hpp"
@@ -13,12 +14,42 @@
 namespace ringtrain::backend::cuda {
 namespace {
 
-inline cudaError_t create_ready_event(cudaEvent_t* e) {
-  // No timing (cheaper to record); a waiting thread sleeps instead of spinning on a core
-  // the ranks' CPU work needs.
-  return cudaEventCreateWithFlags(e, cudaEventDisableTiming | cudaEventBlockingSync);
-}
-using ReadyEvent = Owned<cudaEvent_t, create_ready_event, cudaEventDestroy>;
+using ReadyEvent = SyncEvent;
+
+// Host-to-device copies of pageable memory through two pinned buffers used in turn: the
+// caller's memory is copied into one (a host memcpy) and the DMA from it is queued, so
+// copy_to_device returns before the transfer ends, and the next copy fills the other
+// buffer while this one may still be in flight. A buffer is refilled only after the event
+// of its last transfer (so two transfers in flight never share one).
+class HostStaging {
+ public:
+  void copy_to_device(const void* host, void* device, size_t bytes, cudaStream_t stream) {
+    Slot& slot = slots_[next_];
+    next_ = 1 - next_;
+    if (slot.in_flight) CUDA_CHECK(cudaEventSynchronize(slot.done.get()));
+    slot.in_flight = false;
+    if (slot.buffer.bytes() < bytes) slot.buffer = PinnedBuffer(bytes);
+    std::memcpy(slot.buffer.get(), host, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(device, slot.buffer.get(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(slot.done.get(), stream));
+    slot.in_flight = true;
+  }
+
+ private:
+  struct Slot {
+    PinnedBuffer buffer;
+    SyncEvent done;
+    bool in_flight = false;
+  };
+  Slot slots_[2];
+  int next_ = 0;
+};
+
+// Where one batch's loss totals land on the host, and the event after their copy.
+struct LossSlot {
+  PinnedBuffer totals{2 * sizeof(double)};
+  SyncEvent copied;
+};
 
 void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
   RT_CHECK(a.numel() == b.numel(), op, ": tensors ", shape_str(a.shape()), " and ",
@@ -36,22 +67,30 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda"; }
   int threads() const override { return 1; }
+  Precision precision() const override { return ctx_.precision(); }
 
   Tensor alloc(const Shape& shape, DType dtype) override { return ctx_.alloc(shape, dtype); }
 
+  // Returns once the values are in pinned staging (the caller may reuse its memory); the
+  // transfer itself is queued on the compute stream, ahead of the ops that read t.
   void upload(const float* host, Tensor& t) override {
     ctx_.activate();
-    expect_f32(t, "upload target");
-    CUDA_CHECK(cudaMemcpyAsync(t.raw(), host, size_t(t.numel()) * sizeof(float),
-                               cudaMemcpyHostToDevice, ctx_.stream()));
-    // The caller may reuse its host buffer as soon as we return.
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    expect_present(t, "upload target");
+    const size_t bytes = size_t(t.numel()) * sizeof(float);
+    if (t.dtype() == DType::kF32 && t.is_plain()) {
+      upload_staging_.copy_to_device(host, t.raw(), bytes, ctx_.stream());
+      return;
+    }
+    ctx_.ensure(upload_f32_, t.shape());
+    upload_staging_.copy_to_device(host, upload_f32_.raw(), bytes, ctx_.stream());
+    ctx_.convert(upload_f32_, t);
   }
 
+  // Any type and order to host fp32 in plain order.
   void download(const Tensor& t, float* host) override {
     ctx_.activate();
-    expect_f32(t, "download source");
-    CUDA_CHECK(cudaMemcpyAsync(host, t.raw(), size_t(t.numel()) * sizeof(float),
+    const Tensor& plain = ctx_.as_plain_f32(t, download_f32_);
+    CUDA_CHECK(cudaMemcpyAsync(host, plain.raw(), size_t(plain.numel()) * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
@@ -76,37 +115,52 @@ class CudaBackend : public Backend {
 
   LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
                                    Tensor& dlogits) override {
+    return softmax_cross_entropy_later(logits, labels, dlogits).get();
+  }
+
+  // Labels go up through pinned staging; the kernel writes dlogits and per-row results,
+  // one block sums them into two doubles, and those are copied to a pinned slot behind an
+  // event: nothing here waits for the device.
+  PendingLoss softmax_cross_entropy_later(const Tensor& logits_in, const int32_t* labels,
+                                          Tensor& dlogits) override {
     ctx_.activate();
-    expect_f32(logits, "loss logits");
-    RT_CHECK(logits.rank() == 2, "loss: logits must be plain [N, classes]");
-    const int64_t n = logits.dim(0), classes = logits.dim(1);
+    expect_present(logits_in, "loss logits");
+    RT_CHECK(logits_in.rank() == 2, "loss: logits must be [N, classes]");
+    const int64_t n = logits_in.dim(0), classes = logits_in.dim(1);
     for (int64_t i = 0; i < n; ++i)
       RT_CHECK(labels[i] >= 0 && labels[i] < classes, "label ", labels[i], " of image ", i,
                " is outside [0, ", classes, ")");
+    const Tensor& logits = ctx_.as_plain_f32(logits_in, logits_f32_);
     ctx_.ensure(dlogits, logits.shape());
-    // One block holds the labels in, the per-row loss and correct flags out.
-    const size_t label_bytes = size_t(n) * sizeof(int32_t);
-    const size_t loss_bytes = size_t(n) * sizeof(double);
-    std::shared_ptr<void> scratch = ctx_.pool().allocate(loss_bytes + 2 * label_bytes);
-    auto* row_loss = static_cast<double*>(scratch.get());
+    // One block, reused by every call (stream order keeps calls apart): totals, per-row
+    // losses, labels in, correct flags out.
+    const size_t bytes = size_t(n + 2) * sizeof(double) + 2 * size_t(n) * sizeof(int32_t);
+    if (loss_scratch_bytes_ < bytes) {
+      loss_scratch_ = ctx_.pool().allocate(bytes);
+      loss_scratch_bytes_ = bytes;
+    }
+    auto* totals = static_cast<double*>(loss_scratch_.get());
+    double* row_loss = totals + 2;
     auto* device_labels = reinterpret_cast<int32_t*>(row_loss + n);
     int32_t* row_correct = device_labels + n;
-    CUDA_CHECK(
-        cudaMemcpyAsync(device_labels, labels, label_bytes, cudaMemcpyHostToDevice, ctx_.stream()));
+    label_staging_.copy_to_device(labels, device_labels, size_t(n) * sizeof(int32_t),
+                                  ctx_.stream());
     kernels::softmax_cross_entropy(logits.f32(), device_labels, n, classes, dlogits.f32(), row_loss,
                                    row_correct, ctx_.stream());
-    std::vector<double> losses(static_cast<size_t>(n));
-    std::vector<int32_t> correct(static_cast<size_t>(n));
-    CUDA_CHECK(cudaMemcpyAsync(losses.data(), row_loss, loss_bytes, cudaMemcpyDeviceToHost,
-                               ctx_.stream()));
-    CUDA_CHECK(cudaMemcpyAsync(correct.data(), row_correct, label_bytes, cudaMemcpyDeviceToHost,
-                               ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-    LossResult result;
-    result.count = n;
-    result.loss = n > 0 ? std::accumulate(losses.begin(), losses.end(), 0.0) / double(n) : 0.0;
-    result.correct = std::accumulate(correct.begin(), correct.end(), int64_t(0));
-    return result;
+    kernels::loss_totals(row_loss, row_correct, n, totals, ctx_.stream());
+    std::shared_ptr<LossSlot> slot = free_loss_slot();
+    CUDA_CHECK(cudaMemcpyAsync(slot->totals.get(), totals, 2 * sizeof(double),
+                               cudaMemcpyDeviceToHost, ctx_.stream()));
+    CUDA_CHECK(cudaEventRecord(slot->copied.get(), ctx_.stream()));
+    return PendingLoss([slot, n] {
+      CUDA_CHECK(cudaEventSynchronize(slot->copied.get()));
+      const auto* host = static_cast<const double*>(slot->totals.get());
+      LossResult result;
+      result.count = n;
+      result.loss = n > 0 ? host[0] / double(n) : 0.0;
+      result.correct = int64_t(host[1]);
+      return result;
+    });
   }
 
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
@@ -125,9 +179,13 @@ class CudaBackend : public Backend {
 
   void copy(const Tensor& src, Tensor& dst) override {
     ctx_.activate();
-    expect_f32(src, "copy source");
+    expect_present(src, "copy source");
     ctx_.ensure(dst, src.shape());
     if (dst.raw() == src.raw()) return;
+    if (src.dtype() != DType::kF32 || !src.is_plain()) {
+      ctx_.convert(src, dst);
+      return;
+    }
     CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), size_t(src.numel()) * sizeof(float),
                                cudaMemcpyDeviceToDevice, ctx_.stream()));
   }
@@ -167,7 +225,21 @@ class CudaBackend : public Backend {
     return ready_events_[slot]->get();
   }
 
+  // A slot no pending loss holds any more (the backend's reference is the only one), or a
+  // new one: as many as losses are waiting to be read.
+  std::shared_ptr<LossSlot> free_loss_slot() {
+    for (auto& slot : loss_slots_)
+      if (slot.use_count() == 1) return slot;
+    loss_slots_.push_back(std::make_shared<LossSlot>());
+    return loss_slots_.back();
+  }
+
   Context ctx_;
+  HostStaging upload_staging_, label_staging_;
+  Tensor upload_f32_, download_f32_, logits_f32_;  // conversion scratch
+  std::shared_ptr<void> loss_scratch_;
+  size_t loss_scratch_bytes_ = 0;
+  std::vector<std::shared_ptr<LossSlot>> loss_slots_;
   std::mutex ready_mutex_;
   std::vector<std::unique_ptr<ReadyEvent>> ready_events_;
 };

@@ -1,5 +1,6 @@
-// handles.hpp — RAII owners of CUDA events, the cuDNN and cuBLAS handles and cuDNN descriptors
-// (streams are in the public backend/cuda_runtime.hpp). Destructors never throw.
+// handles.hpp — RAII owners of CUDA events, pinned host memory, the cuDNN and cuBLAS handles
+// and cuDNN descriptors (streams are in the public backend/cuda_runtime.hpp). Destructors
+// never throw.
 #pragma once
 
 #include <cublas_v2.h>
@@ -74,9 +75,51 @@ inline float elapsed_ms(const Event& start, const Event& stop) {
   return ms;
 }
 
-// A plain NCHW fp32 tensor descriptor; n, c, h, w as the cuDNN call wants them.
+inline cudaError_t create_sync_event(cudaEvent_t* e) {
+  // No timing (cheaper to record); a waiting host thread sleeps instead of spinning on a
+  // core the ranks' CPU work needs.
+  return cudaEventCreateWithFlags(e, cudaEventDisableTiming | cudaEventBlockingSync);
+}
+// An event a host thread waits on (copies done, work ready).
+using SyncEvent = Owned<cudaEvent_t, create_sync_event, cudaEventDestroy>;
+
+// Page-locked host memory (cudaHostAlloc): copies from it run asynchronously and at full
+// speed, where pageable memory makes cudaMemcpyAsync wait. Empty until sized.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    CUDA_CHECK(cudaHostAlloc(&p_, bytes == 0 ? 1 : bytes, cudaHostAllocDefault));
+  }
+  PinnedBuffer(PinnedBuffer&& other) noexcept
+      : p_(std::exchange(other.p_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    std::swap(p_, other.p_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (p_ != nullptr) (void)cudaFreeHost(p_);
+  }
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A 4-D tensor descriptor in NCHW or NHWC order; n, c, h, w as the cuDNN call wants them.
+inline void set_4d(const TensorDesc& d, cudnnTensorFormat_t format, cudnnDataType_t type, int n,
+                   int c, int h, int w) {
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), format, type, n, c, h, w));
+}
+
+// A plain NCHW fp32 tensor descriptor.
 inline void set_nchw(const TensorDesc& d, int n, int c, int h, int w) {
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  set_4d(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w);
 }
 
 }  // namespace ringtrain::backend::cuda

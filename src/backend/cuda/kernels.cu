@@ -155,6 +155,85 @@ __global__ void f16_to_f32_kernel(const __half* in, float* out, int64_t n) {
   GRID_LOOP(i, n) out[i] = __half2float(in[i]);
 }
 
+__device__ float load(const void* p, Elem type, int64_t i) {
+  switch (type) {
+    case Elem::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case Elem::kF16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ void store(void* p, Elem type, int64_t i, float v) {
+  switch (type) {
+    case Elem::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      break;
+    case Elem::kF16:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+// Output index i -> input index: decompose by the output's order, recompose by the input's.
+__global__ void convert_kernel(const void* src, Elem src_type, bool src_nhwc, void* dst,
+                               Elem dst_type, bool dst_nhwc, int64_t n, int64_t c, int64_t hw) {
+  GRID_LOOP(i, n * c * hw) {
+    int64_t img, ch, pos;
+    if (dst_nhwc) {
+      ch = i % c, pos = (i / c) % hw, img = i / (c * hw);
+    } else {
+      pos = i % hw, ch = (i / hw) % c, img = i / (c * hw);
+    }
+    const int64_t j = src_nhwc ? (img * hw + pos) * c + ch : (img * c + ch) * hw + pos;
+    store(dst, dst_type, i, load(src, src_type, j));
+  }
+}
+
+__global__ void add_typed_kernel(const void* a, const void* b, void* out, Elem type, int64_t n,
+                                 bool relu) {
+  GRID_LOOP(i, n) {
+    float v = load(a, type, i) + load(b, type, i);
+    store(out, type, i, relu && v < 0.0f ? 0.0f : v);
+  }
+}
+
+__global__ void add_row_bias_typed_kernel(void* y, Elem type, const float* bias, int64_t rows,
+                                          int64_t cols) {
+  GRID_LOOP(i, rows * cols) store(y, type, i, load(y, type, i) + bias[i % cols]);
+}
+
+__global__ void column_sums_typed_kernel(const void* m, Elem type, int64_t rows, int64_t cols,
+                                         float* out) {
+  GRID_LOOP(c, cols) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += load(m, type, r * cols + c);
+    out[c] = float(sum);
+  }
+}
+
+__global__ void loss_totals_kernel(const double* row_loss, const int32_t* row_correct, int64_t rows,
+                                   double* totals) {
+  __shared__ double loss[kThreads], correct[kThreads];
+  double l = 0, k = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) l += row_loss[r], k += row_correct[r];
+  loss[threadIdx.x] = l;
+  correct[threadIdx.x] = k;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      loss[threadIdx.x] += loss[threadIdx.x + stride];
+      correct[threadIdx.x] += correct[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) totals[0] = loss[0], totals[1] = correct[0];
+}
+
 __global__ void flag_nonfinite_kernel(const float* x, int64_t n, int32_t* flag) {
   GRID_LOOP(i, n)
   if (!isfinite(x[i])) *flag = 1;
@@ -274,6 +353,42 @@ void f32_to_f16(const float* in, uint16_t* out, int64_t n, cudaStream_t s) {
 void f16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   f16_to_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(reinterpret_cast<const __half*>(in), out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void convert(const void* src, Elem src_type, bool src_nhwc, void* dst, Elem dst_type, bool dst_nhwc,
+             int64_t n, int64_t c, int64_t hw, cudaStream_t s) {
+  const int64_t count = n * c * hw;
+  if (count == 0) return;
+  convert_kernel<<<blocks_for(count), kThreads, 0, s>>>(src, src_type, src_nhwc, dst, dst_type,
+                                                        dst_nhwc, n, c, hw);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_typed(const void* a, const void* b, void* out, Elem type, int64_t n, bool relu,
+               cudaStream_t s) {
+  if (n == 0) return;
+  add_typed_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, out, type, n, relu);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_row_bias_typed(void* y, Elem type, const float* bias, int64_t rows, int64_t cols,
+                        cudaStream_t s) {
+  if (rows * cols == 0) return;
+  add_row_bias_typed_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(y, type, bias, rows, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void column_sums_typed(const void* m, Elem type, int64_t rows, int64_t cols, float* out,
+                       cudaStream_t s) {
+  if (cols == 0) return;
+  column_sums_typed_kernel<<<blocks_for(cols), kThreads, 0, s>>>(m, type, rows, cols, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void loss_totals(const double* row_loss, const int32_t* row_correct, int64_t rows, double* totals,
+                 cudaStream_t s) {
+  loss_totals_kernel<<<1, kThreads, 0, s>>>(row_loss, row_correct, rows, totals);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -49,6 +49,30 @@ void bn_backward_dx(const float* x, const float* dy, const float* gamma, const f
                     const float* inv_std, const float* sum_dgamma, const float* sum_dbeta,
                     float count, int64_t n, int64_t c, int64_t hw, float* dx, cudaStream_t s);
 
+// ---- mixed precision: activations of any element type, plain NCHW or NHWC --------------
+
+// The element type of a typed kernel's memory (16-bit values as their bit patterns).
+enum class Elem { kF32, kBF16, kF16 };
+
+// dst = src with both the element type and the order converted; each side is plain
+// ([n, c, hw]) or channels-last ([n, hw, c]). 2-D [N, F] tensors are n = N, c = F, hw = 1.
+// Rounds to nearest even when narrowing.
+void convert(const void* src, Elem src_type, bool src_nhwc, void* dst, Elem dst_type, bool dst_nhwc,
+             int64_t n, int64_t c, int64_t hw, cudaStream_t s);
+// out = a + b (then max(0, .) when relu); all three of one type, the sum in fp32.
+void add_typed(const void* a, const void* b, void* out, Elem type, int64_t n, bool relu,
+               cudaStream_t s);
+// y[r, c] += bias[c] for a row-major [rows, cols] y of `type` and an fp32 bias.
+void add_row_bias_typed(void* y, Elem type, const float* bias, int64_t rows, int64_t cols,
+                        cudaStream_t s);
+// out[c] = sum over rows of m[r, c], m of `type`, out fp32 (sums in double).
+void column_sums_typed(const void* m, Elem type, int64_t rows, int64_t cols, float* out,
+                       cudaStream_t s);
+// totals[0] = sum of row_loss, totals[1] = sum of row_correct: one block, so the loss of a
+// batch reaches the host as two numbers, copied when the trainer asks for them.
+void loss_totals(const double* row_loss, const int32_t* row_correct, int64_t rows, double* totals,
+                 cudaStream_t s);
+
 // Sets *flag (device int, zeroed by the caller) to 1 when any value is inf or NaN.
 void flag_nonfinite(const float* x, int64_t n, int32_t* flag, cudaStream_t s);
 

@@ -1,5 +1,8 @@
 // norm_pool.cpp — cuDNN batch norm (with a synchronized path on our own kernels and an
-// optional fused ReLU), ReLU and pooling; the residual add on our kernel.
+// optional fused ReLU), ReLU and pooling; the residual add on our kernel. Activations come in
+// any form (context.hpp): batch norm works in the activation form (16-bit NHWC x and y, fp32
+// parameters and statistics, as cuDNN takes them); ReLU, pooling and add keep the form of
+// their input.
 #include <cmath>
 #include <vector>
 
@@ -11,14 +14,6 @@ namespace ringtrain::backend::cuda {
 namespace {
 
 const float kOne = 1.0f, kZero = 0.0f;
-
-// A cuDNN descriptor of a plain tensor: NCHW as it is, [N, F] as [N, F, 1, 1].
-void describe(const TensorDesc& d, const Tensor& t) {
-  RT_CHECK(t.rank() == 4 || t.rank() == 2, "cuda backend: tensor ", shape_str(t.shape()),
-           " is neither 4-D nor 2-D");
-  auto dim = [&](size_t i) { return i < t.rank() ? int(t.dim(i)) : 1; };
-  set_nchw(d, dim(0), dim(1), dim(2), dim(3));
-}
 
 void download_floats(Context& ctx, const float* device, float* host, size_t n) {
   CUDA_CHECK(
@@ -42,16 +37,16 @@ class BatchNorm : public BatchNormOp {
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
 
-  double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+  double forward_training(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var, const StatReducer* reducer) override {
     ctx_.activate();
-    set_dims(x);
+    const Tensor& x = set_dims(x_in);
     ctx_.ensure(mean, {C_});
     ctx_.ensure(var, {C_});
-    ctx_.ensure(y, x.shape());
+    ctx_.ensure_act(y, x.shape());
     cudnn_saved_ = false;
     if (reducer && *reducer) {
-      global_statistics(x, mean, var, *reducer);
+      global_statistics(ctx_.as_plain_f32(x, x_f32_), mean, var, *reducer);
       normalise(x, gamma, beta, mean, var, y);
       apply_relu(y);
       return count_;
@@ -79,23 +74,24 @@ class BatchNorm : public BatchNormOp {
     return m;
   }
 
-  void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+  void forward_inference(const Tensor& x_in, const Tensor& gamma, const Tensor& beta,
                          const Tensor& mean, const Tensor& var, Tensor& y) override {
     ctx_.activate();
-    set_dims(x);
-    ctx_.ensure(y, x.shape());
+    const Tensor& x = set_dims(x_in);
+    ctx_.ensure_act(y, x.shape());
     normalise(x, gamma, beta, mean, var, y);
     apply_relu(y);
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+  void backward(const Tensor& x_in, const Tensor& dy_in, const Tensor& gamma, const Tensor& mean,
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
     ctx_.activate();
-    set_dims(x);
-    RT_CHECK(dy.shape() == x.shape(), "batch norm backward: dy ", shape_str(dy.shape()),
+    const Tensor& x = set_dims(x_in);
+    RT_CHECK(dy_in.shape() == x.shape(), "batch norm backward: dy ", shape_str(dy_in.shape()),
              " differs from x ", shape_str(x.shape()));
-    ctx_.ensure(dx, x.shape());
+    const Tensor& dy = ctx_.as_form_of(dy_in, x, dy_cast_);
+    ctx_.ensure_act(dx, x.shape());
     const Tensor& dy_bn = through_relu(dy);
     if (reducer && *reducer) {
       ctx_.ensure(inv_std_, {C_});
@@ -114,16 +110,20 @@ class BatchNorm : public BatchNormOp {
   }
 
  private:
-  void set_dims(const Tensor& x) {
-    expect_f32(x, "batch norm x");
-    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm: input ", shape_str(x.shape()),
-             " does not have ", s_.channels, " channels");
-    if (x.shape() == x_shape_) return;
+  // x in the activation form (converted when it is not), its sizes and descriptors.
+  const Tensor& set_dims(const Tensor& x_in) {
+    expect_present(x_in, "batch norm x");
+    RT_CHECK(x_in.rank() == 4 && x_in.dim(1) == s_.channels, "batch norm: input ",
+             shape_str(x_in.shape()), " does not have ", s_.channels, " channels");
+    const Tensor& x = ctx_.as_act(x_in, x_cast_);
+    if (x.shape() == x_shape_) return x;
     x_shape_ = x.shape();
     N_ = x.dim(0), C_ = x.dim(1), HW_ = x.dim(2) * x.dim(3);
     describe(x_desc_, x);
+    // fp32 for fp32, bf16 and fp16 data alike: parameters and statistics stay fp32.
     CUDNN_CHECK(
         cudnnDeriveBNTensorDescriptor(param_desc_.get(), x_desc_.get(), CUDNN_BATCHNORM_SPATIAL));
+    return x;
   }
 
   // y = gamma * (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -149,7 +149,7 @@ class BatchNorm : public BatchNormOp {
     if (!s_.fuse_relu) return dy;
     RT_CHECK(!relu_y_.empty() && relu_y_.shape() == dy.shape(),
              "batch norm backward: no forward of shape ", shape_str(dy.shape()), " before it");
-    ctx_.ensure(dy_bn_, dy.shape());
+    ctx_.ensure_act(dy_bn_, dy.shape());
     CUDNN_CHECK(cudnnActivationBackward(ctx_.cudnn(), relu_.get(), &kOne, x_desc_.get(),
                                         relu_y_.raw(), x_desc_.get(), dy.raw(), x_desc_.get(),
                                         relu_y_.raw(), &kZero, x_desc_.get(), dy_bn_.raw()));
@@ -177,8 +177,15 @@ class BatchNorm : public BatchNormOp {
 
   // dgamma and dbeta are this rank's; dx uses their sums over every rank:
   //   dx = gamma*inv_std * (dy - (sum_dbeta + xhat * sum_dgamma) / M)
-  void sync_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
-                     Tensor& dx, Tensor& dgamma, Tensor& dbeta, const StatReducer& reducer) {
+  // Our kernels read plain fp32: 16-bit activations are converted there and back.
+  void sync_backward(const Tensor& x_act, const Tensor& dy_act, const Tensor& gamma,
+                     const Tensor& mean, Tensor& dx_act, Tensor& dgamma, Tensor& dbeta,
+                     const StatReducer& reducer) {
+    const Tensor& x = ctx_.as_plain_f32(x_act, x_f32_);
+    const Tensor& dy = ctx_.as_plain_f32(dy_act, dy_f32_);
+    const bool convert_dx = dx_act.dtype() != DType::kF32 || !dx_act.is_plain();
+    if (convert_dx) ctx_.ensure(dx_f32_, dx_act.shape());
+    Tensor& dx = convert_dx ? dx_f32_ : dx_act;
     kernels::bn_backward_sums(x.f32(), dy.f32(), mean.f32(), inv_std_.f32(), N_, C_, HW_,
                               dgamma.f32(), dbeta.f32(), ctx_.stream());
     host_.assign(2 * C_, 0.0f);
@@ -189,6 +196,7 @@ class BatchNorm : public BatchNormOp {
     upload_floats(ctx_, host_.data(), sums_.f32(), 2 * C_);
     kernels::bn_backward_dx(x.f32(), dy.f32(), gamma.f32(), mean.f32(), inv_std_.f32(), sums_.f32(),
                             sums_.f32() + C_, float(count_), N_, C_, HW_, dx.f32(), ctx_.stream());
+    if (convert_dx) ctx_.convert(dx, dx_act);
   }
 
   Context& ctx_;
@@ -204,6 +212,8 @@ class BatchNorm : public BatchNormOp {
   Shape saved_shape_;                  // ... and had this x shape
   Tensor relu_y_;                      // fused ReLU: the last forward's output
   Tensor dy_bn_;                       // fused ReLU: dy masked by relu_y_ > 0
+  Tensor x_cast_, dy_cast_;            // inputs converted to the activation form
+  Tensor x_f32_, dy_f32_, dx_f32_;     // synchronized BN's plain fp32 copies
   std::vector<float> host_;
 };
 
@@ -214,23 +224,25 @@ class Relu : public ReluOp {
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
 
+  // y takes x's form.
   void forward(const Tensor& x, Tensor& y) override {
     ctx_.activate();
-    expect_f32(x, "relu x");
+    expect_present(x, "relu x");
     describe(desc_, x);
-    ctx_.ensure(y, x.shape());
+    ctx_.ensure_as(y, x.shape(), x.dtype(), is_nhwc(x));
     CUDNN_CHECK(cudnnActivationForward(ctx_.cudnn(), relu_.get(), &kOne, desc_.get(), x.raw(),
                                        &kZero, desc_.get(), y.raw()));
   }
 
   // ReLU's derivative reads its input's sign, which is y's: y stands in for x.
-  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+  void backward(const Tensor& y, const Tensor& dy_in, Tensor& dx) override {
     ctx_.activate();
-    expect_f32(y, "relu y");
-    RT_CHECK(dy.shape() == y.shape(), "relu backward: dy ", shape_str(dy.shape()),
+    expect_present(y, "relu y");
+    RT_CHECK(dy_in.shape() == y.shape(), "relu backward: dy ", shape_str(dy_in.shape()),
              " differs from y ", shape_str(y.shape()));
+    const Tensor& dy = ctx_.as_form_of(dy_in, y, dy_cast_);
     describe(desc_, y);
-    ctx_.ensure(dx, y.shape());
+    ctx_.ensure_as(dx, y.shape(), y.dtype(), is_nhwc(y));
     CUDNN_CHECK(cudnnActivationBackward(ctx_.cudnn(), relu_.get(), &kOne, desc_.get(), y.raw(),
                                         desc_.get(), dy.raw(), desc_.get(), y.raw(), &kZero,
                                         desc_.get(), dx.raw()));
@@ -240,17 +252,19 @@ class Relu : public ReluOp {
   Context& ctx_;
   ActivationDesc relu_;
   TensorDesc desc_;
+  Tensor dy_cast_;
 };
 
 class Pool : public PoolOp {
  public:
   Pool(Context& ctx, const PoolSpec& spec) : ctx_(ctx), s_(spec) {}
 
+  // y takes x's form.
   void forward(const Tensor& x, Tensor& y, bool training) override {
     ctx_.activate();
-    expect_f32(x, "pool x");
+    expect_present(x, "pool x");
     Plan& p = plan_for(x);
-    ctx_.ensure(y, p.y_shape);
+    ctx_.ensure_as(y, p.y_shape, x.dtype(), is_nhwc(x));
     CUDNN_CHECK(cudnnPoolingForward(ctx_.cudnn(), p.pool.get(), &kOne, p.x_desc.get(), x.raw(),
                                     &kZero, p.y_desc.get(), y.raw()));
     if (training) {
@@ -261,13 +275,14 @@ class Pool : public PoolOp {
     }
   }
 
-  void backward(const Tensor& dy, Tensor& dx) override {
+  void backward(const Tensor& dy_in, Tensor& dx) override {
     ctx_.activate();
     RT_CHECK(last_ != nullptr, "pool backward before a training forward");
     Plan& p = *last_;
-    RT_CHECK(dy.shape() == p.y_shape, "pool backward: dy ", shape_str(dy.shape()), ", expected ",
-             shape_str(p.y_shape));
-    ctx_.ensure(dx, p.x_shape);
+    RT_CHECK(dy_in.shape() == p.y_shape, "pool backward: dy ", shape_str(dy_in.shape()),
+             ", expected ", shape_str(p.y_shape));
+    const Tensor& dy = ctx_.as_form_of(dy_in, y_, dy_cast_);
+    ctx_.ensure_as(dx, p.x_shape, x_.dtype(), is_nhwc(x_));
     CUDNN_CHECK(cudnnPoolingBackward(ctx_.cudnn(), p.pool.get(), &kOne, p.y_desc.get(), y_.raw(),
                                      p.y_desc.get(), dy.raw(), p.x_desc.get(), x_.raw(), &kZero,
                                      p.x_desc.get(), dx.raw()));
@@ -276,16 +291,20 @@ class Pool : public PoolOp {
  private:
   struct Plan {
     Shape x_shape, y_shape;
+    DType dtype;
+    bool nhwc;
     PoolDesc pool;
     TensorDesc x_desc, y_desc;
   };
 
   Plan& plan_for(const Tensor& x) {
     for (auto& p : plans_)
-      if (p->x_shape == x.shape()) return *p;
+      if (p->x_shape == x.shape() && p->dtype == x.dtype() && p->nhwc == is_nhwc(x)) return *p;
     RT_CHECK(x.rank() == 4, "pool: input ", shape_str(x.shape()), " is not 4-D");
     auto p = std::make_unique<Plan>();
     p->x_shape = x.shape();
+    p->dtype = x.dtype();
+    p->nhwc = is_nhwc(x);
     const int kh = s_.global ? int(x.dim(2)) : s_.kernel;
     const int kw = s_.global ? int(x.dim(3)) : s_.kernel;
     const int st = s_.global ? 1 : s_.stride, pad = s_.global ? 0 : s_.padding;
@@ -303,7 +322,8 @@ class Pool : public PoolOp {
     CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(p->pool.get(), p->x_desc.get(), &n, &c, &h, &w));
     RT_CHECK(h >= 1 && w >= 1, "pool: input ", shape_str(x.shape()), " smaller than the kernel");
     p->y_shape = {n, c, h, w};
-    set_nchw(p->y_desc, n, c, h, w);
+    set_4d(p->y_desc, p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, cudnn_type(p->dtype), n, c,
+           h, w);
     plans_.push_back(std::move(p));
     return *plans_.back();
   }
@@ -313,25 +333,31 @@ class Pool : public PoolOp {
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* last_ = nullptr;
   Tensor x_, y_;  // the last training forward's input and output
+  Tensor dy_cast_;
 };
 
 class Add : public AddOp {
  public:
   Add(Context& ctx, bool fuse_relu) : ctx_(ctx), relu_(fuse_relu) {}
 
-  void forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+  // out takes a's form; b is converted to it when it differs.
+  void forward(const Tensor& a, const Tensor& b_in, Tensor& out) override {
     ctx_.activate();
-    expect_f32(a, "add a");
-    expect_f32(b, "add b");
-    RT_CHECK(a.shape() == b.shape(), "add: shapes ", shape_str(a.shape()), " and ",
-             shape_str(b.shape()), " differ");
-    ctx_.ensure(out, a.shape());
-    kernels::add(a.f32(), b.f32(), out.f32(), a.numel(), relu_, ctx_.stream());
+    expect_present(a, "add a");
+    expect_present(b_in, "add b");
+    RT_CHECK(a.is_plain() || is_nhwc(a), "add: a has a layout the kernel cannot read");
+    RT_CHECK(a.shape() == b_in.shape(), "add: shapes ", shape_str(a.shape()), " and ",
+             shape_str(b_in.shape()), " differ");
+    const Tensor& b = ctx_.as_form_of(b_in, a, b_cast_);
+    ctx_.ensure_as(out, a.shape(), a.dtype(), is_nhwc(a));
+    kernels::add_typed(a.raw(), b.raw(), out.raw(), elem_of(a.dtype()), a.numel(), relu_,
+                       ctx_.stream());
   }
 
  private:
   Context& ctx_;
   bool relu_;
+  Tensor b_cast_;
 };
 
 }  // namespace
