@@ -78,6 +78,7 @@ class Trainer {
   int batch_per_rank_ = 0;
   int accumulate_steps_ = 1;  // micro-batches per optimizer step
   int threads_ = 1;
+  int cuda_device_ = -1;  // the cuda backend's device; -1: the gradients are in host memory
   std::unique_ptr<data::Loader> train_loader_, eval_loader_, test_loader_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<nn::Model> model_;
@@ -194,6 +195,7 @@ void Trainer::build_model() {
                      "train.precision = bf16: the cuda backend has no bf16 path yet; use "
                      "train.backend = cpu or train.precision = fp32");  // as make_backend says
     backend_ = backend::make_cuda_backend(cuda);
+    cuda_device_ = cuda.device;
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
   }
@@ -221,6 +223,8 @@ void Trainer::build_comm() {
   options.chunk_bytes = size_t(cfg_.comm.chunk_kib) * 1024;
   options.ranks_per_node = cfg_.comm.ranks_per_node;
   options.shared_memory = cfg_.comm.shared_memory;
+  options.cuda_device = cuda_device_;  // -1 on the cpu backends: no staging, no CUDA call
+  options.stall_timeout_s = cfg_.comm.stall_timeout_s;
   grad_reducer_ = comm::allreduce::make_allreducer(
       comm_, comm::allreduce::parse_algorithm(cfg_.comm.algorithm), options);
   stat_reducer_ = comm::allreduce::make_allreducer(comm_, comm::allreduce::Algorithm::mpi,
