@@ -13,8 +13,10 @@ namespace {
 
 // The fusion engine's buckets (where backward writes the gradients) in the backend's device
 // memory, zeroed by its kernels; each bucket waits for a ready mark recorded when
-// its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels.
-comm::fusion::BufferOps device_buffer_ops(backend::Backend& be) {
+// its last gradient was enqueued, because enqueue follows the *issue* of backward's kernels:
+// on the reducer's stream where it reduces on one (NCCL: no host wait), else on the host.
+comm::fusion::BufferOps device_buffer_ops(backend::Backend& be,
+                                          comm::allreduce::Allreducer& reducer) {
   comm::fusion::BufferOps ops;
   ops.alloc = [&be](size_t bytes) {
     auto owner = std::make_shared<backend::Tensor>(be.alloc({int64_t(bytes / sizeof(float))}));
@@ -25,7 +27,10 @@ comm::fusion::BufferOps device_buffer_ops(backend::Backend& be) {
     be.fill(t, 0.0f);
   };
   ops.mark_ready = [&be](size_t bucket) { be.record_ready(bucket); };
-  ops.wait_ready = [&be](size_t bucket) { be.wait_ready(bucket); };
+  ops.wait_ready = [&be, &reducer](size_t bucket) {
+    const void* mark = be.ready_mark(bucket);
+    if (mark == nullptr || !reducer.wait_on_device(mark)) be.wait_ready(bucket);
+  };
   return ops;
 }
 
@@ -44,8 +49,10 @@ DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
   RT_REQUIRE_INPUT(accumulate_steps >= 1, "train.accumulate_steps = ", accumulate_steps,
                    ": must be an integer >= 1");
   // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
-  if (backend_.name() == "cuda") options.buffer_ops = device_buffer_ops(backend_);
+  if (backend_.name() == "cuda") options.buffer_ops = device_buffer_ops(backend_, grad_reducer);
   comm::allreduce::Allreducer* reducer = &grad_reducer;
+  // A reduction stuck on a device gives up, and says why, when the stall watchdog fires.
+  options.on_stall = [reducer] { return reducer->on_stall(); };
   // The engine divides by the world size; the buckets hold the sum of K micro-batches too,
   // and one division by world x K rounds once, like the mean of a single batch.
   const float micro_batches = float(accumulate_steps);

@@ -80,6 +80,7 @@ class Trainer {
   int batch_per_rank_ = 0;
   int accumulate_steps_ = 1;  // micro-batches per optimizer step
   int threads_ = 1;
+  int cuda_device_ = -1;  // the cuda backend's device; -1: the gradients are in host memory
   std::unique_ptr<data::Loader> train_loader_, eval_loader_, test_loader_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<nn::Model> model_;
@@ -199,6 +200,7 @@ void Trainer::build_model() {
     const int device =
         backend::select_local_device(node, comm_.local_rank(), cfg_.train.share_gpus);
     backend_ = backend::make_cuda_backend(cuda_options(cfg_.train, device));
+    cuda_device_ = device;
   } else {
     backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
   }
@@ -226,6 +228,8 @@ void Trainer::build_comm() {
   options.chunk_bytes = size_t(cfg_.comm.chunk_kib) * 1024;
   options.ranks_per_node = cfg_.comm.ranks_per_node;
   options.shared_memory = cfg_.comm.shared_memory;
+  options.cuda_device = cuda_device_;  // -1 on the cpu backends: no staging, no CUDA call
+  options.stall_timeout_s = cfg_.comm.stall_timeout_s;
   grad_reducer_ = comm::allreduce::make_allreducer(
       comm_, comm::allreduce::parse_algorithm(cfg_.comm.algorithm), options);
   stat_reducer_ = comm::allreduce::make_allreducer(comm_, comm::allreduce::Algorithm::mpi,

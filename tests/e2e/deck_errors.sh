@@ -54,6 +54,10 @@ expect_bad threads "command line: bad value '100000' for train.threads (0 (this 
   --deck "$deck" --train.threads=100000
 expect_bad stall "command line: bad value '10000000000' for comm.stall_timeout_s (positive seconds, at most 1e6)" \
   --deck "$deck" --comm.stall_timeout_s=1e10
+# The cpu backend keeps gradients in host memory: nccl is named with the key to change, on every
+# machine (before: NCCL's own failure in the first reduction, or "no GPU visible").
+expect_bad nccl_on_cpu "comm.algorithm = nccl reduces GPU memory, but the gradients of this run are in host memory: set train.backend = cuda (or comm.algorithm = ring, rhd, auto, mpi or hierarchical for the cpu backend) (every rank)" \
+  --deck "$deck" --comm.algorithm=nccl
 expect_bad weight_decay "command line: bad value 'inf' for train.weight_decay (a finite number)" \
   --deck "$deck" --train.weight_decay=inf
 expect_bad escape "command line: bad value '../../escaped' for output.name (a file name: not empty, '.' or '..', no '/')" \

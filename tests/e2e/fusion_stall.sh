@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fusion_stall.sh — the stall inspector: a rank that stops enqueuing, a rank stuck outside the
 # engine, and a rank that called synchronize() without some gradients and lingers make every rank
-# that can answer print one line naming the missing tensors and ranks, and the job exits non-zero
+# that can answer print one line naming the missing tensors and ranks (and, for a reduction stuck
+# on a device, what the reducer waited for: Allreducer::on_stall), and the job exits non-zero
 # within stall_timeout_s + 10 s (2 s timeout here).
 #
 # Not run here: fusion_stall/rank_leaves_early (a rank already in MPI_Finalize). The ranks print
@@ -79,6 +80,17 @@ check_exit $name
 for r in $(seq 0 $((np - 1))); do
   expect_line $name "$r" "stall: after 2 s, bucket 2 of step 1 still waits for conv2.bias [32], \
 conv2.weight [32, 16, 3, 3], conv1.bias [16], conv1.weight [16, 3, 5, 5] on rank 1 (rank 1 called synchronize() without them)"
+done
+[ "$failures" = 0 ] || sed 's/^/    | /' "$log"
+rm -f "$log"
+
+name=reduction_stuck_on_a_device
+run_case $name
+check_exit $name
+for r in $(seq 0 $((np - 1))); do
+  expect_line $name "$r" "stall: after 2 s, bucket 0 of step 1 has every gradient on every rank, but \
+its allreduce has not finished (a rank is stuck inside the reduction); fake nccl allreduce on rank $r \
+had not finished, and NCCL reported no error"
 done
 [ "$failures" = 0 ] || sed 's/^/    | /' "$log"
 rm -f "$log"

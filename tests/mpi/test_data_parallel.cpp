@@ -9,6 +9,7 @@
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/allreduce/device_wait.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/core/error.hpp"
@@ -290,4 +291,80 @@ BOOST_AUTO_TEST_CASE(bf16_weights_identical_across_ranks_after_every_step) {
     BOOST_TEST(rt_test::all_ok(identical),
                "bf16, sync BN " << sync_bn << ": weights bitwise identical on every rank");
   }
+}
+
+namespace {
+
+// An allreducer that fails as NcclAllreduce does, through the same wait: on rank `failing` NCCL
+// reports an asynchronous error in the first reduction of step `fail_step`; the other ranks' NCCL
+// then reports the remote failure. Every wait aborts its communicator once.
+class FailingDeviceReducer final : public comm::allreduce::Allreducer {
+ public:
+  FailingDeviceReducer(int rank, int failing, int fail_step)
+      : rank_(rank), failing_(failing), fail_step_(fail_step) {}
+  void sum(float*, size_t) override {}
+  void sum_and_divide(float*, size_t, float) override {
+    if (step_ < fail_step_) return;
+    comm::allreduce::DeviceWaitOps ops;
+    ops.finished = [] { return false; };
+    ops.async_error = [this] {
+      return rank_ == failing_ ? std::string("unhandled system error (fake: NIC down)")
+                               : std::string("remote process exited or there was a network error");
+    };
+    ops.abort = [this] { ++aborts; };
+    comm::allreduce::wait_for_device(str("nccl allreduce on rank ", rank_), 60, ops);
+  }
+  std::string name() const override { return "failing"; }
+  void next_step() { ++step_; }
+  int aborts = 0;
+
+ private:
+  int rank_, failing_, fail_step_, step_ = 0;
+};
+
+}  // namespace
+
+// A failing NCCL reduction on the last rank in step 1: synchronize() throws on every rank with
+// its own rank's named error (NCCL's reason), each communicator is aborted once, and the engine
+// refuses the next step instead of waiting. (The trainer then prints it and aborts the job.)
+BOOST_AUTO_TEST_CASE(a_failing_device_reduction_is_named_on_every_rank) {
+  comm::Communicator comm;
+  const int rank = comm.rank(), failing = comm.size() - 1;
+  Replica replica("cnn_small", 42);
+  FailingDeviceReducer reducer(rank, failing, 1);
+  auto stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi, {});
+  comm::fusion::FusionOptions fusion;
+  fusion.stall_timeout_s = 60;
+  train::DataParallel parallel(comm, *replica.model, *replica.be, reducer, *stats, fusion);
+  std::string message;
+  for (int step = 0; step < 2 && message.empty(); ++step) {
+    std::vector<float> images;
+    std::vector<int32_t> labels;
+    make_batch(step, rank * kBatch, kBatch, images, labels);
+    replica.forward_loss(images, labels);
+    parallel.backward();
+    try {
+      parallel.synchronize();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    reducer.next_step();
+  }
+  const std::string expected =
+      rank == failing
+          ? str("nccl allreduce on rank ", rank,
+                ": NCCL reports unhandled system error (fake: NIC down); communicator aborted")
+          : str("nccl allreduce on rank ", rank,
+                ": NCCL reports remote process exited or there was a network error; "
+                "communicator aborted");
+  BOOST_TEST(message == expected);
+  BOOST_TEST(reducer.aborts == 1);
+  BOOST_TEST(rt_test::all_ok(message == expected && reducer.aborts == 1));
+  std::string again;
+  try {
+    parallel.synchronize();
+  } catch (const Error& e) {
+    again = e.what();
+  }
+  BOOST_TEST(again == expected);  // the engine keeps the error; nothing waits
 }

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "mpi_test.hpp"
+#include "ringtrain/comm/allreduce/device_wait.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/comm/fusion/timeline.hpp"
@@ -813,6 +814,42 @@ BOOST_AUTO_TEST_CASE(rank_leaves_early) {
 // lingers instead of aborting, the inspector still names what it lacks on every rank.
 BOOST_AUTO_TEST_CASE(rank_synchronizes_without_some) {
   stall_in_step_one(6, Stuck::in_synchronize);
+}
+
+// Every rank's reduction of bucket 0 in step 1 waits on a device that never finishes and
+// reports no error (a stuck NCCL kernel), as NcclAllreduce waits: wait_for_device with no
+// deadline of its own. When the watchdog fires, on_stall makes the wait give up (abort, throw)
+// and its text joins each rank's line. Before: the report could only say a rank was stuck
+// inside the reduction, and the wait (cudaStreamSynchronize) never returned.
+BOOST_AUTO_TEST_CASE(reduction_stuck_on_a_device) {
+  MpiSum sum;
+  auto specs = model_specs();
+  FusionOptions options = small_buckets();
+  options.stall_timeout_s = 2;
+  std::atomic<bool> stalled{false}, stuck{false};
+  const std::string waiting =
+      "fake nccl allreduce on rank " + std::to_string(rt_test::world_rank());
+  options.on_stall = [&] {
+    stalled = true;
+    return waiting + " had not finished, and NCCL reported no error";
+  };
+  ReduceFn reduce = [&](float* data, size_t count, float divisor) {
+    if (!stuck) return sum.fn()(data, count, divisor);
+    allreduce::DeviceWaitOps ops;
+    ops.finished = [] { return false; };
+    ops.async_error = [] { return std::string(); };
+    ops.abort = [] {};
+    ops.stalled = [&] { return stalled.load(); };
+    allreduce::wait_for_device(waiting, 0, ops);
+  };
+  FusionEngine engine(world_comm(), reduce, options);
+  auto where = engine.plan(specs);
+  run_step(engine, where, specs, 0);
+  stuck = true;
+  for (size_t i = 0; i < specs.size(); ++i) engine.enqueue(i);
+  BOOST_TEST_MESSAGE(error_of([&] { engine.synchronize(); }));
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+  BOOST_FAIL("the stall inspector did not abort the job");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

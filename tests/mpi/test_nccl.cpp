@@ -1,7 +1,10 @@
 // test_nccl.cpp — allreduce of GPU memory: nccl (fp32 and bf16/fp16 wires) and ring, mpi and
 // hierarchical staged through pinned host buffers; exact sums at awkward counts, equal on
-// every rank; nccl refuses host memory. Needs a GPU per rank: without one, every rank gets
-// the same one-line InputError for nccl.
+// every rank; nccl refuses host memory; its stream waits for the backend's ready mark; the
+// stager binds the data's device on the calling thread. Needs a GPU per rank: without one,
+// every rank gets the same one-line InputError for nccl, and nccl on the cpu backend's host
+// memory is an InputError naming the deck keys everywhere. (The NCCL set-up and wait logic
+// runs here without a GPU: test_collective_setup.cpp, unit/test_device_wait.cpp.)
 // np: 1 2
 #define BOOST_TEST_MODULE nccl
 #define OMPI_SKIP_MPICXX 1
@@ -14,6 +17,11 @@
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
+
+#if RINGTRAIN_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#include <thread>
 
 RT_MPI_TEST_MAIN
 
@@ -56,7 +64,9 @@ BOOST_AUTO_TEST_CASE(nccl_without_a_gpu_is_the_same_input_error_on_every_rank,
   comm::Communicator world;
   std::string message;
   try {
-    comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, {});
+    comm::allreduce::AllreduceOptions on_gpu;
+    on_gpu.cuda_device = 0;  // as the cuda backend would ask
+    comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, on_gpu);
   } catch (const InputError& e) {
     message = e.what();
   }
@@ -72,6 +82,27 @@ BOOST_AUTO_TEST_CASE(nccl_without_a_gpu_is_the_same_input_error_on_every_rank,
   BOOST_TEST(rt_test::all_ok(message == expected));
 }
 
+// Before: the cpu backend with comm.algorithm = nccl made an NCCL communicator on a GPU machine
+// and failed in the first reduction with a host-memory Error (exit 1), or with "no GPU visible".
+BOOST_AUTO_TEST_CASE(nccl_on_host_memory_is_an_input_error_naming_the_keys) {
+  comm::Communicator world;
+  std::string message;
+  try {
+    comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, {});
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  const std::string expected =
+      !RINGTRAIN_HAS_CUDA
+          ? "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
+            "CUDA=1); use ring, mpi or hierarchical on CPUs"
+          : "comm.algorithm = nccl reduces GPU memory, but the gradients of this run are in host "
+            "memory: set train.backend = cuda (or comm.algorithm = ring, rhd, auto, mpi or "
+            "hierarchical for the cpu backend)";
+  BOOST_TEST(message == expected);
+  BOOST_TEST(rt_test::all_ok(message == expected));
+}
+
 BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
                      *boost::unit_test::precondition(GpuPerRank{true})) {
   comm::Communicator world;
@@ -81,6 +112,7 @@ BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
   for (comm::allreduce::Wire wire :
        {comm::allreduce::Wire::fp32, comm::allreduce::Wire::bf16, comm::allreduce::Wire::fp16}) {
     comm::allreduce::AllreduceOptions ao;
+    ao.cuda_device = options.device;
     ao.wire = wire;
     ao.validate_counts = true;
     auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, ao);
@@ -106,7 +138,9 @@ BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(G
   backend::CudaOptions options;
   options.device = own_gpu(world);
   auto be = backend::make_cuda_backend(options);
-  auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, {});
+  comm::allreduce::AllreduceOptions ao;
+  ao.cuda_device = options.device;
+  auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, ao);
   std::vector<float> host(16, 1.0f);
   std::string message;
   try {
@@ -126,7 +160,9 @@ BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
   auto be = backend::make_cuda_backend(options);
   for (auto algorithm : {comm::allreduce::Algorithm::ring, comm::allreduce::Algorithm::mpi,
                          comm::allreduce::Algorithm::hierarchical}) {
-    auto reducer = comm::allreduce::make_allreducer(world, algorithm, {});
+    comm::allreduce::AllreduceOptions ao;
+    ao.cuda_device = options.device;
+    auto reducer = comm::allreduce::make_allreducer(world, algorithm, ao);
     for (size_t count : {size_t(3), size_t(300007)}) {
       std::vector<float> data = rt_test::small_int_data(world.rank(), count);
       backend::Tensor t = be->alloc({int64_t(count)});
@@ -159,7 +195,9 @@ BOOST_AUTO_TEST_CASE(every_algorithm_means_device_memory,
   for (auto algorithm :
        {comm::allreduce::Algorithm::nccl, comm::allreduce::Algorithm::ring,
         comm::allreduce::Algorithm::mpi, comm::allreduce::Algorithm::hierarchical}) {
-    auto reducer = comm::allreduce::make_allreducer(world, algorithm, {});
+    comm::allreduce::AllreduceOptions ao;
+    ao.cuda_device = options.device;
+    auto reducer = comm::allreduce::make_allreducer(world, algorithm, ao);
     const size_t count = 300007;
     std::vector<float> data = rt_test::small_int_data(world.rank(), count);
     backend::Tensor t = be->alloc({int64_t(count)});
@@ -175,3 +213,64 @@ BOOST_AUTO_TEST_CASE(every_algorithm_means_device_memory,
     BOOST_TEST(rt_test::all_ok(wrong == 0), reducer->name() << ": " << wrong << " wrong means");
   }
 }
+
+// Stream-event dependency instead of a host wait: the data is written by a kernel still queued
+// on the compute stream when sum() is called, and only the backend's ready mark orders NCCL's
+// stream after it. Before, nothing used the mark (wait_on_device did not exist): the engine
+// waited on the host with cudaEventSynchronize, then two stream syncs per bucket; a reducer
+// that skipped the wait would read the old zeros here.
+BOOST_AUTO_TEST_CASE(nccl_orders_its_stream_after_the_ready_mark,
+                     *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = own_gpu(world);
+  auto be = backend::make_cuda_backend(options);
+  comm::allreduce::AllreduceOptions ao;
+  ao.cuda_device = options.device;
+  auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, ao);
+  const size_t count = 1 << 22;  // large enough that the fill is still running at sum()
+  backend::Tensor t = be->alloc({int64_t(count)});
+  be->fill(t, 0.0f);
+  be->synchronize();
+  be->fill(t, float(world.rank() + 1));  // queued, not waited for
+  be->record_ready(0);
+  BOOST_TEST(reducer->wait_on_device(be->ready_mark(0)));
+  reducer->sum_and_divide(t.f32(), count, 2.0f);
+  std::vector<float> host(count);
+  be->download(t, host.data());
+  const float expected = float(world.size() * (world.size() + 1) / 2) / 2.0f;
+  size_t wrong = 0;
+  for (float v : host) wrong += v != expected;
+  BOOST_TEST(rt_test::all_ok(wrong == 0), wrong << " wrong of " << count);
+}
+
+#if RINGTRAIN_HAS_CUDA
+// The stager binds the data's device on the thread that calls it (the fusion engine's comm
+// thread). Before, it never called cudaSetDevice: on a rank bound to GPU 1 the comm thread ran
+// on device 0 and made a context there. Needs two GPUs on the rank to tell the devices apart.
+BOOST_AUTO_TEST_CASE(the_stager_binds_the_datas_device_on_the_calling_thread,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       boost::test_tools::assertion_result two(backend::cuda_device_count() >= 2 &&
+                                                               rt_test::world_size() == 1);
+                       two.message()
+                           << "needs 2 GPUs and 1 rank (" << backend::cuda_device_status() << ")";
+                       return two;
+                     })) {
+  comm::Communicator world;
+  backend::CudaOptions options;
+  options.device = 1;
+  auto be = backend::make_cuda_backend(options);
+  comm::allreduce::AllreduceOptions ao;
+  ao.cuda_device = 1;
+  auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::ring, ao);
+  backend::Tensor t = be->alloc({16});
+  be->fill(t, 3.0f);
+  be->synchronize();
+  int device_on_thread = -1;
+  std::thread([&] {
+    reducer->sum(t.f32(), 16);
+    cudaGetDevice(&device_on_thread);
+  }).join();
+  BOOST_TEST(device_on_thread == 1);
+}
+#endif  // RINGTRAIN_HAS_CUDA

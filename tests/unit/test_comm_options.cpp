@@ -26,6 +26,30 @@ std::string input_error(const std::function<void()>& f) {
 
 BOOST_AUTO_TEST_SUITE(comm_options)
 
+// Before: every allreducer was wrapped in the device stager whenever a GPU was visible (the
+// decision took the visible GPU count), so a cpu run on a GPU machine made a CUDA context on
+// GPU 0 in every rank (a cudaPointerGetAttributes per bucket), and nccl on the cpu backend
+// failed inside NCCL instead of naming the deck keys.
+BOOST_AUTO_TEST_CASE(only_the_cuda_backends_memory_is_staged_or_handed_to_nccl) {
+  using comm::allreduce::Algorithm;
+  using comm::allreduce::device_memory_path;
+  using comm::allreduce::DevicePath;
+  for (Algorithm a : {Algorithm::ring, Algorithm::rhd, Algorithm::automatic, Algorithm::mpi,
+                      Algorithm::hierarchical}) {
+    BOOST_TEST((device_memory_path(a, -1, true) == DevicePath::host));
+    BOOST_TEST((device_memory_path(a, -1, false) == DevicePath::host));
+    const bool aware_mpi = a == Algorithm::mpi;
+    BOOST_TEST((device_memory_path(a, 2, true) ==
+                (aware_mpi ? DevicePath::cuda_aware_mpi : DevicePath::staged)));
+    BOOST_TEST((device_memory_path(a, 0, false) == DevicePath::staged));
+  }
+  BOOST_TEST((device_memory_path(Algorithm::nccl, 1, false) == DevicePath::nccl));
+  BOOST_TEST(input_error([&] { device_memory_path(Algorithm::nccl, -1, false); }) ==
+             "comm.algorithm = nccl reduces GPU memory, but the gradients of this run are in "
+             "host memory: set train.backend = cuda (or comm.algorithm = ring, rhd, auto, mpi "
+             "or hierarchical for the cpu backend)");
+}
+
 BOOST_AUTO_TEST_CASE(algorithms_and_wires_parse_or_name_the_choices) {
   BOOST_TEST((comm::allreduce::parse_algorithm("ring") == comm::allreduce::Algorithm::ring));
   BOOST_TEST((comm::allreduce::parse_algorithm("mpi") == comm::allreduce::Algorithm::mpi));

@@ -231,6 +231,13 @@ class Backend {
   // The CPU backends finish every op before it returns: both do nothing there.
   virtual void record_ready(size_t slot) = 0;
   virtual void wait_ready(size_t slot) = 0;
+  // The device event behind record_ready(slot) (an opaque cudaEvent_t), for a consumer that
+  // orders its own stream after it instead of waiting on the host
+  // (Allreducer::wait_on_device); null on the CPU backends.
+  virtual const void* ready_mark(size_t slot) {
+    (void)slot;
+    return nullptr;
+  }
 };
 
 // "cpu" (oneDNN), "ref" (plain loops, for tests) or "cuda" (when built). The CPU backends

@@ -209,6 +209,8 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaEventRecord(ready_event(slot, true), ctx_.stream()));
   }
 
+  const void* ready_mark(size_t slot) override { return ready_event(slot, false); }
+
   void wait_ready(size_t slot) override {
     ctx_.activate();
     CUDA_CHECK(cudaEventSynchronize(ready_event(slot, false)));

@@ -55,13 +55,14 @@ class PinnedBuffer {
 
 class StagedAllreduce final : public Allreducer {
  public:
-  StagedAllreduce(std::unique_ptr<Allreducer> inner, bool pass_device)
-      : inner_(std::move(inner)), pass_device_(pass_device) {}
+  StagedAllreduce(std::unique_ptr<Allreducer> inner, int device, bool pass_device)
+      : inner_(std::move(inner)), device_(device), pass_device_(pass_device) {}
 
   void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
 
   void sum_and_divide(float* data, size_t count, float divisor) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    CUDA_CHECK(cudaSetDevice(device_));
     if (count == 0 || !is_device_memory(data)) return inner_->sum_and_divide(data, count, divisor);
     if (pass_device_) {  // CUDA-aware MPI sums device memory; the division is a kernel
       inner_->sum(data, count);
@@ -81,6 +82,7 @@ class StagedAllreduce final : public Allreducer {
 
  private:
   std::unique_ptr<Allreducer> inner_;
+  int device_;
   bool pass_device_;
   PinnedBuffer staging_;
   std::mutex mutex_;
@@ -96,9 +98,9 @@ bool mpi_is_cuda_aware() {
 #endif
 }
 
-std::unique_ptr<Allreducer> stage_device_memory(std::unique_ptr<Allreducer> inner,
+std::unique_ptr<Allreducer> stage_device_memory(std::unique_ptr<Allreducer> inner, int device,
                                                 bool inner_takes_device_memory) {
-  return std::make_unique<StagedAllreduce>(std::move(inner), inner_takes_device_memory);
+  return std::make_unique<StagedAllreduce>(std::move(inner), device, inner_takes_device_memory);
 }
 
 }  // namespace ringtrain::comm::allreduce

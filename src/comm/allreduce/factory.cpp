@@ -1,5 +1,5 @@
-// factory.cpp — make_allreducer: the algorithm a deck names, wrapped for device memory where
-// GPUs are visible.
+// factory.cpp — make_allreducer: the algorithm a deck names, wrapped for device memory when the
+// data lives on a GPU (the cuda backend).
 #include "device_staging.hpp"
 #include "nccl_allreducer.hpp"
 #include "ringtrain/backend/devices.hpp"
@@ -37,9 +37,7 @@ std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algorithm al
 #if RINGTRAIN_HAS_CUDA
       return make_nccl_allreducer(comm, options);
 #else
-      throw InputError(
-          "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
-          "CUDA=1); use ring, mpi or hierarchical on CPUs");
+      break;  // make_allreducer has said why not
 #endif
   }
   throw Error("unknown allreduce algorithm");
@@ -47,16 +45,38 @@ std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algorithm al
 
 }  // namespace
 
+DevicePath device_memory_path(Algorithm algorithm, int cuda_device, bool mpi_cuda_aware) {
+  RT_REQUIRE_INPUT(algorithm != Algorithm::nccl || cuda_device >= 0,
+                   "comm.algorithm = nccl reduces GPU memory, but the gradients of this run are in "
+                   "host memory: set train.backend = cuda (or comm.algorithm = ring, rhd, auto, "
+                   "mpi or hierarchical for the cpu backend)");
+  if (algorithm == Algorithm::nccl) return DevicePath::nccl;
+  if (cuda_device < 0) return DevicePath::host;
+  return algorithm == Algorithm::mpi && mpi_cuda_aware ? DevicePath::cuda_aware_mpi
+                                                       : DevicePath::staged;
+}
+
 std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
                                             const AllreduceOptions& options) {
   RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
                    options.ranks_per_node);
+  // No CUDA call at all for host memory: a cpu run makes no CUDA context.
+  const bool on_device = options.cuda_device >= 0;
+#if RINGTRAIN_HAS_CUDA
+  const bool cuda_aware = on_device && algorithm == Algorithm::mpi && mpi_is_cuda_aware();
+#else
+  RT_REQUIRE_INPUT(
+      algorithm != Algorithm::nccl,
+      "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
+      "CUDA=1); use ring, mpi or hierarchical on CPUs");
+  const bool cuda_aware = false;
+#endif
+  const DevicePath path = device_memory_path(algorithm, options.cuda_device, cuda_aware);
   std::unique_ptr<Allreducer> reducer = make_selected(comm, algorithm, options);
 #if RINGTRAIN_HAS_CUDA
-  // Where GPUs are, data may be device memory (the cuda backend's tensors).
-  if (algorithm != Algorithm::nccl && backend::cuda_device_count() > 0)
-    reducer =
-        stage_device_memory(std::move(reducer), algorithm == Algorithm::mpi && mpi_is_cuda_aware());
+  if (path == DevicePath::staged || path == DevicePath::cuda_aware_mpi)
+    reducer = stage_device_memory(std::move(reducer), options.cuda_device,
+                                  path == DevicePath::cuda_aware_mpi);
 #endif
   return reducer;
 }

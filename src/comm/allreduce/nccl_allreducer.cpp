@@ -1,16 +1,22 @@
 // nccl_allreducer.cpp — Algorithm::nccl: ncclAllReduce of device memory on a communication
-// stream, the NCCL unique id broadcast over MPI. Compiles to nothing without CUDA.
+// stream that never hangs: a non-blocking set-up agreed by every rank (collective_setup.hpp),
+// waits that poll NCCL's asynchronous error (device_wait.hpp), and an abort instead of a
+// destroy once the communicator has failed. Compiles to nothing without CUDA.
 #include "ringtrain/build_config.hpp"
 
 #if RINGTRAIN_HAS_CUDA
 
 #include <nccl.h>
 
+#include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include "nccl_allreducer.hpp"
 #include "ringtrain/backend/cuda_runtime.hpp"
 #include "ringtrain/backend/devices.hpp"
+#include "ringtrain/comm/allreduce/collective_setup.hpp"
+#include "ringtrain/comm/allreduce/device_wait.hpp"
 #include "ringtrain/comm/allreduce/ring_allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
@@ -30,10 +36,12 @@ const char* nccl_hint(ncclResult_t result) {
   }
 }
 
-#define NCCL_CHECK(call)                                                                       \
+// A non-blocking communicator may answer ncclInProgress to any call: the wait that follows
+// polls ncclCommGetAsyncError until the call has finished.
+#define NCCL_CHECK_QUEUED(call)                                                                \
   do {                                                                                         \
     const ncclResult_t rt_nccl_result_ = (call);                                               \
-    if (rt_nccl_result_ != ncclSuccess)                                                        \
+    if (rt_nccl_result_ != ncclSuccess && rt_nccl_result_ != ncclInProgress)                   \
       ::ringtrain::backend::cuda::throw_gpu_error("NCCL", ncclGetErrorString(rt_nccl_result_), \
                                                   nccl_hint(rt_nccl_result_), #call, __FILE__, \
                                                   __LINE__);                                   \
@@ -66,55 +74,62 @@ class DeviceBuffer {
 class NcclAllreduce final : public Allreducer {
  public:
   NcclAllreduce(const Communicator& comm, const AllreduceOptions& options)
-      : mpi_(duplicate(comm.raw())), options_(options) {
-    CUDA_CHECK(cudaGetDevice(&device_));
-    stream_ = std::make_unique<backend::cuda::Stream>();
-    ncclUniqueId id{};
-    if (comm.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_.get()));
-    NCCL_CHECK(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()));
-  }
-  ~NcclAllreduce() override {
-    if (nccl_ != nullptr) (void)ncclCommDestroy(nccl_);
+      : mpi_(duplicate(comm.raw())),
+        options_(options),
+        device_(options.cuda_device),
+        where_(str("rank ", comm.rank(), " (host ", comm.hostname(), ")")) {
+    set_up_collectively(comm, "nccl set-up", options_.stall_timeout_s, set_up_ops(comm));
   }
 
-  void sum(float* data, size_t count) override {
+  // ncclCommDestroy waits for the operations in flight: after an error it would wait forever.
+  ~NcclAllreduce() override {
+    if (nccl_ == nullptr) return;
+    (void)cudaSetDevice(device_);
+    if (failed_)
+      (void)ncclCommAbort(nccl_);
+    else
+      (void)ncclCommDestroy(nccl_);
+  }
+
+  void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
+
+  // Conversions, the sum and the division all queued on the stream; one wait at the end, the
+  // one the fusion engine needs to know the bucket is reduced. The division is a kernel, not
+  // ncclAvg: ncclAvg divides by the world size only (the engine divides by world x
+  // micro-batches) and, for floats, pre-multiplies every input by 1/n, which rounds otherwise
+  // than the sum divided once (allreduce.hpp's contract, every_algorithm_means_device_memory).
+  void sum_and_divide(float* data, size_t count, float divisor) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    RT_CHECK(!failed_, "nccl allreduce on ", where_, ": the communicator failed earlier");
     if (options_.validate_counts) check_same_count(mpi_.get(), count, "nccl allreduce");
     if (count == 0) return;
-    // The calling thread (the fusion engine's) may not have chosen a device yet.
-    CUDA_CHECK(cudaSetDevice(device_));
-    check_device_memory(data);
-    cudaStream_t s = stream_->get();
-    if (options_.wire == Wire::fp32) {
-      NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, s));
-    } else {
-      auto* wire = static_cast<uint16_t*>(staging_.reserve(count * sizeof(uint16_t)));
-      const bool bf16 = options_.wire == Wire::bf16;
-      const auto n = static_cast<int64_t>(count);
-      if (bf16)
-        backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
-      else
-        backend::cuda::kernels::f32_to_f16(data, wire, n, s);
-      NCCL_CHECK(
-          ncclAllReduce(wire, wire, count, bf16 ? ncclBfloat16 : ncclHalf, ncclSum, nccl_, s));
-      if (bf16)
-        backend::cuda::kernels::bf16_to_f32(wire, data, n, s);
-      else
-        backend::cuda::kernels::f16_to_f32(wire, data, n, s);
+    bind_device();  // the fusion engine's comm thread has no device of its own
+    try {
+      check_device_memory(data, count);
+      enqueue(data, count, divisor);
+      wait(str("nccl allreduce of ", count, " floats at ", static_cast<const void*>(data), " on ",
+               where_));
+    } catch (...) {
+      failed_ = true;
+      abort_communicator();
+      throw;
     }
-    // sum() returns with the result in place, like the other algorithms.
-    CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
-  // Device memory: the division is a kernel on the communication stream.
-  void sum_and_divide(float* data, size_t count, float divisor) override {
-    sum(data, count);
-    if (count == 0 || divisor == 1.0f) return;
+  bool wait_on_device(const void* ready_event) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    CUDA_CHECK(cudaSetDevice(device_));
-    backend::cuda::kernels::divide(data, int64_t(count), divisor, stream_->get());
-    CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+    bind_device();
+    auto event = static_cast<cudaEvent_t>(const_cast<void*>(ready_event));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_->get(), event, 0));
+    return true;
+  }
+
+  // Only flags the wait (it aborts, on its own thread); NCCL is not called from this thread.
+  std::string on_stall() override {
+    stall_.store(true);
+    std::lock_guard<std::mutex> lock(status_mutex_);
+    return waiting_for_.empty() ? std::string()
+                                : waiting_for_ + " had not finished, and NCCL reported no error";
   }
 
   std::string name() const override {
@@ -122,22 +137,135 @@ class NcclAllreduce final : public Allreducer {
   }
 
  private:
-  static void check_device_memory(const float* data) {
+  void bind_device() const { CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // Every byte of [data, data + count) is memory of this communicator's device.
+  void check_device_memory(const float* data, size_t count) const {
     cudaPointerAttributes attributes{};
-    CUDA_CHECK(cudaPointerGetAttributes(&attributes, data));
-    RT_CHECK(attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged,
-             "nccl allreduce: the data at ", static_cast<const void*>(data),
-             " is host memory; algorithm nccl reduces GPU memory (use it with the cuda backend, "
+    if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) (void)cudaGetLastError();
+    const bool on_device =
+        attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+    RT_CHECK(on_device, "nccl allreduce of ", count, " floats at ", static_cast<const void*>(data),
+             " on ", where_,
+             ": is host memory; algorithm nccl reduces GPU memory (use it with the cuda backend, "
              "ring or mpi otherwise)");
+    RT_CHECK(attributes.device == device_, "nccl allreduce of ", count, " floats at ",
+             static_cast<const void*>(data), " on ", where_, ": is memory of GPU ",
+             attributes.device, ", but the communicator is on GPU ", device_);
+  }
+
+  void enqueue(float* data, size_t count, float divisor) {
+    cudaStream_t s = stream_->get();
+    const auto n = static_cast<int64_t>(count);
+    if (options_.wire == Wire::fp32) {
+      NCCL_CHECK_QUEUED(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, s));
+    } else {
+      auto* wire = static_cast<uint16_t*>(staging_.reserve(count * sizeof(uint16_t)));
+      const bool bf16 = options_.wire == Wire::bf16;
+      if (bf16)
+        backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
+      else
+        backend::cuda::kernels::f32_to_f16(data, wire, n, s);
+      NCCL_CHECK_QUEUED(
+          ncclAllReduce(wire, wire, count, bf16 ? ncclBfloat16 : ncclHalf, ncclSum, nccl_, s));
+      if (bf16)
+        backend::cuda::kernels::bf16_to_f32(wire, data, n, s);
+      else
+        backend::cuda::kernels::f16_to_f32(wire, data, n, s);
+    }
+    if (divisor != 1.0f) backend::cuda::kernels::divide(data, n, divisor, s);
+  }
+
+  // Until the stream has run everything queued, or NCCL fails, stalls or times out.
+  void wait(const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(status_mutex_);
+      waiting_for_ = what;
+    }
+    DeviceWaitOps ops = poll_ops();
+    ops.finished = [this] {
+      if (nccl_state() == ncclInProgress) return false;
+      const cudaError_t done = cudaStreamQuery(stream_->get());
+      if (done == cudaErrorNotReady) return false;
+      CUDA_CHECK(done);
+      return true;
+    };
+    wait_for_device(what, options_.stall_timeout_s, ops);
+    std::lock_guard<std::mutex> lock(status_mutex_);
+    waiting_for_.clear();
+  }
+
+  // NCCL's state, its asynchronous error as text, and the abort; `finished` is the caller's.
+  DeviceWaitOps poll_ops() {
+    DeviceWaitOps ops;
+    ops.async_error = [this] { return async_error_text(); };
+    ops.abort = [this] { abort_communicator(); };
+    ops.stalled = [this] { return stall_.load(); };
+    return ops;
+  }
+
+  ncclResult_t nccl_state() const {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t asked = ncclCommGetAsyncError(nccl_, &state);
+    return asked == ncclSuccess ? state : asked;
+  }
+
+  std::string async_error_text() const {
+    if (nccl_ == nullptr) return {};
+    const ncclResult_t state = nccl_state();
+    if (state == ncclSuccess || state == ncclInProgress) return {};
+    const char* last = ncclGetLastError(nccl_);
+    const char* hint = nccl_hint(state);
+    return str(ncclGetErrorString(state), last && *last ? str(" (", last, ")") : std::string(),
+               hint ? str(" [hint: ", hint, "]") : std::string());
+  }
+
+  void abort_communicator() noexcept {
+    if (nccl_ == nullptr) return;
+    failed_ = true;
+    (void)ncclCommAbort(nccl_);
+    nccl_ = nullptr;
+  }
+
+  // Rank 0's id, a non-blocking init on this rank's device, polled until ready.
+  CollectiveSetupOps set_up_ops(const Communicator& comm) {
+    CollectiveSetupOps ops;
+    ops.make_id = [] {
+      ncclUniqueId id{};
+      NCCL_CHECK_QUEUED(ncclGetUniqueId(&id));
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+      return std::vector<uint8_t>(bytes, bytes + sizeof id);
+    };
+    ops.start = [this, size = comm.size(), rank = comm.rank()](const std::vector<uint8_t>& bytes) {
+      RT_CHECK(bytes.size() == sizeof(ncclUniqueId), "nccl set-up: an id of ", bytes.size(),
+               " bytes");
+      // Here, not before set-up: a rank whose device fails must still reach the agreement.
+      bind_device();
+      stream_ = std::make_unique<backend::cuda::Stream>();
+      ncclUniqueId id{};
+      std::memcpy(&id, bytes.data(), sizeof id);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;  // returns at once; the wait below bounds how long it may take
+      NCCL_CHECK_QUEUED(ncclCommInitRankConfig(&nccl_, size, id, rank, &config));
+    };
+    ops.wait = poll_ops();
+    ops.wait.finished = [this] { return nccl_state() == ncclSuccess; };
+    return ops;
   }
 
   CommHandle mpi_;
   AllreduceOptions options_;
-  int device_ = 0;
+  int device_;
+  std::string where_;  // "rank R (host H)", for messages
   std::unique_ptr<backend::cuda::Stream> stream_;
   ncclComm_t nccl_ = nullptr;
+  bool failed_ = false;  // an error left work in flight: abort, never destroy
   DeviceBuffer staging_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // one call at a time
+
+  std::atomic<bool> stall_{false};  // set by the stall watchdog's thread
+  std::mutex status_mutex_;         // guards waiting_for_ against on_stall()
+  std::string waiting_for_;
 };
 
 }  // namespace

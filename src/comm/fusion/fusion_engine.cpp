@@ -199,8 +199,11 @@ StallWatch* FusionEngine::stall_watch() const {
 }
 
 StallState FusionEngine::stall_state() const {
+  // Before the engine's lock: the reduction in progress does not hold it.
+  std::string detail = options_.on_stall ? options_.on_stall() : std::string();
   std::lock_guard<std::mutex> lock(mutex_);
   StallState state;
+  state.detail = std::move(detail);
   state.step = step_;
   state.next_bucket = int64_t(next_bucket_);
   state.in_synchronize = flush_;

@@ -292,6 +292,7 @@ void StallInspector::exchange_report_and_abort(const StallState& mine) {
     if (answered[r]) states[r] = decode(records[r]);
 
   std::string line = describe(states, answered, window_s);
+  if (!mine.detail.empty()) line += "; " + mine.detail;
   std::fprintf(stderr, "ringtrain: error: rank %d: %s\n", rank_, line.c_str());
   std::fflush(stderr);
 

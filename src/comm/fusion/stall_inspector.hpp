@@ -38,6 +38,7 @@ struct StallState {
   int64_t next_bucket = 0;      // the oldest bucket not yet reduced
   bool in_synchronize = false;  // the main thread called synchronize()
   std::vector<uint8_t> ready;   // per gradient: enqueued this step
+  std::string detail;           // what this rank's reduction waited for (not sent to others)
 };
 
 class StallInspector final : public StallWatch {

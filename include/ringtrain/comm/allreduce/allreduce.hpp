@@ -38,11 +38,27 @@ struct AllreduceOptions {
   // segment whose waits sleep (ShmRing) instead of polling in MPI point-to-point.
   bool shared_memory = true;
   // rhd and auto: at most this many bytes go by whole-vector recursive doubling instead of
-  // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured (docs/TUNING.md, "auto: ring or rhd").
+  // halving-doubling (halving_doubling.hpp); 0 = never. 32 KiB: measured (docs/TUNING.md, "auto:
+  // ring or rhd").
   size_t doubling_max_bytes = 32 << 10;
   bool validate_counts = false;  // check every rank passes the same count (one tiny allreduce)
   int ranks_per_node = 0;        // hierarchical: 0 = real nodes, N = N consecutive ranks
+  // The CUDA device whose memory the data lives in (the cuda backend's gradients), or -1 for
+  // host memory (the cpu and ref backends). Decides the wrapping (device_memory_path).
+  int cuda_device = -1;
+  // nccl: set-up, and each wait for a reduction, give up after this many seconds and abort
+  // the NCCL communicator (deck: comm.stall_timeout_s); 0: no limit.
+  double stall_timeout_s = 0;
 };
+
+// How make_allreducer reaches the data: host (the algorithm as it is), staged (ring, rhd, auto,
+// mpi or hierarchical through pinned host buffers), cuda_aware_mpi (MPI_Allreduce handed the
+// device pointers) or nccl.
+enum class DevicePath { host, staged, cuda_aware_mpi, nccl };
+// The path for `algorithm` on memory of cuda_device (-1: host). Only the data's device
+// decides, never the GPUs a machine has: a cpu run stays on the host path with no CUDA call.
+// nccl on host memory is an InputError naming comm.algorithm and train.backend.
+DevicePath device_memory_path(Algorithm algorithm, int cuda_device, bool mpi_cuda_aware);
 
 // InputError unless chunk_bytes is 0 or 4 B..1 GiB and chunks_in_flight 1..64 (ring and rhd).
 void check_pipeline_options(const AllreduceOptions& options);
@@ -65,19 +81,36 @@ class Allreducer {
   // peers by spinning rather than sleeping. Used by the ring over shared memory; null turns it
   // off. Set before the first call; *hint must outlive the calls.
   virtual void set_spin_hint(const std::atomic<bool>* hint) { (void)hint; }
+  // The next call's data is complete on the device only once `ready_event` (an opaque
+  // cudaEvent_t from Backend::ready_event, recorded on the compute stream) has fired. An
+  // allreducer that reduces on a device stream makes that stream wait for it (no host wait) and
+  // returns true; the default returns false, and the caller waits on the host first.
+  virtual bool wait_on_device(const void* ready_event) {
+    (void)ready_event;
+    return false;
+  }
+  // The job's stall watchdog fired (called on the watchdog's thread while a call may be in
+  // progress): an allreducer that waits on a device gives up (the waiting call aborts its
+  // communicator and throws) and returns what it waited for and NCCL's view of why, for the
+  // stall report; "" when it has nothing to add.
+  virtual std::string on_stall() { return {}; }
 };
 
 // Collective (duplicates communicators): every rank calls it with the same arguments.
 // Throws InputError on bad options, and for nccl in a build without CUDA or on a rank
 // without a GPU.
 //
-// nccl sums GPU memory: data must be a device pointer (the cuda backend's tensors) on the
-// device current when the allreducer was made, its values complete on the device before
-// sum() (synchronise the compute stream first); sum() runs ncclAllReduce on its own
-// communication stream and returns when the result is in place. Host memory is an Error.
-// Where GPUs are visible, ring, mpi and hierarchical take device memory too: staged
+// options.cuda_device says where the data lives (device_memory_path). nccl sums GPU memory:
+// data must be device memory of options.cuda_device (the cuda backend's tensors), its values
+// complete on the device before sum() (synchronise the compute stream first, or hand its event
+// to wait_on_device); sum() queues the conversions, ncclAllReduce and the division on its own
+// communication stream and returns when the result is in place, polling NCCL for errors
+// meanwhile (an error or options.stall_timeout_s without progress aborts the communicator and
+// throws an Error with NCCL's reason). Host memory, or another device's, is an Error.
+// With the cuda backend, ring, rhd, auto, mpi and hierarchical take device memory too: staged
 // through pinned host buffers (MPI_Allreduce gets device pointers when MPI is CUDA-aware);
-// the same contract holds (values complete before sum(), result in place after).
+// the same contract holds (values complete before sum(), result in place after). With host
+// memory (cuda_device = -1) no CUDA call is made.
 std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm algorithm,
                                             const AllreduceOptions& options);
 

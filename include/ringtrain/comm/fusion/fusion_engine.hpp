@@ -82,6 +82,9 @@ struct FusionOptions {
   bool local_gate = true;       // before each bucket, sleep until the node's ranks reach it too
                                 // (LocalGate) instead of polling inside MPI meanwhile
   BufferOps buffer_ops = host_buffer_ops();  // every op must be set
+  // Called on the stall watchdog's thread when it fires, while a reduction may be in progress
+  // (Allreducer::on_stall): its text joins this rank's stall report. Optional.
+  std::function<std::string()> on_stall;
 };
 
 // One bucket reduction; start_s is relative to the engine's construction.
