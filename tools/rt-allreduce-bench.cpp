@@ -48,8 +48,9 @@ struct BenchOptions {
   comm::allreduce::AllreduceOptions allreduce;  // the first chunk size and depth of the lists below
   std::vector<size_t> chunk_sizes;  // ring/hierarchical: one contender per (chunk, depth)
   std::vector<int> depths;
-  std::vector<int> post_all;  // 1/0 for AllreduceOptions::post_all_ready
-  std::vector<int> shm;       // 1/0 for AllreduceOptions::shared_memory
+  std::vector<int> post_all;   // 1/0 for AllreduceOptions::post_all_ready
+  std::vector<int> shm;        // 1/0 for AllreduceOptions::shared_memory
+  bool shared_buckets = true;  // the buffer in auto's shared buckets, as the trainer's buckets
   std::string output_dir = "output/bench";
   double busy_threshold = 0.10;
   bool fastest = false;  // report the fastest iteration instead of the median (for tuning)
@@ -135,7 +136,10 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
       "compares")("fastest",
                   "report the fastest iteration, not the median (tuning on a loaded machine)")(
       "doubling-max-bytes", po::value(&doubling)->default_value(doubling),
-      "rhd/auto: largest message sent by whole-vector doubling (bytes, K, M; 0 = never)");
+      "rhd/auto: largest message sent by whole-vector doubling (bytes, K, M; 0 = never)")(
+      "shared-buckets", po::value(&options.shared_buckets)->default_value(true),
+      "one node: the buffer every contender reduces lives in auto's shared buckets, as the "
+      "trainer's fusion buckets do, so auto reduces it in place (0: plain memory)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -303,8 +307,8 @@ struct TestData {
 // One row per contender at one size. The contenders take turns inside every iteration
 // (link probe, then each algorithm), so they share whatever load the machine has.
 std::vector<Row> measure_size(const comm::Communicator& comm, comm::RingLinkProbe& probe,
-                              std::vector<Contender>& reducers, const TestData& test,
-                              std::vector<float>& data, size_t count, const BenchOptions& options) {
+                              std::vector<Contender>& reducers, const TestData& test, float* data,
+                              size_t count, const BenchOptions& options) {
   const size_t bytes = count * sizeof(float);
   const size_t contenders = reducers.size() + 1;  // [0] is the link probe
   const int iterations = iterations_for(bytes, options.iters);
@@ -314,13 +318,13 @@ std::vector<Row> measure_size(const comm::Communicator& comm, comm::RingLinkProb
   CpuMeter meter(comm);
   for (int it = 0; it < warmup + iterations; ++it) {
     for (size_t k = 0; k < contenders; ++k) {
-      if (k > 0) std::memcpy(data.data(), test.pristine.data(), bytes);
+      if (k > 0) std::memcpy(data, test.pristine.data(), bytes);
       comm.barrier();
       const double start = now_seconds();
       if (k == 0)
-        probe.exchange(test.pristine.data(), data.data(), bytes);
+        probe.exchange(test.pristine.data(), data, bytes);
       else
-        reducers[k - 1].reducer->sum(data.data(), count);
+        reducers[k - 1].reducer->sum(data, count);
       const double took = now_seconds() - start;
       if (it < warmup) continue;
       seconds[k].push_back(took);
@@ -385,6 +389,11 @@ void print_header(const comm::Communicator& comm, const BenchOptions& options,
       comm.size(), comm.node_count(), hosts.empty() ? "?" : hosts[0].c_str(),
       comm::allreduce::to_string(options.allreduce.wire).c_str(),
       chunk_text(options.allreduce.chunk_bytes).c_str(), options.allreduce.chunks_in_flight);
+  std::printf("# buffer: %s\n",
+              options.shared_buckets && comm.node_count() == 1
+                  ? "auto's shared buckets where it has them (one node, fp32): auto reduces in "
+                    "place, the others on the same memory"
+                  : "plain memory");
   std::printf("# hierarchical nodes: %s; rank 0 affinity %d CPU(s); MCA:%s\n",
               options.allreduce.ranks_per_node > 0
                   ? str(options.allreduce.ranks_per_node, " consecutive ranks").c_str()
@@ -517,6 +526,19 @@ void write_outputs(const comm::Communicator& comm, const BenchOptions& options,
   file.commit();
 }
 
+// The buffer every contender reduces: on one node, in auto's shared buckets (where the trainer's
+// fusion buckets live, so auto reduces it in place and the others see the same memory), else
+// plain. Collective: every rank asks the same contenders in the same order.
+std::shared_ptr<float> bench_buffer(std::vector<Contender>& reducers, size_t count,
+                                    const BenchOptions& options) {
+  for (Contender& contender : reducers)
+    if (options.shared_buckets && contender.label.rfind("auto", 0) == 0)
+      if (std::shared_ptr<float> shared = contender.reducer->shared_buffers(count * sizeof(float)))
+        return shared;
+  return std::shared_ptr<float>(new float[std::max<size_t>(count, 1)](),
+                                std::default_delete<float[]>());
+}
+
 int run(int argc, char** argv) {
   comm::Communicator comm;
   BenchOptions options;
@@ -559,11 +581,12 @@ int run(int argc, char** argv) {
 
   const size_t max_count = options.max_bytes / sizeof(float);
   const TestData test(comm.rank(), comm.size(), max_count, options.allreduce.wire);
-  std::vector<float> data(max_count);
+  const std::shared_ptr<float> data = bench_buffer(reducers, max_count, options);
   std::map<std::string, std::vector<Row>> by_algorithm;
   for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
     const size_t count = bytes / sizeof(float);
-    const std::vector<Row> rows = measure_size(comm, probe, reducers, test, data, count, options);
+    const std::vector<Row> rows =
+        measure_size(comm, probe, reducers, test, data.get(), count, options);
     if (comm.rank() != 0) continue;
     print_row(rows);
     for (const Row& row : rows) by_algorithm[row.algorithm].push_back(row);

@@ -49,8 +49,17 @@ DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
   RT_REQUIRE_INPUT(accumulate_steps >= 1, "train.accumulate_steps = ", accumulate_steps,
                    ": must be an integer >= 1");
   // On a GPU the gradients stay in device memory; the CPU backends keep the host defaults.
-  if (backend_.name() == "cuda") options.buffer_ops = device_buffer_ops(backend_, grad_reducer);
   comm::allreduce::Allreducer* reducer = &grad_reducer;
+  if (backend_.name() == "cuda") {
+    options.buffer_ops = device_buffer_ops(backend_, grad_reducer);
+  } else {
+    // On one node the buckets live in memory the node's ranks share, and the reducer reads
+    // its peers' copies in place (collective: every rank plans at the same point).
+    options.buffer_ops.alloc = [reducer, host = options.buffer_ops.alloc](size_t bytes) {
+      std::shared_ptr<float> shared = reducer->shared_buffers(bytes);
+      return shared ? shared : host(bytes);
+    };
+  }
   // A reduction stuck on a device gives up, and says why, when the stall watchdog fires.
   options.on_stall = [reducer] { return reducer->on_stall(); };
   // The engine divides by the world size; the buckets hold the sum of K micro-batches too,

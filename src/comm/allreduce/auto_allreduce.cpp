@@ -57,7 +57,10 @@ AutoAllreduce::AutoAllreduce(const Communicator& comm, const AllreduceOptions& o
     hierarchical_ = std::make_unique<HierarchicalAllreduce>(comm, inner);
 }
 
-Allreducer& AutoAllreduce::chosen_for(size_t count) {
+Allreducer& AutoAllreduce::chosen_for(const float* data, size_t count) {
+  // In the node's shared buckets the reduction reads its peers' copies in place: no message
+  // at all, which no algorithm's messages beat (docs/TUNING.md, "Shared buckets").
+  if (ring_->in_shared_buffers(data, count)) return *ring_;
   switch (choose_automatic(count * sizeof(float), topology_)) {
     case Algorithm::rhd:
       return *rhd_;
@@ -73,7 +76,7 @@ void AutoAllreduce::sum_and_divide(float* data, size_t count, float divisor) {
   if (options_.validate_counts) check_same_count(comm_.get(), count, "auto allreduce");
   // Every rank passes the same count and knows the same topology, so every rank picks the
   // same algorithm.
-  chosen_for(count).sum_and_divide(data, count, divisor);
+  chosen_for(data, count).sum_and_divide(data, count, divisor);
 }
 
 void AutoAllreduce::set_spin_hint(const std::atomic<bool>* hint) {

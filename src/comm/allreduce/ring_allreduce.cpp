@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ringtrain/comm/allreduce/pipeline.hpp"
+#include "ringtrain/comm/shm/shared_buckets.hpp"
 #include "ringtrain/comm/shm/shm_ring.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -84,7 +85,25 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const Allredu
 RingAllreduce::~RingAllreduce() = default;
 
 void RingAllreduce::set_spin_hint(const std::atomic<bool>* hint) {
+  spin_hint_ = hint;
   if (shm_) shm_->set_spin_hint(hint);
+  if (buckets_) buckets_->set_spin_hint(hint);
+}
+
+std::shared_ptr<float> RingAllreduce::shared_buffers(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Every rank has ShmRing or none has (try_make agrees), and the same options and call order.
+  if (!shm_ || options_.wire != Wire::fp32 || buckets_) return nullptr;
+  std::string why_not;
+  buckets_ = shm::SharedBuckets::try_make(comm_.get(), bytes, why_not);
+  if (!buckets_) return nullptr;
+  buckets_->set_spin_hint(spin_hint_);
+  // The memory lives as long as the buckets, which this pointer shares.
+  return std::shared_ptr<float>(buckets_, buckets_->mine());
+}
+
+bool RingAllreduce::in_shared_buffers(const float* data, size_t count) const {
+  return buckets_ && buckets_->holds(data, count);
 }
 
 std::string RingAllreduce::name() const {
@@ -109,6 +128,8 @@ void RingAllreduce::sum_and_divide(float* data, size_t count, float divisor) {
 void RingAllreduce::reduce(float* data, size_t count, float divisor) {
   if (options_.validate_counts) check_same_count(comm_.get(), count, "ring allreduce");
   if (count == 0 || n_ == 1) return;
+  // The same on every rank: the engine's buckets are at one offset of every rank's region.
+  if (in_shared_buffers(data, count)) return buckets_->allreduce(data, count, divisor);
   const size_t chunk_bytes = chunk_bytes_for(options_.chunk_bytes, count * sizeof(float));
   const bool via_shm = shm_ && count * sizeof(float) <= kShmMaxBytes;
   size_t max_chunk_elems = std::max<size_t>(1, chunk_bytes / sizeof(float));

@@ -94,6 +94,15 @@ class Allreducer {
   // communicator and throws) and returns what it waited for and NCCL's view of why, for the
   // stall report; "" when it has nothing to add.
   virtual std::string on_stall() { return {}; }
+  // Collective: `bytes` of host memory, in a segment every rank of the node maps, that this
+  // allreducer reduces in place by reading its peers' copies (shm/shared_buckets.hpp) when a
+  // call's data lies in it at the same offset on every rank (the fusion engine's buckets).
+  // Null (on every rank) where it cannot: ranks on several nodes, a narrow wire, no
+  // shared memory; the caller then allocates as usual. Once per instance.
+  virtual std::shared_ptr<float> shared_buffers(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 // Collective (duplicates communicators): every rank calls it with the same arguments.

@@ -39,9 +39,13 @@ class AutoAllreduce final : public Allreducer {
   void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
   void set_spin_hint(const std::atomic<bool>* hint) override;
+  // The ring's (one node, fp32 wire): calls on data in them go to the ring at every size.
+  std::shared_ptr<float> shared_buffers(size_t bytes) override {
+    return ring_->shared_buffers(bytes);
+  }
 
  private:
-  Allreducer& chosen_for(size_t count);
+  Allreducer& chosen_for(const float* data, size_t count);
 
   CommHandle comm_;
   AllreduceOptions options_;

@@ -43,6 +43,7 @@
 // segment to the wire format and back, so it holds exactly what the others receive.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -55,7 +56,8 @@
 
 namespace ringtrain::comm::shm {
 class ShmRing;
-}
+class SharedBuckets;
+}  // namespace ringtrain::comm::shm
 
 namespace ringtrain::comm::allreduce {
 
@@ -73,6 +75,11 @@ class RingAllreduce final : public Allreducer {
   void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
   void set_spin_hint(const std::atomic<bool>* hint) override;
+  // Where ShmRing is up and the wire is fp32: the node's SharedBuckets; calls on data in
+  // them are reduced in place from the peers' copies, at every size.
+  std::shared_ptr<float> shared_buffers(size_t bytes) override;
+  // True when a call on [data, data + count) goes through the shared buckets.
+  bool in_shared_buffers(const float* data, size_t count) const;
   // Why the messages go through MPI although options.shared_memory asked for ShmRing ("" if
   // they do not, or it was not asked for).
   const std::string& no_shm_reason() const { return no_shm_reason_; }
@@ -104,7 +111,10 @@ class RingAllreduce final : public Allreducer {
   size_t scratch_chunk_elems_ = 0;
   std::vector<MPI_Request> recv_requests_, send_requests_;
   std::unique_ptr<shm::ShmRing> shm_;  // null: messages go through MPI
+  std::shared_ptr<shm::SharedBuckets>
+      buckets_;  // the fusion buffers, where shared_buffers made them
   std::string no_shm_reason_;
+  const std::atomic<bool>* spin_hint_ = nullptr;
 };
 
 // Throws Error on every rank of comm, naming each rank's count, unless all pass the same
