@@ -8,7 +8,7 @@
 namespace ringtrain::train {
 
 LossScaler::LossScaler(const LossScaleOptions& options) : options_(options) {
-  RT_REQUIRE_INPUT(options.init >= kLossScaleMin && options.init <= kLossScaleMax, "loss scale ",
+  RT_REQUIRE_INPUT(options.init >= kMinLossScale && options.init <= kMaxLossScale, "loss scale ",
                    options.init, ": must be from 1 to 2^24 (16777216)");
   RT_REQUIRE_INPUT(options.growth_interval >= 1, "loss scale growth interval ",
                    options.growth_interval, ": must be at least 1 step");
@@ -18,14 +18,14 @@ LossScaler::LossScaler(const LossScaleOptions& options) : options_(options) {
 ScaleVerdict LossScaler::update(bool finite) {
   if (finite) {
     if (options_.dynamic && ++state_.clean_steps >= options_.growth_interval) {
-      state_.scale = std::min(state_.scale * options_.growth, kLossScaleMax);
+      state_.scale = std::min(state_.scale * options_.growth, kMaxLossScale);
       state_.clean_steps = 0;
     }
     return ScaleVerdict::kStep;
   }
   state_.clean_steps = 0;
-  if (!options_.dynamic || state_.scale <= kLossScaleMin) return ScaleVerdict::kNonfinite;
-  state_.scale = std::max(state_.scale * options_.backoff, kLossScaleMin);
+  if (!options_.dynamic || state_.scale <= kMinLossScale) return ScaleVerdict::kNonfinite;
+  state_.scale = std::max(state_.scale * options_.backoff, kMinLossScale);
   ++overflow_steps_;
   return ScaleVerdict::kOverflow;
 }
@@ -33,7 +33,7 @@ ScaleVerdict LossScaler::update(bool finite) {
 void LossScaler::restore(const LossScaleState& state) {
   if (!options_.dynamic) return;
   RT_REQUIRE_INPUT(
-      state.scale >= kLossScaleMin && state.scale <= kLossScaleMax && state.clean_steps >= 0,
+      state.scale >= kMinLossScale && state.scale <= kMaxLossScale && state.clean_steps >= 0,
       "checkpoint loss scale ", state.scale, " after ", state.clean_steps,
       " clean steps: out of range (scale 1 to 2^24, steps 0 or more)");
   state_ = state;

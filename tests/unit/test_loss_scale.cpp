@@ -79,11 +79,11 @@ BOOST_AUTO_TEST_CASE(growth_interval_one_doubles_every_clean_step) {
 }
 
 BOOST_AUTO_TEST_CASE(scale_stops_at_the_ceiling) {
-  LossScaler s(dynamic_every(1, kLossScaleMax / 2));
+  LossScaler s(dynamic_every(1, kMaxLossScale / 2));
   Trace t = run(s, "....x.");
   BOOST_TEST(t.verdicts == "ssssos");
-  BOOST_TEST(t.scales == (std::vector<double>{kLossScaleMax, kLossScaleMax, kLossScaleMax,
-                                              kLossScaleMax, kLossScaleMax / 2, kLossScaleMax}),
+  BOOST_TEST(t.scales == (std::vector<double>{kMaxLossScale, kMaxLossScale, kMaxLossScale,
+                                              kMaxLossScale, kMaxLossScale / 2, kMaxLossScale}),
              boost::test_tools::per_element());
 }
 

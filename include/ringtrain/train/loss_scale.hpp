@@ -9,17 +9,16 @@
 
 #include <cstdint>
 
+#include "ringtrain/config/config.hpp"
+
 namespace ringtrain::train {
 
-// The growth and backoff factors are PyTorch's; the clamps are ours: below 1 a scale cannot cure
-// an overflow (the gradients are not finite unscaled), and 2^24 is far above any useful fp16
-// scale while N x K x s stays an exact float divisor.
-constexpr double kLossScaleMin = 1.0;
-constexpr double kLossScaleMax = 16777216.0;  // 2^24
+// The growth and backoff factors are PyTorch's; the clamps, kMinLossScale and kMaxLossScale
+// (config.hpp), are ours.
 
 struct LossScaleOptions {
   bool dynamic = true;             // false: a static scale, never changed
-  double init = 65536.0;           // 2^16; in [kLossScaleMin, kLossScaleMax]
+  double init = 65536.0;           // 2^16; in [kMinLossScale, kMaxLossScale]
   int64_t growth_interval = 2000;  // clean steps in a row before the scale doubles
   double growth = 2.0;
   double backoff = 0.5;
