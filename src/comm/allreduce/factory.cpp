@@ -1,6 +1,7 @@
 // factory.cpp — make_allreducer: the algorithm a deck names, wrapped for device memory where
 // GPUs are visible.
 #include "device_staging.hpp"
+#include "fp16_predivide.hpp"
 #include "nccl_allreducer.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
@@ -52,6 +53,10 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
   RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
                    options.ranks_per_node);
   std::unique_ptr<Allreducer> reducer = make_selected(comm, algorithm, options);
+  // fp16 sums overflow at scale where fp32 and bf16 (fp32's exponent range: a pre-divide would
+  // only add a rounding) do not; nccl reduces on the device (nccl_allreducer.cpp).
+  if (options.wire == Wire::fp16 && algorithm != Algorithm::nccl && comm.size() > 1)
+    reducer = predivide_for_fp16_wire(std::move(reducer), comm.size());
 #if RINGTRAIN_HAS_CUDA
   // Where GPUs are, data may be device memory (the cuda backend's tensors).
   if (algorithm != Algorithm::nccl && backend::cuda_device_count() > 0)
