@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,14 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.on_nonfinite", &c.train.on_nonfinite,
        "a step whose loss or gradients are NaN or Inf: stop the run, or skip that step's update",
        {"stop", "skip"}},
+      {"train.loss_scale", &c.train.loss_scale,
+       "loss scaling: dynamic (halve on overflow and skip the step on every rank, double after "
+       "loss_scale_growth_interval clean steps), none, or a static scale from 1 to 16777216; auto = "
+       "dynamic for precision fp16, else none", {}},
+      {"train.loss_scale_init", &c.train.loss_scale_init,
+       "loss_scale = dynamic: the first scale, from 1 to 16777216", {}},
+      {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval,
+       "loss_scale = dynamic: clean steps in a row before the scale doubles", {}},
       {"train.straggler_rank", &c.train.straggler_rank,
        "make this rank a straggler for load-imbalance studies (-1 = none)", {}},
       {"train.straggler_ms", &c.train.straggler_ms,
@@ -330,6 +339,10 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.straggler_rank >= -1, "train.straggler_rank", std::to_string(t.straggler_rank),
           "-1 or a rank");
   require(t.straggler_ms >= 0, "train.straggler_ms", format_number(t.straggler_ms), "0 or more");
+  require(t.loss_scale_init >= kMinLossScale && t.loss_scale_init <= kMaxLossScale,
+          "train.loss_scale_init", format_number(t.loss_scale_init), "from 1 to 16777216");
+  require(t.loss_scale_growth_interval >= 1, "train.loss_scale_growth_interval",
+          std::to_string(t.loss_scale_growth_interval), "at least 1");
   const auto& m = c.comm;
   require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib),
           "a positive number of MiB");
@@ -353,6 +366,22 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
                          ": set exactly one of train.batch_per_rank (weak scaling) and "
                          "train.global_batch (strong scaling); found batch_per_rank = ",
                          t.batch_per_rank, ", global_batch = ", t.global_batch));
+}
+
+// train.loss_scale as the run uses it: dynamic, none, or the static scale as a number.
+std::string resolve_loss_scale(const TrainConfig& t, const Source& src) {
+  if (t.loss_scale == "auto") return default_loss_scale(t.precision);
+  if (t.loss_scale == "dynamic" || t.loss_scale == "none") return t.loss_scale;
+  const char* text = t.loss_scale.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !(value >= kMinLossScale) ||
+      !(value <= kMaxLossScale))
+    throw InputError(str(src.of("train.loss_scale"), ": bad value '", shown(t.loss_scale),
+                         "' for train.loss_scale (dynamic, none, auto, or a static scale from 1 "
+                         "to 16777216)"));
+  return format_number(value);
 }
 
 std::vector<int> parse_step_epochs(const std::string& text, const Source& src) {
@@ -412,6 +441,10 @@ std::string render_deck(const std::vector<Option>& table) {
 }
 
 }  // namespace
+
+std::string default_loss_scale(const std::string& precision) {
+  return precision == "fp16" ? "dynamic" : "none";
+}
 
 std::string Config::checkpoint_path() const {
   std::string dir = output.checkpoint_dir.empty() ? output.dir : output.checkpoint_dir;
@@ -485,6 +518,7 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   c.train.seed = uint64_t(seed);
   c.train.step_epochs = parse_step_epochs(step_epochs, src);
   check_choices_and_ranges(table, c, src);
+  c.train.loss_scale = resolve_loss_scale(c.train, src);
   if (vm["output.name"].defaulted())
     c.output.name =
         c.deck_path.empty() ? "ringtrain" : std::filesystem::path(c.deck_path).stem().string();

@@ -1,5 +1,5 @@
-// fault.cpp — the RINGTRAIN_FAULT kill points and RINGTRAIN_STOP_AT stop points
-// (core/fault.hpp).
+// fault.cpp — the RINGTRAIN_FAULT kill points, RINGTRAIN_STOP_AT stop points and
+// RINGTRAIN_NONFINITE_AT poisoned gradients (core/fault.hpp).
 #include "ringtrain/core/fault.hpp"
 
 #include <signal.h>
@@ -40,6 +40,12 @@ void fault_point_for_rank(const char* name, int rank) {
   if (stop_at.name.empty() || stop_at.name != name || stop_at.number != rank) return;
   static std::atomic<bool> stopped{false};
   if (!stopped.exchange(true)) raise(SIGSTOP);
+}
+
+bool nonfinite_fault_at(int64_t step, int rank) {
+  static const PointSpec poison_at("RINGTRAIN_NONFINITE_AT", -1);  // STEP@RANK
+  return !poison_at.name.empty() && poison_at.number == rank &&
+         std::strtol(poison_at.name.c_str(), nullptr, 10) == step;
 }
 
 }  // namespace ringtrain

@@ -49,6 +49,9 @@ void write_root_attributes(h5::Group& root, const RunInfo& info) {
   root.set_attr("accumulate_steps", int32_t(info.accumulate_steps));
   root.set_attr("effective_batch", int64_t(info.effective_batch));
   root.set_attr("nonfinite_steps_skipped", int64_t(info.nonfinite_steps_skipped));
+  root.set_attr("loss_scale", info.loss_scale);
+  root.set_attr("loss_scale_final", info.loss_scale_final);
+  root.set_attr("loss_scale_skipped_steps", int64_t(info.loss_scale_skipped_steps));
   root.set_attr("slurm_job_id", info.slurm_job_id);
 }
 

@@ -35,7 +35,8 @@ void CheckpointState::remove_stale_temp_files() const {
       log::info(str("removed ", removed, ", left by a run that died while writing it"));
 }
 
-void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const {
+void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
+                           const LossScaler* scaler) const {
   const std::string path = config_.checkpoint_path();
   // Every rank's BN running statistics (they differ between ranks until an epoch's end).
   std::vector<float> mine = model.buffer_values();
@@ -53,6 +54,10 @@ void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) 
     root.set_attr("seed", int64_t(config_.train.seed));
     root.set_attr("written_at", utc_now());
     root.write_string("deck", config_.effective_deck);
+    if (scaler && scaler->dynamic()) {
+      root.set_attr("loss_scale", scaler->state().scale);
+      root.set_attr("loss_scale_clean_steps", scaler->state().clean_steps);
+    }
     h5::Group params = root.create_group("params");
     model.save(params);
     h5::Group optimizer = root.create_group("optimizer");
@@ -91,7 +96,7 @@ void warn_on_changes(const h5::Group& root, const std::string& path, int world_s
 
 }  // namespace
 
-ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd) const {
+ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd, LossScaler* scaler) const {
   const std::string path = config_.checkpoint_path();
   if (access(path.c_str(), R_OK) != 0)
     throw InputError(
@@ -118,6 +123,9 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd) const {
   warn_on_changes(root, path, comm_.size(), batch_per_rank_, config_);
   model.load(root.open_group("params"));
   sgd.load(root.open_group("optimizer"));
+  if (scaler && scaler->dynamic() && root.has_attr("loss_scale"))
+    scaler->restore(LossScaleState{root.attr<double>("loss_scale"),
+                                   root.attr<int64_t>("loss_scale_clean_steps")});
   if (world == comm_.size() && root.exists("rank_buffers")) {
     const std::vector<float> rows = root.open_dataset("rank_buffers").read_all<float>();
     const size_t n = rows.size() / size_t(world);

@@ -7,6 +7,7 @@
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/parameter.hpp"
 
 namespace ringtrain::train {
 namespace {
@@ -41,7 +42,8 @@ DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
                            comm::allreduce::Allreducer& stat_reducer,
                            comm::fusion::FusionOptions options, comm::fusion::Timeline* timeline,
                            int accumulate_steps)
-    : model_(model),
+    : comm_(comm),
+      model_(model),
       backend_(backend),
       stat_reducer_(stat_reducer),
       world_size_(comm.size()),
@@ -63,12 +65,14 @@ DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
   // A reduction stuck on a device gives up, and says why, when the stall watchdog fires.
   options.on_stall = [reducer] { return reducer->on_stall(); };
   // The engine divides by the world size; the buckets hold the sum of K micro-batches too,
-  // and one division by world x K rounds once, like the mean of a single batch.
-  const float micro_batches = float(accumulate_steps);
+  // scaled by the loss scale, and one division by world x K x scale rounds once, like the mean
+  // of a single unscaled batch (a power-of-two scale leaves every bit as without it).
+  const double micro_batches = double(accumulate_steps);
   engine_ = std::make_unique<comm::fusion::FusionEngine>(
       comm,
-      [reducer, micro_batches](float* data, size_t count, float divisor) {
-        reducer->sum_and_divide(data, count, divisor * micro_batches);
+      [this, reducer, micro_batches](float* data, size_t count, float divisor) {
+        const double unscale = micro_batches * loss_scale_.load(std::memory_order_relaxed);
+        reducer->sum_and_divide(data, count, float(double(divisor) * unscale));
       },
       options, timeline);
   grad_reducer.set_spin_hint(engine_->main_thread_waiting());
@@ -104,6 +108,26 @@ void DataParallel::backward(int micro) {
 
 void DataParallel::synchronize() {
   engine_->synchronize();
+}
+
+void DataParallel::set_loss_scale(double scale) {
+  RT_CHECK(scale > 0, "DataParallel::set_loss_scale: scale ", scale);
+  // Relaxed: the engine's hand-over of the next step's buckets orders this before their reads.
+  loss_scale_.store(scale, std::memory_order_relaxed);
+}
+
+const nn::Parameter* DataParallel::first_nonfinite_gradient() const {
+  for (const nn::Parameter* p : model_.parameters())
+    if (!backend_.all_finite(p->grad)) return p;
+  return nullptr;
+}
+
+ScaleVerdict DataParallel::end_scaled_step(LossScaler& scaler, const nn::Parameter** first_bad) {
+  const nn::Parameter* bad = first_nonfinite_gradient();
+  if (first_bad) *first_bad = bad;
+  const ScaleVerdict verdict = scaler.update(comm_.all_ok(bad == nullptr));
+  set_loss_scale(scaler.scale());
+  return verdict;
 }
 
 void DataParallel::average_bn_buffers() {

@@ -8,6 +8,7 @@ const PhaseInfo& phase_info(Phase phase) {
       {"sync-bn", "synchronized batch norm", false},
       {"checkpoint", "the checkpoint", true},
       {"stop-check", "the stop check", false},
+      {"gradient-check", "the agreement on finite gradients (loss scaling)", false},
       {"metrics", "the loss and accuracy reduction", false},
       {"bn-average", "the BN statistics average", false},
       {"evaluation", "evaluation", false},

@@ -29,6 +29,7 @@
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
+#include "ringtrain/train/loss_scale.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
 
@@ -61,6 +62,10 @@ class Trainer {
   void build_model();
   void build_comm();
   void build_optimizer();
+  void build_loss_scaler();
+  float loss_gradient_scale() const;
+  bool step_is_taken();
+  bool loss_scaled_step_is_taken();
   void print_start() const;
   void train_epoch(int epoch);
   bool train_step(data::Loader& loader, StepTimes& t);
@@ -71,7 +76,7 @@ class Trainer {
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
   void enter_phase(Phase phase);
-  bool gradients_finite_or_skip();
+  bool nonfinite_step_is_skipped(const nn::Parameter* bad);
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
 
@@ -98,6 +103,7 @@ class Trainer {
   } watch_registration_;
   std::unique_ptr<nn::Sgd> sgd_;
   std::unique_ptr<nn::LRSchedule> schedule_;
+  std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
   std::unique_ptr<CheckpointState> checkpoint_;
   std::unordered_map<const std::string*, std::pair<const char*, const char*>> layer_names_;
   backend::Tensor input_;
@@ -134,13 +140,17 @@ void Trainer::set_up() {
   });
   agree(comm_, [&] { build_model(); });
   agree(comm_, [&] { build_comm(); });  // a schedule mismatch throws on every rank alike
-  agree(comm_, [&] { build_optimizer(); });
+  agree(comm_, [&] {
+    build_optimizer();
+    build_loss_scaler();
+  });
   checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_, batch_per_rank_);
   checkpoint_->remove_stale_temp_files();
   if (cfg_.resume) {
     agree(comm_, [&] {
-      ResumePoint at = checkpoint_->load(*model_, *sgd_);
+      ResumePoint at = checkpoint_->load(*model_, *sgd_, scaler_.get());
       global_step_ = at.global_step;
+      if (scaler_) parallel_->set_loss_scale(scaler_->scale());
     });
     first_epoch_ = int(global_step_ / steps_per_epoch_) + 1;
     skip_steps_ = global_step_ % steps_per_epoch_;
@@ -278,6 +288,18 @@ void Trainer::build_optimizer() {
   schedule_ = std::make_unique<nn::LRSchedule>(lr);
 }
 
+// train.loss_scale: none, dynamic from train.loss_scale_init, or a static scale.
+void Trainer::build_loss_scaler() {
+  const TrainConfig& t = cfg_.train;
+  if (t.loss_scale == "none") return;
+  LossScaleOptions options;
+  options.dynamic = t.loss_scale == "dynamic";
+  options.init = options.dynamic ? t.loss_scale_init : std::stod(t.loss_scale);  // validated
+  options.growth_interval = t.loss_scale_growth_interval;
+  scaler_ = std::make_unique<LossScaler>(options);
+  parallel_->set_loss_scale(scaler_->scale());
+}
+
 void Trainer::print_start() const {
   const auto& info = train_loader_->info();
   const auto& t = *train_loader_;
@@ -300,6 +322,11 @@ void Trainer::print_start() const {
   log::info(str("model: ", model_->name(), ", ", model_->parameter_count(), " parameters, ",
                 model_->train_flops_per_image() / 1e9, " GFLOP per training image; ",
                 parallel_->engine().bucket_count(), " fusion bucket(s)"));
+  if (scaler_)
+    log::info(scaler_->dynamic()
+                  ? str("loss scale: dynamic from ", scaler_->scale(), ", halved on overflow, ",
+                        "doubled after ", cfg_.train.loss_scale_growth_interval, " clean steps")
+                  : str("loss scale: static ", scaler_->scale()));
 }
 
 // ---- training ---------------------------------------------------------------------------
@@ -343,7 +370,8 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
-  pending_losses_.back().push_back(model_->loss_later(batch.labels.data()));
+  pending_losses_.back().push_back(
+      model_->loss_later(batch.labels.data(), loss_gradient_scale()));
   double t1 = comm::fusion::Timeline::now();
   parallel_->backward(micro);
   double t2 = comm::fusion::Timeline::now();
@@ -354,7 +382,7 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   if (micro + 1 < accumulate_steps_) return;
   parallel_->synchronize();
   double t3 = comm::fusion::Timeline::now();
-  if (gradients_finite_or_skip()) sgd_->step(schedule_->lr(global_step_));
+  if (step_is_taken()) sgd_->step(schedule_->lr(global_step_));
   backend_->synchronize();
   double t4 = comm::fusion::Timeline::now();
   tl.span("optimizer", "step", t3, t4);
@@ -362,28 +390,54 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   t.optimizer = t4 - t3;
 }
 
-// After the allreduce every rank holds the same gradients, so every rank reaches the same
-// verdict here without a message: a NaN or inf anywhere (a loss that overflowed on one rank
-// spreads to all) stops the run on every rank before the weights take it, keeping the last
-// checkpoint, or with train.on_nonfinite = skip skips this step's update everywhere.
-bool Trainer::gradients_finite_or_skip() {
+// The loss scale, or NaN where the RINGTRAIN_NONFINITE_AT test hook poisons this rank's step.
+float Trainer::loss_gradient_scale() const {
+  if (nonfinite_fault_at(global_step_ + 1, comm_.rank()))
+    return std::numeric_limits<float>::quiet_NaN();
+  return scaler_ ? float(scaler_->scale()) : 1.0f;
+}
+
+// Without loss scaling: after the allreduce every rank holds the same gradients, so every rank
+// reaches the same verdict here without a message: a NaN or inf anywhere (a loss that
+// overflowed on one rank spreads to all) goes to train.on_nonfinite.
+bool Trainer::step_is_taken() {
+  if (scaler_) return loss_scaled_step_is_taken();
+  const nn::Parameter* bad = parallel_->first_nonfinite_gradient();
+  return !bad || nonfinite_step_is_skipped(bad);
+}
+
+// With loss scaling the verdict is agreed (DataParallel::end_scaled_step). An overflow of a
+// dynamic scale is normal: every rank skips the step and halves the scale, and
+// train.on_nonfinite is not asked; a static scale, or a dynamic one already at its floor,
+// cannot cure a NaN or inf, so on_nonfinite decides as without scaling.
+bool Trainer::loss_scaled_step_is_taken() {
+  enter_phase(Phase::kGradientCheck);
+  const double scale = scaler_->scale();
   const nn::Parameter* bad = nullptr;
-  for (const nn::Parameter* p : model_->parameters())
-    if (!backend_->all_finite(p->grad)) {
-      bad = p;
-      break;
-    }
-  if (!bad) return true;
+  const ScaleVerdict verdict = parallel_->end_scaled_step(*scaler_, &bad);
+  if (verdict == ScaleVerdict::kStep) return true;
+  if (verdict == ScaleVerdict::kNonfinite) return nonfinite_step_is_skipped(bad);
+  if (comm_.rank() == 0)
+    log::info(str("step ", global_step_ + 1, ": gradient overflow at loss scale ", scale,
+                  "; the step is skipped on every rank, loss scale now ", scaler_->scale()));
+  return false;
+}
+
+// A step whose reduced gradients hold a NaN or inf (bad: this rank's first such tensor, null
+// when only another rank's were) stops the run on every rank before the weights take it,
+// keeping the last checkpoint, or with train.on_nonfinite = skip skips this step's update.
+bool Trainer::nonfinite_step_is_skipped(const nn::Parameter* bad) {
   const int64_t step = global_step_ + 1;
+  const std::string what = bad ? "the gradient of " + bad->name : "a gradient on another rank";
   if (cfg_.train.on_nonfinite == "skip") {
     ++nonfinite_skipped_;
     if (comm_.rank() == 0)
-      log::warn(str("step ", step, ": the gradient of ", bad->name,
+      log::warn(str("step ", step, ": ", what,
                     " is not finite after the allreduce; the step is skipped on every rank "
                     "(train.on_nonfinite = skip)"));
     return false;
   }
-  throw Error(str("step ", step, ": the gradient of ", bad->name,
+  throw Error(str("step ", step, ": ", what,
                   " is not finite (NaN or inf) after the allreduce; stopped on every rank before "
                   "the weights took it, the last checkpoint is kept (lower train.lr, or set "
                   "train.on_nonfinite = skip)"));
@@ -416,7 +470,7 @@ void Trainer::train_epoch(int epoch) {
     }
     if (checkpoint_->due(global_step_)) {
       enter_phase(Phase::kCheckpoint);
-      checkpoint_->save(*model_, *sgd_, global_step_);
+      checkpoint_->save(*model_, *sgd_, global_step_, scaler_.get());
     }
     enter_phase(Phase::kStopCheck);
     stop_ = checkpoint_->stop_requested();
@@ -617,6 +671,9 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.accumulate_steps = accumulate_steps_;
   info.effective_batch = int64_t(info.global_batch) * accumulate_steps_;
   info.nonfinite_steps_skipped = nonfinite_skipped_;
+  info.loss_scale = cfg_.train.loss_scale;
+  info.loss_scale_final = scaler_ ? scaler_->scale() : 1.0;
+  info.loss_scale_skipped_steps = scaler_ ? scaler_->overflow_steps() : 0;
   if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
   r.epochs = epochs_;
   r.summary =
@@ -644,6 +701,9 @@ void Trainer::write_results(double test_loss, double test_acc,
                 int(r.summary.comm_cpu_fraction * 1000 + 0.5) / 10.0,
                 "% of step time | load imbalance ", r.summary.load_imbalance,
                 std::isnan(test_acc) ? std::string() : str(" | test acc ", test_acc)));
+  if (scaler_)
+    log::info(str("loss scale: ", scaler_->scale(), " at the end; ", scaler_->overflow_steps(),
+                  " step(s) skipped for a gradient overflow"));
   log::info(str("results: ", cfg_.results_path()));
 }
 
@@ -657,7 +717,7 @@ void Trainer::run() {
   }
   // The last checkpoint is also the trained model.
   enter_phase(Phase::kCheckpoint);
-  checkpoint_->save(*model_, *sgd_, global_step_);
+  checkpoint_->save(*model_, *sgd_, global_step_, scaler_.get());
   if (stop_) log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
   double test_loss = kNaN, test_acc = kNaN;
   std::vector<double> confusion;

@@ -199,6 +199,52 @@ BOOST_AUTO_TEST_CASE(on_nonfinite_is_stop_or_skip) {
   BOOST_TEST(help_text().find("--train.on_nonfinite arg (=stop)") != std::string::npos);
 }
 
+// train.loss_scale: dynamic, none, a static number (printed back as a number), or auto, which
+// follows the precision; every bad value is one line naming the key, value and its source.
+BOOST_AUTO_TEST_CASE(loss_scale_keys_parse_and_resolve) {
+  std::string deck = write_deck("loss_scale.deck", kGoodDeck);
+  auto loss_scale = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--deck", deck});
+    return parse(extra).config.train;
+  };
+  TrainConfig defaults = loss_scale({});
+  BOOST_TEST(defaults.loss_scale == "none");  // fp32
+  BOOST_TEST(defaults.loss_scale_init == 65536.0);
+  BOOST_TEST(defaults.loss_scale_growth_interval == 2000);
+  BOOST_TEST(loss_scale({"--train.precision=bf16"}).loss_scale == "none");
+  BOOST_TEST(default_loss_scale("fp16") == "dynamic");
+  BOOST_TEST(default_loss_scale("bf16") == "none");
+  BOOST_TEST(loss_scale({"--train.loss_scale=dynamic"}).loss_scale == "dynamic");
+  BOOST_TEST(loss_scale({"--train.loss_scale=none"}).loss_scale == "none");
+  BOOST_TEST(loss_scale({"--train.loss_scale=1024.0"}).loss_scale == "1024");
+  BOOST_TEST(loss_scale({"--train.loss_scale=1"}).loss_scale == "1");
+  BOOST_TEST(loss_scale({"--train.loss_scale=16777216"}).loss_scale == "16777216");
+  TrainConfig set =
+      loss_scale({"--train.loss_scale_init=8", "--train.loss_scale_growth_interval=3"});
+  BOOST_TEST(set.loss_scale_init == 8.0);
+  BOOST_TEST(set.loss_scale_growth_interval == 3);
+  const std::string rule =
+      " for train.loss_scale (dynamic, none, auto, or a static scale from 1 to 16777216)";
+  for (const char* bad : {"0.5", "16777217", "fast", "12x", "", "nan", "inf", "1e400"})
+    BOOST_TEST(error_of({"--deck", deck, std::string("--train.loss_scale=") + bad}) ==
+               "command line: bad value '" + std::string(bad) + "'" + rule);
+  std::string in_deck =
+      write_deck("loss_scale_bad.deck", std::string(kGoodDeck) + "[train]\nloss_scale = Dynamic\n");
+  BOOST_TEST(error_of({"--deck", in_deck}) == in_deck + ":13: bad value 'Dynamic'" + rule);
+  BOOST_TEST(error_of({"--deck", deck, "--train.loss_scale_init=0.5"}) ==
+             "command line: bad value '0.5' for train.loss_scale_init (from 1 to 16777216)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.loss_scale_init=3e7"}) ==
+             "command line: bad value '30000000' for train.loss_scale_init (from 1 to 16777216)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.loss_scale_growth_interval=0"}) ==
+             "command line: bad value '0' for train.loss_scale_growth_interval (at least 1)");
+  BOOST_TEST(error_of({"--deck", deck, "--train.loss_scale_growth_interval=often"}) ==
+             "command line: bad value 'often' for train.loss_scale_growth_interval (expected an "
+             "integer)");
+  BOOST_TEST(help_text().find("--train.loss_scale arg (=auto)") != std::string::npos);
+  BOOST_TEST(parse({"--deck", deck, "--train.loss_scale=dynamic"})
+                 .config.effective_deck.find("loss_scale = dynamic\n") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(output_name_stays_inside_output_dir) {
   std::string deck = write_deck("name.deck", kGoodDeck);
   const std::string rule = " for output.name (a file name: not empty, '.' or '..', no '/')";

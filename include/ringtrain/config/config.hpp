@@ -19,6 +19,11 @@ constexpr int kMaxThreads = 1024;
 constexpr double kMaxStallTimeoutS = 1e6;
 // The largest train.cudnn_workspace_mib: 1 TiB, beyond any GPU's memory.
 constexpr int kMaxCudnnWorkspaceMib = 1 << 20;
+// The loss scale's range (train.loss_scale, train.loss_scale_init): below 1 a scale cannot cure
+// an overflow (the gradients are not finite unscaled); 2^24 is far above any useful fp16 scale
+// and keeps world size x accumulation x scale an exact float divisor.
+constexpr double kMinLossScale = 1.0;
+constexpr double kMaxLossScale = 16777216.0;  // 2^24
 
 struct DataConfig {
   std::string dir;  // shard directory (rt-shard / rt-fibergen output)
@@ -64,8 +69,13 @@ struct TrainConfig {
   int log_interval = 50;              // steps between progress lines
   int64_t checkpoint_every = 0;       // steps; 0: only on SIGTERM / SIGUSR1
   std::string on_nonfinite = "stop";  // stop | skip: a step whose loss or gradients are NaN/Inf
-  int straggler_rank = -1;            // this rank sleeps straggler_ms in every data phase
-  double straggler_ms = 0;            // (load-imbalance studies; -1: no straggler)
+  // dynamic | none | a static scale (the number as text); "auto" in a deck becomes
+  // default_loss_scale(precision) when parsed.
+  std::string loss_scale = "auto";
+  double loss_scale_init = 65536;             // dynamic: the first scale, 2^16
+  int64_t loss_scale_growth_interval = 2000;  // dynamic: clean steps before the scale doubles
+  int straggler_rank = -1;                    // this rank sleeps straggler_ms in every data phase
+  double straggler_ms = 0;                    // (load-imbalance studies; -1: no straggler)
 };
 
 struct CommConfig {
@@ -116,6 +126,10 @@ struct CommandLine {
 // Parses argv (and the deck it names). Bad input throws InputError with one line naming the
 // deck file (and line), the key and the value.
 CommandLine parse_command_line(int argc, const char* const argv[]);
+
+// train.loss_scale = auto: dynamic for train.precision = fp16 (its small gradients flush to zero
+// unscaled), none for fp32 and bf16 (bf16 has fp32's exponent range).
+std::string default_loss_scale(const std::string& precision);
 
 // The options description as help text: every key with its default and unit.
 std::string help_text();

@@ -10,11 +10,18 @@
 // RINGTRAIN_STOP_AT=POINT@RANK stops (SIGSTOP) rank RANK the first time it reaches POINT, as a
 // stalled or descheduled rank would be: the other ranks' stall watchdog must end the job.
 // The points are the trainer's collective phases (train/phases.hpp ids, e.g. stop-check).
+//
+// RINGTRAIN_NONFINITE_AT=STEP@RANK makes rank RANK's loss gradient NaN in optimizer step STEP
+// (from 1), as an fp16 overflow on one rank would: loss scaling must skip that step on every
+// rank, and without it train.on_nonfinite decides.
 #pragma once
+
+#include <cstdint>
 
 namespace ringtrain {
 
 void fault_point(const char* name);
 void fault_point_for_rank(const char* name, int rank);
+bool nonfinite_fault_at(int64_t step, int rank);
 
 }  // namespace ringtrain

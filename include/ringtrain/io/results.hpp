@@ -24,6 +24,9 @@ struct RunInfo {
   int accumulate_steps = 1;                  // micro-steps per optimizer step
   int64_t effective_batch = 0;               // samples per optimizer step: K x global_batch
   int64_t nonfinite_steps_skipped = 0;       // train.on_nonfinite = skip
+  std::string loss_scale = "none";           // dynamic | none | the static scale
+  double loss_scale_final = 1;               // the scale after the last step
+  int64_t loss_scale_skipped_steps = 0;      // dynamic: steps skipped for an overflow
   std::string slurm_job_id;                  // "" outside Slurm
 };
 

@@ -36,11 +36,13 @@ class Model {
   // input: [N, C, H, W] on the device (plain). Returns the logits [N, classes].
   const Tensor& forward(const Tensor& input, bool training);
   // Softmax cross-entropy (mean over the batch) of the last forward against host labels
-  // (one per image); sets the logits' gradient for backward().
-  LossResult loss(const int32_t* labels);
+  // (one per image); sets the logits' gradient for backward(), multiplied by grad_scale (the
+  // loss scale: a power of two scales every gradient of backward exactly). The loss returned
+  // is never scaled.
+  LossResult loss(const int32_t* labels, float grad_scale = 1.0f);
   // The same, its numbers read when the caller asks (Backend::softmax_cross_entropy_later):
   // the training loop does not wait for forward to finish before queueing backward.
-  backend::PendingLoss loss_later(const int32_t* labels);
+  backend::PendingLoss loss_later(const int32_t* labels, float grad_scale = 1.0f);
   // Backprop of the last loss(). Calls on_grad_ready(i) the moment parameters()[i]'s
   // gradient is final, in backward_order(). Gradients are overwritten, or with `accumulate`
   // this batch's gradient is added to them in fp32 (gradient accumulation's later

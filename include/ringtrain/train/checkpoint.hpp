@@ -3,7 +3,9 @@
 // A checkpoint is one HDF5 file, written atomically and durably by rank 0 (h5::AtomicFile):
 // /params (weights and rank 0's BN statistics), /optimizer (momentum buffers, step count),
 // /rank_buffers (every rank's BN statistics), and as attributes the global step and what
-// the run was (world size, batch per rank, accumulation, seed), which --resume compares. The data
+// the run was (world size, batch per rank, accumulation, seed), which --resume compares. With
+// dynamic loss scaling, the scale and its clean-step count too (loss_scale,
+// loss_scale_clean_steps), so a resumed run grows and backs off as the uninterrupted one. The data
 // position needs nothing more: the loader's order is a pure function of (seed, epoch), so step g is
 // batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1.
 #pragma once
@@ -14,6 +16,7 @@
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
+#include "ringtrain/train/loss_scale.hpp"
 
 namespace ringtrain::train {
 
@@ -33,12 +36,15 @@ class CheckpointState {
   // Collective: true on every rank when any rank has received a stop signal
   // (core/stop_signals.hpp: SIGTERM, SIGUSR1 or SIGINT).
   bool stop_requested() const;
-  // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics.
-  void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step) const;
+  // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics and
+  // a dynamic scaler's state (scaler may be null).
+  void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
+            const LossScaler* scaler = nullptr) const;
   // Every rank reads the checkpoint (its own BN statistics when the world size is the
   // same); errors name the file and say how to start afresh; settings that differ from the
-  // checkpoint's are warned about.
-  ResumePoint load(nn::Model& model, nn::Sgd& sgd) const;
+  // checkpoint's are warned about. A dynamic scaler (may be null) takes the checkpoint's scale
+  // and clean-step count when it has them, else keeps its start.
+  ResumePoint load(nn::Model& model, nn::Sgd& sgd, LossScaler* scaler = nullptr) const;
 
  private:
   const Config& config_;

@@ -6,19 +6,22 @@
 // data-parallel tests use it, so the tests cover the trainer's binding.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/train/loss_scale.hpp"
 
 namespace ringtrain::backend {
 class Backend;
 }
 namespace ringtrain::nn {
 class Model;
-}
+struct Parameter;
+}  // namespace ringtrain::nn
 namespace ringtrain::comm {
 class Communicator;
 }
@@ -53,6 +56,20 @@ class DataParallel {
   void backward(int micro = 0);
   // Blocks until every bucket of the step holds the mean over ranks (see FusionEngine).
   void synchronize();
+
+  // Loss scaling: backward's gradients are `scale` times the true ones (Model::loss scaled the
+  // loss gradient). The reductions from the next step on divide it out in the same division
+  // as the mean (world size x K x scale: no extra pass, and exact for a power of two), so after
+  // synchronize() the buckets hold the true mean. 1 (the default): no scaling.
+  void set_loss_scale(double scale);
+  // This rank's first parameter whose reduced gradient holds a NaN or inf; null when none.
+  const nn::Parameter* first_nonfinite_gradient() const;
+  // Collective, after synchronize(), with loss scaling: whether every rank's reduced gradients
+  // are finite, agreed by a one-flag allreduce (not left to every allreducer returning bitwise
+  // equal sums: a split verdict would split the weights and the scales for good); the scaler
+  // takes the verdict and the next step unscales by its new scale. *first_bad: as
+  // first_nonfinite_gradient() (null when only another rank's were not finite).
+  ScaleVerdict end_scaled_step(LossScaler& scaler, const nn::Parameter** first_bad = nullptr);
   // Per-rank batch norm leaves each rank its own running statistics; evaluation and the saved
   // model use their mean over ranks. Collective; nothing to do on one rank.
   void average_bn_buffers();
@@ -62,6 +79,7 @@ class DataParallel {
  private:
   void bind_gradients();
 
+  const comm::Communicator& comm_;
   nn::Model& model_;
   backend::Backend& backend_;
   comm::allreduce::Allreducer& stat_reducer_;
@@ -69,6 +87,8 @@ class DataParallel {
   int accumulate_steps_;
   std::unique_ptr<comm::fusion::FusionEngine> engine_;
   std::vector<size_t> slot_of_param_;  // parameter index -> the engine's gradient slot
+  // Set between steps, read by the engine's thread as it reduces.
+  std::atomic<double> loss_scale_{1.0};
 };
 
 }  // namespace ringtrain::train

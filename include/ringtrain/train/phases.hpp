@@ -8,6 +8,7 @@ enum class Phase {
   kSyncBatchNorm,
   kCheckpoint,
   kStopCheck,
+  kGradientCheck,
   kMetrics,
   kBatchNormAverage,
   kEvaluation,

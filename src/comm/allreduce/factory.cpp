@@ -1,6 +1,7 @@
 // factory.cpp — make_allreducer: the algorithm a deck names, wrapped for device memory when the
 // data lives on a GPU (the cuda backend).
 #include "device_staging.hpp"
+#include "fp16_predivide.hpp"
 #include "nccl_allreducer.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
@@ -73,6 +74,10 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
 #endif
   const DevicePath path = device_memory_path(algorithm, options.cuda_device, cuda_aware);
   std::unique_ptr<Allreducer> reducer = make_selected(comm, algorithm, options);
+  // fp16 sums overflow at scale where fp32 and bf16 (fp32's exponent range: a pre-divide would
+  // only add a rounding) do not; nccl reduces on the device (nccl_allreducer.cpp).
+  if (options.wire == Wire::fp16 && algorithm != Algorithm::nccl && comm.size() > 1)
+    reducer = predivide_for_fp16_wire(std::move(reducer), comm.size());
 #if RINGTRAIN_HAS_CUDA
   if (path == DevicePath::staged || path == DevicePath::cuda_aware_mpi)
     reducer = stage_device_memory(std::move(reducer), options.cuda_device,
