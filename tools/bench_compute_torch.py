@@ -6,12 +6,22 @@
 # here), channels_last memory format, Debian's python3-torch with libopenblas0 installed.
 # --precision bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16),
 # PyTorch's mixed precision on CPUs (fp32 weights, optimizer and gradients).
+#
+# --device cuda (GPU 0, beside rt-bench-compute --backend cuda): channels_last, cuDNN's
+# autotuner on (ringtrain measures its algorithms too), bf16/fp16 under
+# torch.autocast("cuda"), tf32 through torch.backends.cuda.matmul.allow_tf32 and
+# torch.backends.cudnn.allow_tf32 (both off for fp32: PyTorch lets cuDNN use TF32 by
+# default, ringtrain's fp32 does not); torch.cuda.synchronize() around each timed window.
+# fp16 without a GradScaler: the benchmark times the step, and a scaler's unscale and
+# check are the trainer's work on both sides, not the step's.
 import argparse
 import json
 import os
 import resource
 import statistics
 import time
+
+import sys
 
 import torch
 import torch.nn as nn
@@ -79,6 +89,28 @@ def own_cpu_seconds():
     return u.ru_utime + u.ru_stime
 
 
+def input_error(message):
+    print(f"bench_compute_torch.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_device(device, precision):
+    """One error line and exit 2 for a device or precision this torch cannot run."""
+    if device == "cuda" and not torch.cuda.is_available():
+        input_error(f"--device cuda: torch {torch.__version__} sees no GPU "
+                    f"(torch.cuda.is_available() is False)")
+    if device == "cpu" and precision not in ("fp32", "bf16"):
+        input_error(f"--precision {precision}: the cpu runs fp32 or bf16; {precision} needs "
+                    f"--device cuda")
+
+
+def set_tf32(device, precision):
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="cnn_small")
@@ -89,41 +121,55 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16", "tf32"], default="fp32")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
+    check_device(a.device, a.precision)
+    set_tf32(a.device, a.precision)
+    cuda = a.device == "cuda"
     text = a.input or ("1x28x28" if a.model == "cnn_small" else "3x32x32")
     c, h, w = (int(v) for v in text.split("x"))
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    model = make_model(a.model, c, h, w, a.classes).to(memory_format=torch.channels_last)
+    model = make_model(a.model, c, h, w, a.classes).to(a.device,
+                                                       memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(a.batch, c, h, w).contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, a.classes, (a.batch,))
+    x = torch.randn(a.batch, c, h, w).to(a.device, memory_format=torch.channels_last)
+    y = torch.randint(0, a.classes, (a.batch,)).to(a.device)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
 
-    autocast = a.precision == "bf16"
+    autocast = a.precision in ("bf16", "fp16")
+    dtype = torch.float16 if a.precision == "fp16" else torch.bfloat16
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(a.device, dtype=dtype, enabled=autocast):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
 
     for _ in range(a.warmup):
         step()
+    sync()
     rates = []
     busy0, own0, wall0 = machine_busy_seconds(), own_cpu_seconds(), time.perf_counter()
     for _ in range(a.windows):
         t0 = time.perf_counter()
         for _ in range(a.steps):
             step()
+        sync()
         rates.append(a.batch * a.steps / (time.perf_counter() - t0))
     wall = time.perf_counter() - wall0
     other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
-    print(json.dumps({"tool": "pytorch", "model": a.model, "batch": a.batch,
+    gpu = torch.cuda.get_device_name() if cuda else ""
+    print(json.dumps({"tool": "pytorch", "device": a.device, "gpu": gpu,
+                      "model": a.model, "batch": a.batch,
                       "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),
                       "windows": [round(r, 3) for r in rates],

@@ -2,8 +2,9 @@
 # gpu-check.sh — the first thing to run on a GPU machine, in order: the build (make CUDA=1),
 # the GPU unit tests, compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on them,
 # the NCCL MPI tests, a short quickstart on cuda whose first 10 losses must match the cpu run
-# (fp32, then bf16), and a one-GPU compute benchmark against PyTorch when torch has CUDA
-# (reported as skipped: the benchmark tools have no GPU mode yet).
+# (fp32, then bf16), and a one-GPU compute benchmark against PyTorch on the same GPU when
+# torch has CUDA (tools/bench-compute.sh DEVICE=cuda, one round; PASS with the ratios, no
+# threshold: a benchmark is not a test).
 # Writes one report, $OUT/report.txt (a line per step: PASS, FAIL or SKIP with the reason),
 # with each step's log beside it, and exits 1 on any failure.
 #
@@ -13,6 +14,7 @@
 #   tools/gpu-check.sh          settings: BIN=bin PYTHON=python3 OUT=output/gpu-check
 #                               NP=1 (ranks of the loss runs) STEPS=10
 #                               FP32_TOL=2e-3 BF16_TOL=3e-2 (relative, per loss)
+#                               BENCH_CONFIGS="resnet18_cifar:128:1:fp32 resnet18_cifar:128:1:bf16"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source jobs/local/common.sh
@@ -24,6 +26,7 @@ STEPS=${STEPS:-10}
 # the progress line prints 4 decimals. bf16 keeps 8 bits of mantissa: about 2 decimals.
 FP32_TOL=${FP32_TOL:-2e-3}
 BF16_TOL=${BF16_TOL:-3e-2}
+BENCH_CONFIGS=${BENCH_CONFIGS:-"resnet18_cifar:128:1:fp32 resnet18_cifar:128:1:bf16"}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p "$OUT"
 REPORT=$OUT/report.txt
@@ -148,11 +151,28 @@ else
 fi
 
 # ---- one GPU against PyTorch on the same GPU -------------------------------------------------
-if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-  >/dev/null 2>&1; then
-  report SKIP bench-gpu "$PYTHON has no torch with CUDA"
+# ratios FILE: one line from bench-compute's rows, e.g. "resnet18_cifar b128 fp32: ringtrain
+# 812.3 img/s, pytorch 901.0, 0.90x; ...".
+ratios() {
+  "$PYTHON" - "$1" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print("; ".join(f"{r['model']} b{r['batch']} {r['precision']}: ringtrain {r['ringtrain_img_s']} "
+                f"img/s, pytorch {r['pytorch_img_s']}, {r['ratio']:.2f}x" for r in rows)
+      + f" ({rows[0]['gpu'] if rows else 'no rows'}; one round, no threshold)")
+PY
+}
+
+torch_gpu=$("$PYTHON" -c 'import torch
+print("yes" if torch.cuda.is_available() else
+      f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() is False)")' 2>/dev/null) ||
+  torch_gpu="$PYTHON cannot import torch"
+if [ "$torch_gpu" != yes ]; then
+  report SKIP bench-gpu "$torch_gpu"
+elif DEVICE=cuda ROUNDS=1 BIN="$BIN" PYTHON="$PYTHON" OUT_DIR="$OUT/bench" \
+  CONFIGS="$BENCH_CONFIGS" tools/bench-compute.sh >"$OUT/bench-gpu.log" 2>&1; then
+  report PASS bench-gpu "$(ratios "$OUT/bench/compute.jsonl")"
 else
-  # Not there yet: rt-bench-compute and tools/bench_compute_torch.py time the CPU backends.
-  report SKIP bench-gpu "no GPU mode in rt-bench-compute / bench_compute_torch.py yet"
+  report FAIL bench-gpu "exit $? (see $OUT/bench-gpu.log)"
 fi
 finish

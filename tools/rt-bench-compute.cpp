@@ -1,10 +1,11 @@
-// rt-bench-compute.cpp — training throughput of one model on the CPU backend (forward,
-// loss, backward, SGD), in timed windows after warm-up; one JSON line per window set.
+// rt-bench-compute.cpp — training throughput of one model on the CPU backend or one GPU
+// (forward, loss, backward, SGD), in timed windows after warm-up; one JSON line per window set.
 //
 //   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
 //                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5] [--precision bf16]
+//                    [--backend cuda]   (GPU 0; --precision fp32, bf16, fp16 or tf32)
 //   rt-bench-compute --peak --threads 2 --precision bf16   (a matmul and a conv: the machine's
-//   limit)
+//   limit; oneDNN only)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <sys/resource.h>
 
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/backend/peak.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -54,6 +56,17 @@ nn::ModelInput parse_input(const std::string& text) {
   return in;
 }
 
+// The backend to time: cpu (oneDNN), or cuda where a GPU is visible; anything else, or cuda
+// without a GPU, is one InputError line naming the value and CUDA's reason.
+std::unique_ptr<backend::Backend> make_timed_backend(const std::string& name, int threads,
+                                                     backend::Precision precision) {
+  RT_REQUIRE_INPUT(name == "cpu" || name == "cuda", "--backend ", name, ": expected cpu or cuda");
+  if (name == "cuda")
+    RT_REQUIRE_INPUT(backend::cuda_device_count() > 0, "--backend cuda: no GPU (",
+                     backend::cuda_device_status(), ")");
+  return backend::make_backend(name, threads, precision);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -61,7 +74,7 @@ double median(std::vector<double> v) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_name, input_text, precision_text;
+  std::string model_name, input_text, precision_text, backend_name;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
   po::options_description opts("rt-bench-compute options");
   opts.add_options()("help", "this text")("model",
@@ -74,7 +87,9 @@ int run(int argc, char** argv) {
       "warmup", po::value(&warmup)->default_value(3), "untimed steps first")(
       "windows", po::value(&windows)->default_value(5), "timed windows")(
       "steps", po::value(&steps)->default_value(5), "steps per window")(
-      "precision", po::value(&precision_text)->default_value("fp32"), "fp32 or bf16")(
+      "precision", po::value(&precision_text)->default_value("fp32"),
+      "fp32 or bf16 (cuda: also fp16, tf32)")(
+      "backend", po::value(&backend_name)->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "peak",
       "time a 2048^3 matmul and a 64-channel 3x3 convolution in this precision instead of a "
       "model (gflops: the faster)");
@@ -88,6 +103,10 @@ int run(int argc, char** argv) {
   RT_REQUIRE_INPUT(batch > 0 && windows > 0 && steps > 0 && warmup >= 0,
                    "--batch, --windows and --steps must be > 0 and --warmup >= 0");
   if (vm.count("peak")) {
+    RT_REQUIRE_INPUT(backend_name == "cpu",
+                     "--peak times oneDNN on the CPU; there is no GPU "
+                     "peak (leave out --backend ",
+                     backend_name, ")");
     const auto precision = backend::parse_precision(precision_text);
     const double matmul = backend::matmul_peak_gflops(precision, threads);
     const double conv = backend::conv_peak_gflops(precision, threads);
@@ -100,7 +119,7 @@ int run(int argc, char** argv) {
   if (input_text.empty()) input_text = model_name == "cnn_small" ? "1x28x28" : "3x32x32";
   nn::ModelInput in = parse_input(input_text);
 
-  auto be = backend::make_backend("cpu", threads, backend::parse_precision(precision_text));
+  auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text));
   auto model = nn::make_model(model_name, in, classes, *be, 1);
   nn::Sgd sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
   std::mt19937 rng(7);
@@ -112,9 +131,11 @@ int run(int argc, char** argv) {
   backend::Tensor x = be->alloc({batch, in.channels, in.height, in.width});
   be->upload(host.data(), x);
 
+  // The loss is not read: a GPU queues the whole step without a host stop (the windows end
+  // with synchronize()), as PyTorch does when nobody calls loss.item().
   auto step = [&] {
     model->forward(x, true);
-    model->loss(labels.data());
+    model->loss_later(labels.data());
     model->backward();
     sgd.step(0.01);
   };
@@ -135,12 +156,14 @@ int run(int argc, char** argv) {
   std::ostringstream windows_json;
   for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
   std::printf(
-      "{\"tool\":\"ringtrain\",\"model\":\"%s\",\"batch\":%d,\"threads\":%d,\"precision\":\"%s\","
-      "\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%.6f,"
+      "{\"tool\":\"ringtrain\",\"backend\":\"%s\",\"model\":\"%s\",\"batch\":%d,\"threads\":%d,"
+      "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
+      "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f}\n",
-      model_name.c_str(), batch, threads, precision_text.c_str(), be->instruction_set().c_str(),
-      img_s, windows_json.str().c_str(), model->train_flops_per_image() / 1e9,
-      img_s * model->train_flops_per_image() / 1e9, other_cores);
+      be->name().c_str(), model_name.c_str(), batch, threads, precision_text.c_str(),
+      be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
+      model->train_flops_per_image() / 1e9, img_s * model->train_flops_per_image() / 1e9,
+      other_cores);
   return 0;
 }
 

@@ -489,6 +489,45 @@ BOOST_DATA_TEST_CASE(download_of_blocked_layout_is_plain, bdata::make(testable_b
   expect_close("copy of a blocked tensor", *p.cpu, plain, *p.ref, y[1], kTol);
 }
 
+// The trainer's non-finite check, on every backend: a NaN, +inf or -inf alone at the first,
+// a middle or the last element of a tensor larger than one grid of the CUDA kernel (4096
+// blocks x 256 threads: the last element is reached on the grid loop's third lap), and
+// first_nonfinite naming the first poisoned tensor of several. On cuda this is the device
+// path (one flag per tensor, one copy back); before it, cuda took Backend's default (a
+// download and a host loop), which gives the same answers: this case guards the new
+// path's correctness, it is not one that failed before.
+std::vector<std::string> finite_check_backends() {
+  std::vector<std::string> names{"ref"};
+  for (const std::string& name : testable_backends()) names.push_back(name);
+  return names;
+}
+
+BOOST_DATA_TEST_CASE(all_finite_finds_nan_and_inf_anywhere, bdata::make(finite_check_backends()),
+                     name) {
+  auto be = make_backend(name, 2);
+  const int64_t n = 3 * 4096 * 256 + 17;
+  const std::vector<float> clean = random_values(size_t(n), 31, -1e30f, 1e30f);
+  Tensor small = random_tensor(*be, {7}, 32);
+  Tensor big = to_device(*be, {n}, clean);
+  Tensor other = to_device(*be, {n}, clean);
+  BOOST_TEST(be->all_finite(big));
+  BOOST_TEST(be->first_nonfinite({&small, &big, &other}) == 3u);
+  BOOST_TEST(be->first_nonfinite({}) == 0u);
+  const float bad[3] = {std::nanf(""), INFINITY, -INFINITY};
+  for (int64_t at : {int64_t(0), n / 2, n - 1})
+    for (float value : bad) {
+      std::vector<float> poisoned = clean;
+      poisoned[size_t(at)] = value;
+      be->upload(poisoned.data(), big);
+      be->upload(poisoned.data(), other);
+      BOOST_TEST(!be->all_finite(big), name << ": " << value << " at " << at);
+      BOOST_TEST(be->first_nonfinite({&small, &big, &other}) == 1u,
+                 name << ": " << value << " at " << at);
+      BOOST_TEST(be->first_nonfinite({&small, &other}) == 1u);
+      BOOST_TEST(be->all_finite(small));
+    }
+}
+
 BOOST_AUTO_TEST_CASE(unknown_and_unbuilt_backends_are_input_errors) {
   try {
     make_backend("tpu", 1);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../src/backend/algorithm_choice.hpp"
+#include "../../src/backend/cuda/column_sum_plan.hpp"  // host arithmetic: in every build
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/backend/devices.hpp"
@@ -65,6 +66,36 @@ BOOST_AUTO_TEST_CASE(no_gpu_is_zero_devices_not_a_crash, *boost::unit_test::prec
     BOOST_TEST(status.rfind("cudaGetDeviceCount: ", 0) == 0, status);
   else
     BOOST_TEST(status == "built without CUDA");
+}
+
+// The grid of the bias-gradient column sums (a kernel launch with this plan runs only on a
+// GPU): every row in exactly one chunk, no empty chunk, at most kMaxChunks of them (the
+// second pass adds that many per column), lanes that divide a chunk evenly, and tiles that
+// cover every column. Shapes: tiny, a linear's [64, 10], conv dy [N*H*W, C] of 8x32x32x64,
+// 256x32x32x64 and 512x56x56x64, and row counts that do not divide evenly.
+BOOST_AUTO_TEST_CASE(column_sum_plan_covers_every_row_once) {
+  using cuda::ColumnSumPlan;
+  const int64_t shapes[][2] = {{0, 5},        {1, 1},       {64, 10},     {969, 40},
+                               {8192, 64},    {65537, 33},  {262144, 64}, {1605632, 64},
+                               {256, 100000}, {12345679, 3}};
+  for (const auto& shape : shapes) {
+    const int64_t rows = shape[0], cols = shape[1];
+    const ColumnSumPlan p = cuda::column_sum_plan(rows, cols);
+    BOOST_TEST_CONTEXT("rows " << rows << " cols " << cols << ": tiles " << p.tiles << " chunks "
+                               << p.chunks << " x " << p.rows_per_chunk) {
+      BOOST_TEST(p.tiles * ColumnSumPlan::kTileCols >= cols);
+      BOOST_TEST((p.tiles - 1) * ColumnSumPlan::kTileCols < cols);
+      BOOST_TEST(p.rows_per_chunk % ColumnSumPlan::kRowLanes == 0);
+      BOOST_TEST(p.chunks >= 1);
+      BOOST_TEST(p.chunks <= ColumnSumPlan::kMaxChunks);
+      BOOST_TEST(p.chunks * p.rows_per_chunk >= rows);
+      if (rows > 0) BOOST_TEST((p.chunks - 1) * p.rows_per_chunk < rows);
+      BOOST_TEST(p.scratch_floats == p.chunks * cols);
+    }
+  }
+  // Enough blocks to fill a GPU for the conv shapes: 256x32x32 rows of 64 channels.
+  const ColumnSumPlan big = cuda::column_sum_plan(262144, 64);
+  BOOST_TEST(big.tiles * big.chunks >= 256);
 }
 
 BOOST_AUTO_TEST_CASE(asking_for_cuda_without_a_gpu_is_an_input_error,

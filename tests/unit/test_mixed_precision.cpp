@@ -144,6 +144,51 @@ BOOST_AUTO_TEST_CASE(conv_linear_and_batch_norm_in_16_bit_match_fp32,
   check_16_bit_chain(Precision::kF16);
 }
 
+// The 16-bit conv bias gradient over many rows (N*H*W = 65536, C = 40: a partial column
+// tile; and 969 rows: a partial chunk), exact: every dy is a multiple of 1/8 in [-8, 8], held
+// exactly by bf16 and fp16, and every partial sum is a multiple of 1/8 below 2^21, held
+// exactly by fp32, so dbias must equal the host's double sums bit for bit whatever the
+// summation order. A row, lane, chunk or column dropped or counted twice changes a sum by a
+// multiple of 1/8. The one-thread-per-column kernel before was correct too (only slow): this
+// case guards the two-pass reduction that replaced it; it did not fail before.
+void check_exact_conv_bias_gradient(Precision precision, const Shape& x_shape, int channels) {
+  auto gpu = cuda_backend(precision);
+  const ConvSpec cs{int(x_shape[1]), channels, 3, 1, 1, true, false};
+  auto conv = gpu->make_conv(cs);
+  Tensor x = random_tensor(*gpu, x_shape, 91),
+         w = random_tensor(*gpu, {channels, cs.in_channels, 3, 3}, 92);
+  Tensor b = random_tensor(*gpu, {channels}, 93), y;
+  conv->forward(x, w, &b, y);
+  const int64_t n = x_shape[0], hw = x_shape[2] * x_shape[3];
+  std::vector<float> dy_host(size_t(n * channels * hw));
+  std::vector<double> expected(size_t(channels), 0.0);
+  for (int64_t img = 0; img < n; ++img)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t i = (img * channels + c) * hw + p;
+        const float v = float((i * 7919 + c * 31) % 129 - 64) / 8.0f;  // position-dependent
+        dy_host[size_t(i)] = v;
+        expected[size_t(c)] += v;
+      }
+  Tensor dy = to_device(*gpu, y.shape(), dy_host);
+  Tensor dw = gpu->alloc(w.shape()), db = gpu->alloc({channels});
+  conv->backward_weights(x, dy, dw, &db);
+  const std::vector<float> got = to_host(*gpu, db);
+  size_t wrong = 0;
+  for (int c = 0; c < channels; ++c) wrong += double(got[size_t(c)]) != expected[size_t(c)];
+  BOOST_TEST(wrong == 0u, precision_name(precision)
+                              << " x " << shape_str(x_shape) << ": " << wrong
+                              << " channels differ, e.g. " << got[0] << " vs " << expected[0]);
+}
+
+BOOST_AUTO_TEST_CASE(conv_bias_gradient_in_16_bit_is_exact_over_many_rows,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  for (Precision precision : {Precision::kBF16, Precision::kF16}) {
+    check_exact_conv_bias_gradient(precision, {64, 4, 32, 32}, 40);
+    check_exact_conv_bias_gradient(precision, {3, 4, 17, 19}, 40);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(tf32_conv_and_linear_within_tolerance,
                      *boost::unit_test::precondition(GpuPresent())) {
   auto gpu = cuda_backend(Precision::kTF32);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../algorithm_choice.hpp"
+#include "column_sum_plan.hpp"
 #include "context.hpp"
 #include "kernels.hpp"
 #include "ringtrain/core/error.hpp"
@@ -14,6 +15,15 @@ namespace ringtrain::backend::cuda {
 namespace {
 
 const float kOne = 1.0f, kZero = 0.0f;
+
+// out[c] = sum over rows of the row-major [rows, cols] m (any element type), fp32: a bias
+// gradient, through the two-pass column sum with its partials in scratch.
+void column_sums(Context& ctx, const Tensor& m, int64_t rows, int64_t cols, Tensor& out,
+                 Tensor& scratch) {
+  ctx.ensure(scratch, {column_sum_plan(rows, cols).scratch_floats});
+  kernels::column_sums_typed(m.raw(), elem_of(m.dtype()), rows, cols, out.f32(), scratch.f32(),
+                             ctx.stream());
+}
 
 void check_shape(const Tensor& t, const Shape& want, const char* op, const char* what) {
   RT_CHECK(t.shape() == want, op, ": ", what, " has shape ", shape_str(t.shape()), ", expected ",
@@ -128,8 +138,7 @@ class Conv : public ConvOp {
       return;
     }
     // NHWC dy is a row-major [N*H*W, C] matrix: its column sums are dbias.
-    kernels::column_sums_typed(dy.raw(), elem_of(act_), dy.numel() / s_.out_channels,
-                               s_.out_channels, dbias->f32(), ctx_.stream());
+    column_sums(ctx_, dy, dy.numel() / s_.out_channels, s_.out_channels, *dbias, sum_scratch_);
   }
 
  private:
@@ -223,6 +232,7 @@ class Conv : public ConvOp {
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
   Tensor x_cast_, dy_cast_, w_cast_, dw_cast_, bias_cast_;  // inputs in the product's form
+  Tensor sum_scratch_;                                      // the bias sums' partials
 };
 
 cudaDataType_t cuda_type(DType dtype) {
@@ -283,7 +293,7 @@ class Linear : public LinearOp {
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, f, out, n, x, f, dy, out, dw, f);
     if (!s_.bias) return;
     RT_CHECK(dbias != nullptr, "linear backward_weights: the layer has a bias but no dbias");
-    kernels::column_sums_typed(dy.raw(), elem_of(act_), n, out, dbias->f32(), ctx_.stream());
+    column_sums(ctx_, dy, n, out, *dbias, sum_scratch_);
   }
 
  private:
@@ -307,6 +317,7 @@ class Linear : public LinearOp {
   DType act_;
   Shape x_shape_;
   Tensor x_cast_, dy_cast_, w_cast_;
+  Tensor sum_scratch_;  // the bias sums' partials
 };
 
 }  // namespace

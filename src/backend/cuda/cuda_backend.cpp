@@ -1,7 +1,7 @@
 // cuda_backend.cpp — the CUDA backend: allocation from the pool, transfers on the compute
 // stream (uploads through pinned, double-buffered staging), the loss (read later, through
-// pinned memory), SGD and elementwise ops on our kernels; layer ops in conv_linear.cpp and
-// norm_pool.cpp.
+// pinned memory), SGD, elementwise ops and the non-finite check on our kernels; layer ops in
+// conv_linear.cpp and norm_pool.cpp.
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -196,6 +196,39 @@ class CudaBackend : public Backend {
     kernels::axpby(0.0f, nullptr, factor, t.f32(), t.numel(), ctx_.stream());
   }
 
+  // Without this, all_finite took Backend's default: a download of the whole tensor and a
+  // host loop, for every gradient, every step.
+  bool all_finite(const Tensor& t) override { return first_nonfinite({&t}) == 1; }
+
+  // One int flag per tensor in device memory, zeroed on the stream; one flag_nonfinite
+  // launch per tensor (any type or order is converted to plain fp32 first: NaN and inf
+  // survive the conversion, and order does not matter); one copy of the flags to pinned
+  // memory and one wait.
+  size_t first_nonfinite(const std::vector<const Tensor*>& tensors) override {
+    ctx_.activate();
+    const size_t n = tensors.size();
+    if (n == 0) return 0;
+    const size_t bytes = n * sizeof(int32_t);
+    if (finite_flags_host_.bytes() < bytes) {
+      finite_flags_ = ctx_.pool().allocate(bytes);
+      finite_flags_host_ = PinnedBuffer(bytes);
+    }
+    auto* flags = static_cast<int32_t*>(finite_flags_.get());
+    CUDA_CHECK(cudaMemsetAsync(flags, 0, bytes, ctx_.stream()));
+    for (size_t i = 0; i < n; ++i) {
+      expect_present(*tensors[i], "all_finite tensor");
+      const Tensor& plain = ctx_.as_plain_f32(*tensors[i], finite_f32_);
+      kernels::flag_nonfinite(plain.f32(), plain.numel(), flags + i, ctx_.stream());
+    }
+    CUDA_CHECK(cudaMemcpyAsync(finite_flags_host_.get(), flags, bytes, cudaMemcpyDeviceToHost,
+                               ctx_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    const auto* host = static_cast<const int32_t*>(finite_flags_host_.get());
+    for (size_t i = 0; i < n; ++i)
+      if (host[i] != 0) return i;
+    return n;
+  }
+
   void axpby(float a, const Tensor& x, float b, Tensor& y) override {
     ctx_.activate();
     check_same_numel("axpby", x, y);
@@ -238,7 +271,9 @@ class CudaBackend : public Backend {
 
   Context ctx_;
   HostStaging upload_staging_, label_staging_;
-  Tensor upload_f32_, download_f32_, logits_f32_;  // conversion scratch
+  Tensor upload_f32_, download_f32_, logits_f32_, finite_f32_;  // conversion scratch
+  std::shared_ptr<void> finite_flags_;  // first_nonfinite: a flag per tensor, and their copy
+  PinnedBuffer finite_flags_host_;
   std::shared_ptr<void> loss_scratch_;
   size_t loss_scratch_bytes_ = 0;
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "check.hpp"
+#include "column_sum_plan.hpp"
 #include "kernels.hpp"
 
 namespace ringtrain::backend::cuda::kernels {
@@ -207,11 +208,32 @@ __global__ void add_row_bias_typed_kernel(void* y, Elem type, const float* bias,
   GRID_LOOP(i, rows * cols) store(y, type, i, load(y, type, i) + bias[i % cols]);
 }
 
-__global__ void column_sums_typed_kernel(const void* m, Elem type, int64_t rows, int64_t cols,
-                                         float* out) {
+// Pass 1 of column_sums_typed: block (x, y) sums tile x's columns over chunk y's rows.
+__global__ void column_partials_kernel(const void* m, Elem type, int64_t rows, int64_t cols,
+                                       int64_t rows_per_chunk, float* partials) {
+  constexpr int kCols = ColumnSumPlan::kTileCols, kLanes = ColumnSumPlan::kRowLanes;
+  __shared__ float lane_sums[kLanes][kCols];
+  const int64_t col = int64_t(blockIdx.x) * kCols + threadIdx.x;
+  const int64_t first = int64_t(blockIdx.y) * rows_per_chunk;
+  const int64_t end = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
+  float sum = 0.0f;
+  if (col < cols)
+    for (int64_t r = first + threadIdx.y; r < end; r += kLanes)
+      sum += load(m, type, r * cols + col);
+  lane_sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  float total = 0.0f;
+  for (int lane = 0; lane < kLanes; ++lane) total += lane_sums[lane][threadIdx.x];
+  partials[int64_t(blockIdx.y) * cols + col] = total;
+}
+
+// Pass 2: each column's chunk partials, in chunk order.
+__global__ void column_totals_kernel(const float* partials, int64_t chunks, int64_t cols,
+                                     float* out) {
   GRID_LOOP(c, cols) {
     double sum = 0;
-    for (int64_t r = 0; r < rows; ++r) sum += load(m, type, r * cols + c);
+    for (int64_t k = 0; k < chunks; ++k) sum += partials[k * cols + c];
     out[c] = float(sum);
   }
 }
@@ -380,9 +402,14 @@ void add_row_bias_typed(void* y, Elem type, const float* bias, int64_t rows, int
 }
 
 void column_sums_typed(const void* m, Elem type, int64_t rows, int64_t cols, float* out,
-                       cudaStream_t s) {
+                       float* scratch, cudaStream_t s) {
   if (cols == 0) return;
-  column_sums_typed_kernel<<<blocks_for(cols), kThreads, 0, s>>>(m, type, rows, cols, out);
+  const ColumnSumPlan plan = column_sum_plan(rows, cols);
+  const dim3 grid(unsigned(plan.tiles), unsigned(plan.chunks));
+  const dim3 block(ColumnSumPlan::kTileCols, ColumnSumPlan::kRowLanes);
+  column_partials_kernel<<<grid, block, 0, s>>>(m, type, rows, cols, plan.rows_per_chunk, scratch);
+  CUDA_CHECK(cudaGetLastError());
+  column_totals_kernel<<<blocks_for(cols), kThreads, 0, s>>>(scratch, plan.chunks, cols, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

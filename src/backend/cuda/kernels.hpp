@@ -65,9 +65,12 @@ void add_typed(const void* a, const void* b, void* out, Elem type, int64_t n, bo
 // y[r, c] += bias[c] for a row-major [rows, cols] y of `type` and an fp32 bias.
 void add_row_bias_typed(void* y, Elem type, const float* bias, int64_t rows, int64_t cols,
                         cudaStream_t s);
-// out[c] = sum over rows of m[r, c], m of `type`, out fp32 (sums in double).
+// out[c] = sum over rows of m[r, c], m of `type`, out fp32, in two passes laid out by
+// column_sum_plan (column_sum_plan.hpp): fp32 partial sums per chunk of rows into
+// `scratch` (plan.scratch_floats of device memory), then double sums of those. The same
+// bits for the same shape on every run.
 void column_sums_typed(const void* m, Elem type, int64_t rows, int64_t cols, float* out,
-                       cudaStream_t s);
+                       float* scratch, cudaStream_t s);
 // totals[0] = sum of row_loss, totals[1] = sum of row_correct: one block, so the loss of a
 // batch reaches the host as two numbers, copied when the trainer asks for them.
 void loss_totals(const double* row_loss, const int32_t* row_correct, int64_t rows, double* totals,
