@@ -116,10 +116,14 @@ void DataParallel::set_loss_scale(double scale) {
   loss_scale_.store(scale, std::memory_order_relaxed);
 }
 
+// One question for every gradient: on a GPU one flag copy and one wait a step, not one a tensor.
 const nn::Parameter* DataParallel::first_nonfinite_gradient() const {
-  for (const nn::Parameter* p : model_.parameters())
-    if (!backend_.all_finite(p->grad)) return p;
-  return nullptr;
+  const auto& params = model_.parameters();
+  std::vector<const backend::Tensor*> grads;
+  grads.reserve(params.size());
+  for (const nn::Parameter* p : params) grads.push_back(&p->grad);
+  const size_t bad = backend_.first_nonfinite(grads);
+  return bad < params.size() ? params[bad] : nullptr;
 }
 
 ScaleVerdict DataParallel::end_scaled_step(LossScaler& scaler, const nn::Parameter** first_bad) {
