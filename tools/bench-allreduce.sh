@@ -60,6 +60,9 @@ fi
 source "/run/ringtrain-cluster/$prefix/mpirun.env"
 read -ra cluster_args <<<"$RT_CLUSTER_MPIRUN_ARGS"
 read -ra hosts <<<"$RT_CLUSTER_HOSTS"
+# NODE_MAX_BYTES caps the 2-node runs unless the arguments name their own --max-bytes.
+node_max=(--max-bytes "$NODE_MAX_BYTES")
+[[ " $* " == *" --max-bytes"* ]] && node_max=()
 for layout in $NODE_LAYOUTS; do
   nodes=${layout%x*} per_node=${layout#*x}
   [ "$nodes" = 2 ] || { echo "bench-allreduce: NODE_LAYOUTS: '$layout': 2 nodes only" >&2; exit 2; }
@@ -68,6 +71,6 @@ for layout in $NODE_LAYOUTS; do
   echo "== 2 emulated nodes x $per_node rank(s), link $NODE_RATE (tbf), no added delay"
   mpirun --allow-run-as-root "${cluster_args[@]}" --host "${hosts[0]}:$per_node,${hosts[1]}:$per_node" \
     --map-by "ppr:$per_node:node" --bind-to none -np $((2 * per_node)) \
-    "$BIN/rt-allreduce-bench" --output-dir "$dir" --max-bytes "$NODE_MAX_BYTES" "$@" \
+    "$BIN/rt-allreduce-bench" --output-dir "$dir" "${node_max[@]}" "$@" \
     | tee "$dir/allreduce.txt"
 done
