@@ -133,6 +133,32 @@ BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
   }
 }
 
+// The fp16 wire near its limit: every rank holds 40000 (fp16's largest value is 65504), so
+// from 2 ranks on the plain sum on the wire is inf. With the pre-divide by P (the power of two
+// from the world size up) each rank sends 40000 / P and the mean comes back finite and exact
+// (40000 / P is exact in fp16 for P <= 8). Before the pre-divide: inf on every rank.
+BOOST_AUTO_TEST_CASE(nccl_fp16_wire_does_not_overflow_on_a_large_mean,
+                     *boost::unit_test::precondition(GpuPerRank{true})) {
+  comm::Communicator world;
+  if (world.size() < 2 || world.size() > 8) return;
+  backend::CudaOptions options;
+  options.device = own_gpu(world);
+  auto be = backend::make_cuda_backend(options);
+  comm::allreduce::AllreduceOptions ao;
+  ao.cuda_device = options.device;
+  ao.wire = comm::allreduce::Wire::fp16;
+  auto reducer = comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, ao);
+  const size_t count = 4099;
+  std::vector<float> data(count, 40000.0f);
+  backend::Tensor t = be->alloc({int64_t(count)});
+  be->upload(data.data(), t);
+  reducer->sum_and_divide(t.f32(), count, float(world.size()));
+  be->download(t, data.data());
+  size_t wrong = 0;
+  for (float v : data) wrong += v != 40000.0f;
+  BOOST_TEST(rt_test::all_ok(wrong == 0), wrong << " of " << count << " means are not 40000");
+}
+
 BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(GpuPerRank{true})) {
   comm::Communicator world;
   backend::CudaOptions options;

@@ -29,7 +29,7 @@ Topology topology_of(const Communicator& comm, int ranks_per_node) {
 // Up to 32 KiB rhd's whole-vector doubling takes the fewest steps; on a power of two rhd is
 // ahead or level up to 16 MiB; elsewhere its fold costs a whole vector more, so it pays only
 // while steps, not bytes, cost. Past those sizes the ring's neighbour-only traffic maps onto a
-// real network best. Measurements: docs/TUNING.md, "auto: ring or rhd".
+// real network best. Measurements: docs/TUNING.md, "auto: ring, rhd or hierarchical".
 //
 // Across nodes with more than one rank on a node, the node-local reduce lets one flow a node
 // cross the network, carrying 2(m-1)/m of the vector for m nodes instead of the flat ring's

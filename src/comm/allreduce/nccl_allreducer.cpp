@@ -71,12 +71,19 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+float power_of_two_from(int n) {
+  float p = 1.0f;
+  while (p < float(n)) p *= 2.0f;
+  return p;
+}
+
 class NcclAllreduce final : public Allreducer {
  public:
   NcclAllreduce(const Communicator& comm, const AllreduceOptions& options)
       : mpi_(duplicate(comm.raw())),
         options_(options),
         device_(options.cuda_device),
+        fp16_predivide_(power_of_two_from(comm.size())),
         where_(str("rank ", comm.rank(), " (host ", comm.hostname(), ")")) {
     set_up_collectively(comm, "nccl set-up", options_.stall_timeout_s, set_up_ops(comm));
   }
@@ -162,6 +169,13 @@ class NcclAllreduce final : public Allreducer {
     } else {
       auto* wire = static_cast<uint16_t*>(staging_.reserve(count * sizeof(uint16_t)));
       const bool bf16 = options_.wire == Wire::bf16;
+      // fp16 (largest value 65504): each rank sends its value / P, P the power of two from the
+      // world size up, so no partial sum NCCL forms outgrows one rank's largest value (as the
+      // host wire's pre-divide, fp16_predivide.hpp); exact, as P is a power of two. bf16 has
+      // fp32's range: nothing to do.
+      const float predivide = bf16 ? 1.0f : fp16_predivide_;
+      if (predivide != 1.0f) backend::cuda::kernels::divide(data, n, predivide, s);
+      divisor /= predivide;
       if (bf16)
         backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
       else
@@ -256,7 +270,8 @@ class NcclAllreduce final : public Allreducer {
   CommHandle mpi_;
   AllreduceOptions options_;
   int device_;
-  std::string where_;  // "rank R (host H)", for messages
+  float fp16_predivide_;  // P: the power of two from the world size up
+  std::string where_;     // "rank R (host H)", for messages
   std::unique_ptr<backend::cuda::Stream> stream_;
   ncclComm_t nccl_ = nullptr;
   bool failed_ = false;  // an error left work in flight: abort, never destroy
