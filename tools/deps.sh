@@ -32,7 +32,7 @@ bench_pkgs=(
 pkgs=("${build_pkgs[@]}")
 [ "$bench" = 1 ] && pkgs+=("${bench_pkgs[@]}")
 
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep "install ok installed" >/dev/null; }
 version()   { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed 's/[-+~].*//'; }
 
 missing=()

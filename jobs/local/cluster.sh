@@ -75,7 +75,7 @@ leftover_mounts() { awk -v d="$state/uts/" 'index($2, d) == 1 {print $2}' /proc/
 pick_subnet() {
   local c
   for c in $(seq 0 254); do
-    ip route show | grep -q "^10\.213\.$c\.0/24 " || { echo "10.213.$c"; return; }
+    ip route show | grep "^10\.213\.$c\.0/24 " >/dev/null || { echo "10.213.$c"; return; }
   done
   die "no free 10.213.X.0/24 subnet left"
 }
@@ -152,7 +152,7 @@ do_up() {
   local sub=$subnet
   [ "$sub" = auto ] && sub=$(pick_subnet)
   [[ $sub =~ ^10\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$sub': give the first three numbers of a private 10.x.y.0/24"
-  ip route show | grep -q "^${sub//./\\.}\.0/24 " && die "--subnet $sub.0/24 is already routed here (ip route); pick another"
+  ip route show | grep "^${sub//./\\.}\.0/24 " >/dev/null && die "--subnet $sub.0/24 is already routed here (ip route); pick another"
   mkdir -p "$state/uts"
   echo "$sub" >"$state/subnet"
   # From here on a failure removes what was made.

@@ -98,7 +98,7 @@ def shapes(f):
     return out
 assert shapes(term) == shapes(whole), (sorted(shapes(term)), sorted(shapes(whole)))
 PY
-ls "$work/out" | grep -q tmp && fail "temp file left: $(ls "$work/out")"
+ls "$work/out" | grep tmp >/dev/null && fail "temp file left: $(ls "$work/out")"
 run --output.name=term --train.epochs=30 --train.max_steps=$((step + 5)) --resume >"$work/term2.log" 2>&1 \
   || { cat "$work/term2.log"; fail "resume after SIGTERM"; }
 grep -q "resumed from .* at step $step " "$work/term2.log" || fail "resume after SIGTERM: $(head "$work/term2.log")"

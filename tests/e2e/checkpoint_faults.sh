@@ -55,7 +55,7 @@ for stage in partial written synced renamed; do
     grep -q "^removed $ckpt.tmp-[0-9]*, left by a run that died while writing it$" "$work/$name.resume.log" \
       || fail "$stage: the stale temp file was not reported removed"
   fi
-  ls "$work/out" | grep -q "^$name.*tmp-" && fail "$stage: temp file left after the resume"
+  ls "$work/out" | grep "^$name.*tmp-" >/dev/null && fail "$stage: temp file left after the resume"
   [ "$(step_of "$ckpt")" = 20 ] || fail "$stage: the resumed run did not finish"
   echo "killed at $stage: checkpoint of step $want kept, resumed to step 20"
 done
@@ -88,7 +88,7 @@ else
   [ "$code" = 1 ] || { cat "$work/results_full.log"; fail "results on a full disk: exit $code, expected 1"; }
   grep -q "^ringtrain: error: file $full/results_full.h5.tmp-[0-9]*: cannot write [0-9]* bytes (No space left on device) (rank 0)$" \
     "$work/results_full.log" || fail "results on a full disk: $(grep error "$work/results_full.log")"
-  ls "$full" | grep -q tmp && fail "results on a full disk: temp file left"
+  ls "$full" | grep tmp >/dev/null && fail "results on a full disk: temp file left"
   rm -f "$full"/*
   set +e
   run --output.name=ckpt_full --output.checkpoint_dir="$full" >"$work/ckpt_full.log" 2>&1
@@ -98,7 +98,7 @@ else
   grep -q "^ringtrain: error: rank 0: file $full/ckpt_full.ckpt.h5.tmp-[0-9]*: cannot write [0-9]* bytes (No space left on device)$" \
     "$work/ckpt_full.log" || fail "checkpoint on a full disk: $(grep error "$work/ckpt_full.log")"
   [ "$(step_of "$full/ckpt_full.ckpt.h5")" = 5 ] || fail "checkpoint on a full disk: step 5 not kept"
-  ls "$full" | grep -q tmp && fail "checkpoint on a full disk: temp file left"
+  ls "$full" | grep tmp >/dev/null && fail "checkpoint on a full disk: temp file left"
   echo "full disk: one line, exit 1, no temp file, the previous checkpoint kept"
 fi
 

@@ -8,7 +8,7 @@ work=$(mktemp -d /tmp/rt-e2e-fibergen.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$BIN/rt-fibergen" --help | grep -q -- '--fiber-type' || fail "--help does not list --fiber-type"
+"$BIN/rt-fibergen" --help | grep -- '--fiber-type' >/dev/null || fail "--help does not list --fiber-type"
 
 "$BIN/rt-fibergen" --output "$work/data" --count 120 --seed 3 --shards 2 --size 128 \
   --fiber-type mixed --png-grid "$work/grid.png" --threads 2

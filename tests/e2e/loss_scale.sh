@@ -10,23 +10,8 @@
 source tests/e2e/lib/e2e.sh
 e2e_workdir loss_scale
 tiny_fiber_data "$work/data"
-cat >"$work/run.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1
-batch_per_rank = 8
-lr = 0.05
-max_steps = 10
-loss_scale = dynamic
-loss_scale_growth_interval = 2
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/run.deck" "$work/data" "$work/out" "lr = 0.05" "max_steps = 10" \
+  "loss_scale = dynamic" "loss_scale_growth_interval = 2"
 run() { BIN=$BIN jobs/local/train.sh "$work/run.deck" 2 "$@"; }
 poisoned() { RINGTRAIN_NONFINITE_AT=3@1 run "$@"; }
 

@@ -55,12 +55,12 @@ PY
 }
 
 n0=$prefix-node0 n1=$prefix-node1
-run n2x1 2 2 | grep -q "| 2 rank(s) on 2 node(s) |" || fail "2 x 1 start line: $(grep -a '^| ringtrain' "$work/n2x1.log")"
-run n1x2 "" 2 | grep -q "| 2 rank(s) on 1 node(s) |" || fail "1 x 2 start line"
+run n2x1 2 2 | grep "| 2 rank(s) on 2 node(s) |" >/dev/null || fail "2 x 1 start line: $(grep -a '^| ringtrain' "$work/n2x1.log")"
+run n1x2 "" 2 | grep "| 2 rank(s) on 1 node(s) |" >/dev/null || fail "1 x 2 start line"
 check_results n2x1 "$n0" "$n1" || fail "2 x 1 results"
 compare n2x1 n1x2 || fail "2 nodes x 1 rank against 1 node x 2 ranks"
 
-run h2x2 2 4 --comm.algorithm=hierarchical | grep -q "| 4 rank(s) on 2 node(s) |.*| hierarchical allreduce |" \
+run h2x2 2 4 --comm.algorithm=hierarchical | grep "| 4 rank(s) on 2 node(s) |.*| hierarchical allreduce |" >/dev/null \
   || fail "2 x 2 start line: $(grep -a '^| ringtrain' "$work/h2x2.log")"
 run h1x4 "" 4 --comm.algorithm=hierarchical --comm.ranks_per_node=2 >/dev/null
 check_results h2x2 "$n0" "$n0" "$n1" "$n1" || fail "2 x 2 results"

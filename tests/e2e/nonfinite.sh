@@ -6,22 +6,8 @@
 source tests/e2e/lib/e2e.sh
 e2e_workdir nonfinite
 tiny_fiber_data "$work/data"
-cat >"$work/run.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1
-batch_per_rank = 8
-lr = 1e6
-warmup_epochs = 0
-checkpoint_every = 1
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/run.deck" "$work/data" "$work/out" "lr = 1e6" "warmup_epochs = 0" \
+  "checkpoint_every = 1"
 run() { BIN=$BIN jobs/local/train.sh "$work/run.deck" 2 "$@"; }
 
 set +e
@@ -31,7 +17,7 @@ set -e
 [ "$code" != 0 ] || fail "stop: exit 0 with a non-finite gradient"
 line=$(grep "ringtrain: error: rank [0-9]*: step [0-9]*: the gradient of " "$work/stop.log" | head -1)
 [ -n "$line" ] || { cat "$work/stop.log"; fail "stop: no error line"; }
-echo "$line" | grep -qE "^ringtrain: error: rank [0-9]+: step [0-9]+: the gradient of [a-z0-9_.]+ is not finite \(NaN or inf\) after the allreduce; stopped on every rank before the weights took it, the last checkpoint is kept \(lower train.lr, or set train.on_nonfinite = skip\)$" \
+echo "$line" | grep -E "^ringtrain: error: rank [0-9]+: step [0-9]+: the gradient of [a-z0-9_.]+ is not finite \(NaN or inf\) after the allreduce; stopped on every rank before the weights took it, the last checkpoint is kept \(lower train.lr, or set train.on_nonfinite = skip\)$" >/dev/null \
   || fail "stop: error line: $line"
 bad_step=$(echo "$line" | sed 's/.*: step \([0-9]*\): .*/\1/')
 "$PYTHON" - "$work/out/stop.ckpt.h5" "$bad_step" <<'PY' || fail "stop: checkpoint"

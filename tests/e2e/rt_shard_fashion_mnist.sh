@@ -29,7 +29,7 @@ h5dump -H -d /images "$shard" | grep 'H5T_STD_U8LE' >/dev/null || { echo "/image
 h5dump -H -d /images "$shard" | grep '( 27500, 1, 28, 28 )' >/dev/null || { echo "/images shape"; exit 1; }
 h5dump -H -d /labels "$shard" | grep 'H5T_STD_I32LE' >/dev/null || { echo "/labels is not int32"; exit 1; }
 [ "$(attr "$shard" first_sample)" = 27500 ] || { echo "first_sample"; exit 1; }
-attr "$shard" class_names | tr -d '\n' | grep -q '"T-shirt/top", "Trouser".*"Ankle boot"' ||
+attr "$shard" class_names | tr -d '\n' | grep '"T-shirt/top", "Trouser".*"Ankle boot"' >/dev/null ||
   { echo "class names"; exit 1; }
 # Fashion-MNIST's published statistics over its 60000 train images are 0.2860 / 0.3530;
 # over the first 55000 they must be close.

@@ -144,7 +144,7 @@ print(f"np {world}: results and timeline ok ({steps} steps, {buckets} buckets)")
 PY
 done
 h5dump -H "$work/out/np2.h5" | grep 'DATASET "allreduce_wait"' >/dev/null || fail "h5dump cannot read the results"
-ls "$work/out" | grep -q 'tmp' && fail "a temp file was left in $work/out: $(ls "$work/out")"
+ls "$work/out" | grep 'tmp' >/dev/null && fail "a temp file was left in $work/out: $(ls "$work/out")"
 
 # Bad input: exit 2 on every rank, one line, no results file.
 expect_bad() {  # expect_bad NAME MESSAGE ARGS...

@@ -42,13 +42,8 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  CommHandle node = split_shared_memory(comm);
-  int local_size = 1;
-  MPI_CHECK(MPI_Comm_size(node.get(), &local_size));
-  if (local_size != size) {
-    why_not = str("the ", size, " ranks span more than one node");
-    return nullptr;
-  }
+  CommHandle node = whole_comm_on_this_node(comm, why_not);
+  if (!node.valid()) return nullptr;
   const size_t page = page_bytes();
   const size_t control = round_up(size_t(size) * sizeof(Counters), page);
   const size_t region = round_up(std::max<size_t>(bytes, 1), page);

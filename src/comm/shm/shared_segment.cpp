@@ -45,6 +45,16 @@ void* map_segment(const char* name, size_t bytes, bool create, std::string& prob
 
 }  // namespace
 
+CommHandle whole_comm_on_this_node(MPI_Comm comm, std::string& why_not) {
+  int size = 1, local_size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  CommHandle node = split_shared_memory(comm);
+  MPI_CHECK(MPI_Comm_size(node.get(), &local_size));
+  if (local_size == size) return node;
+  why_not = str("the ", size, " ranks span more than one node");
+  return CommHandle();
+}
+
 SharedSegment::SharedSegment(MPI_Comm node_comm, size_t bytes, const char* what) {
   int local_rank = 0;
   MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank));

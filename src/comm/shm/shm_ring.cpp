@@ -34,14 +34,9 @@ std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, 
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  // Where all of comm is on this node, local ranks are comm ranks: inboxes go by comm rank.
-  CommHandle node = split_shared_memory(comm);
-  int local_size = 1;
-  MPI_CHECK(MPI_Comm_size(node.get(), &local_size));
-  if (local_size != size) {
-    why_not = str("the ", size, " ranks span more than one node");
-    return nullptr;
-  }
+  // All of comm on this node: local ranks are comm ranks, and inboxes go by comm rank.
+  CommHandle node = whole_comm_on_this_node(comm, why_not);
+  if (!node.valid()) return nullptr;
   slot_bytes = round_up(slot_bytes, kLine);
   const size_t inbox_bytes = kHeaderBytes + size_t(slots) * slot_bytes;
   auto segment = std::make_unique<SharedSegment>(node.get(), size_t(size) * inbox_bytes, "ring");

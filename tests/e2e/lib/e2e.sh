@@ -20,6 +20,19 @@ tiny_fiber_data() {
   "$BIN/rt-fibergen" --output "$1" --count "${2:-400}" --seed "${3:-11}" --shards 2 >/dev/null
 }
 
+# tiny_deck FILE DATA OUT [LINE...]: a deck training cnn_small on DATA's train split for one
+# epoch of 8-image batches, results into OUT; each LINE ("lr = 0.05") joins its [train] section.
+tiny_deck() {
+  local file=$1 data=$2 out=$3
+  shift 3
+  {
+    printf '[data]\ndir = %s\neval_split =\ntest_split =\n' "$data"
+    printf '[model]\nname = cnn_small\n[train]\nepochs = 1\nbatch_per_rank = 8\n'
+    [ $# = 0 ] || printf '%s\n' "$@"
+    printf '[output]\ndir = %s\n' "$out"
+  } >"$file"
+}
+
 # cluster_up_or_skip PREFIX: two emulated nodes (jobs/local/cluster.sh), or exit 0 with the
 # reason where namespaces are not permitted.
 cluster_up_or_skip() {

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-#include "ringtrain/comm/mpi_check.hpp"  // MPI_Comm
+#include "ringtrain/comm/mpi_check.hpp"  // MPI_Comm, CommHandle
 
 namespace ringtrain::comm::shm {
 
@@ -13,6 +13,10 @@ namespace ringtrain::comm::shm {
 // the others open it; once every rank has it mapped (or failed) the name is removed, so nothing
 // is left in /dev/shm however the job ends. If any rank cannot map it, no rank keeps it:
 // data() is null everywhere and problem() says why (on the failing rank: the errno text).
+// Collective over comm: the communicator of its ranks on this node when that is all of comm (so
+// local ranks are comm ranks), else an invalid handle, with why_not saying so.
+CommHandle whole_comm_on_this_node(MPI_Comm comm, std::string& why_not);
+
 class SharedSegment {
  public:
   SharedSegment(MPI_Comm node_comm, size_t bytes, const char* what);
