@@ -34,7 +34,7 @@ run() {  # run NAME NODES NP [ringtrain args]: NODES empty = this machine
   local name=$1 nodes=$2 np=$3; shift 3
   NODES=$nodes RT_CLUSTER=$prefix BIN=$BIN jobs/local/train.sh "$work/tiny.deck" "$np" \
     --output.name="$name" "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "run $name"; }
-  grep -a "^| ringtrain |" "$work/$name.log" | head -1
+  grep -a -m1 "^| ringtrain |" "$work/$name.log"
 }
 
 compare() { compare_checkpoints "$work/out/$1.ckpt.h5" "$work/out/$2.ckpt.h5" 4; }

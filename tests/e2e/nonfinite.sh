@@ -15,7 +15,7 @@ run --output.name=stop >"$work/stop.log" 2>&1
 code=$?
 set -e
 [ "$code" != 0 ] || fail "stop: exit 0 with a non-finite gradient"
-line=$(grep "ringtrain: error: rank [0-9]*: step [0-9]*: the gradient of " "$work/stop.log" | head -1)
+line=$(grep -m1 "ringtrain: error: rank [0-9]*: step [0-9]*: the gradient of " "$work/stop.log")
 [ -n "$line" ] || { cat "$work/stop.log"; fail "stop: no error line"; }
 echo "$line" | grep -E "^ringtrain: error: rank [0-9]+: step [0-9]+: the gradient of [a-z0-9_.]+ is not finite \(NaN or inf\) after the allreduce; stopped on every rank before the weights took it, the last checkpoint is kept \(lower train.lr, or set train.on_nonfinite = skip\)$" >/dev/null \
   || fail "stop: error line: $line"
