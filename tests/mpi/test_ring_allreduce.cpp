@@ -13,6 +13,7 @@
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/allreduce/halving_doubling.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -89,7 +90,7 @@ std::vector<Setup> fp32_setups() {
       {"auto", Algorithm::automatic, opts()},
       {"auto chunk 64 B x2", Algorithm::automatic, opts(comm::allreduce::Wire::fp32, 64, 2)},
       {"auto bf16", Algorithm::automatic, opts(comm::allreduce::Wire::bf16, 256, 2)},
-      // Nodes of 2 ranks: from 3 ranks on, auto runs hierarchical past 64 KiB.
+      // Nodes of 2 ranks: at 3 and 5 ranks auto runs hierarchical past 64 KiB, at 2 and 4 rhd.
       {"auto nodes of 2", Algorithm::automatic, opts(comm::allreduce::Wire::fp32, 4096, 4, 2)}};
 }
 
@@ -121,6 +122,36 @@ BOOST_AUTO_TEST_CASE(exact_sums_at_awkward_counts) {
                  setup.label << " count " << count << " identical on every rank");
     }
   }
+}
+
+// rhd numbers the ranks by an order (Communicator::ring_order: by node): the partners, the
+// fold pairs and the owned blocks all follow positions in it, not ranks.
+BOOST_AUTO_TEST_CASE(rhd_in_a_permuted_rank_order_sums_exactly) {
+  comm::Communicator world;
+  const int p = world.size();
+  std::vector<int> reversed, rotated;
+  for (int i = 0; i < p; ++i) {
+    reversed.push_back(p - 1 - i);
+    rotated.push_back((i + 1) % p);
+  }
+  for (const auto& [label, order] : {std::pair{"reversed", reversed}, {"rotated", rotated}}) {
+    for (size_t doubling_max : {size_t(0), size_t(1) << 20}) {
+      comm::allreduce::HalvingDoubling rhd(
+          world.raw(), opts(comm::allreduce::Wire::fp32, 256, 3, 0, doubling_max), order);
+      for (size_t count : awkward_counts(p, false)) {
+        std::vector<float> data = rt_test::small_int_data(world.rank(), count);
+        rhd.sum(data.data(), count);
+        const std::string what = str("rhd ", label, " doubling up to ", doubling_max, " B, count ",
+                                     count);
+        BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(data, p) < 0),
+                   what << " exact sums");
+        BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)),
+                   what << " identical on every rank");
+      }
+    }
+  }
+  std::vector<int> twice(static_cast<size_t>(p), 0);
+  if (p > 1) BOOST_CHECK_THROW(comm::allreduce::HalvingDoubling(world.raw(), opts(), twice), Error);
 }
 
 BOOST_AUTO_TEST_CASE(rounding_sensitive_data_is_bitwise_identical_and_within_the_wire_bound) {

@@ -196,20 +196,24 @@ BOOST_AUTO_TEST_CASE(auto_picks_by_size_and_world_at_the_measured_thresholds) {
   BOOST_TEST((choose_automatic((64u << 10) + 4, 5) == Algorithm::ring));
 }
 
-// Across nodes: hierarchical past 64 KiB where a node holds more than one rank; with one rank
-// a node the nodes are the ranks and the one-node rule applies.
-BOOST_AUTO_TEST_CASE(auto_picks_hierarchical_across_nodes_of_several_ranks) {
+// Across nodes of several ranks: rhd at every size on a power of two (its first, largest steps
+// stay in a node), else hierarchical past 64 KiB; with one rank a node the nodes are the ranks
+// and the one-node rule applies.
+BOOST_AUTO_TEST_CASE(auto_across_nodes_of_several_ranks) {
   using comm::allreduce::Algorithm;
   using comm::allreduce::choose_automatic;
   using comm::allreduce::Topology;
-  const Topology two_by_two{4, 2, 2}, two_by_one{2, 2, 1}, uneven{3, 2, 2};
+  const Topology two_by_two{4, 2, 2}, two_by_one{2, 2, 1}, uneven{3, 2, 2}, three_by_two{6, 3, 2};
   BOOST_TEST((choose_automatic(64u << 10, two_by_two) == Algorithm::rhd));
-  BOOST_TEST((choose_automatic((64u << 10) + 4, two_by_two) == Algorithm::hierarchical));
-  BOOST_TEST((choose_automatic(64u << 20, two_by_two) == Algorithm::hierarchical));
+  BOOST_TEST((choose_automatic((64u << 10) + 4, two_by_two) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic(1u << 30, two_by_two) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic(64u << 10, uneven) == Algorithm::rhd));
   BOOST_TEST((choose_automatic((64u << 10) + 4, uneven) == Algorithm::hierarchical));
+  BOOST_TEST((choose_automatic(64u << 20, three_by_two) == Algorithm::hierarchical));
   BOOST_TEST((choose_automatic(32u << 10, two_by_one) == Algorithm::rhd));
   BOOST_TEST((choose_automatic(1u << 20, two_by_one) == Algorithm::ring));
   BOOST_TEST((choose_automatic(1u << 20, Topology{4, 1, 4}) == Algorithm::rhd));
+  BOOST_TEST((choose_automatic(32u << 20, Topology{4, 1, 4}) == Algorithm::ring));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -31,15 +31,21 @@ Topology topology_of(const Communicator& comm, int ranks_per_node) {
 // while steps, not bytes, cost. Past those sizes the ring's neighbour-only traffic maps onto a
 // real network best. Measurements: docs/TUNING.md, "auto: ring, rhd or hierarchical".
 //
-// Across nodes with more than one rank on a node, the node-local reduce lets one flow a node
-// cross the network, carrying 2(m-1)/m of the vector for m nodes instead of the flat ring's
-// 2(n-1)/n: hierarchical past 64 KiB, where bytes, not steps, cost; below, rhd's log2(n)
-// steps. One rank a node is the one-node rule's case: the nodes are the ranks.
+// Across nodes with more than one rank on a node: on a power of two, rhd at every size. It
+// numbers the ranks by node and halves nearest partner first, so its first steps, which move
+// the most bytes, stay in the node and every rank carries an equal share across the network,
+// with no serial node-local phases (measured ahead of hierarchical and the ring at 2 x 2, and
+// of MPI_Allreduce from 16 MiB: docs/TUNING.md, "rhd across nodes"). Elsewhere the fold would
+// send whole vectors across the network: hierarchical past 64 KiB, where bytes, not steps,
+// cost (one flow a node, 2(m-1)/m of the vector for m nodes); below, rhd's log2(n) steps. One
+// rank a node is the one-node rule's case: the nodes are the ranks.
 Algorithm choose_automatic(size_t bytes, const Topology& topology) {
   const int world_size = topology.world_size;
-  if (topology.nodes > 1 && topology.max_ranks_per_node > 1)
-    return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::hierarchical;
   const bool power_of_two = (world_size & (world_size - 1)) == 0;
+  if (topology.nodes > 1 && topology.max_ranks_per_node > 1) {
+    if (power_of_two) return Algorithm::rhd;
+    return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::hierarchical;
+  }
   if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;
   if (power_of_two) return bytes <= (16u << 20) ? Algorithm::rhd : Algorithm::ring;
   return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::ring;
@@ -52,7 +58,7 @@ AutoAllreduce::AutoAllreduce(const Communicator& comm, const AllreduceOptions& o
   AllreduceOptions inner = options;
   inner.validate_counts = false;  // checked once, here
   ring_ = std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), inner);
-  rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner);
+  rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner, comm.ring_order());
   if (topology_.nodes > 1 && topology_.max_ranks_per_node > 1)
     hierarchical_ = std::make_unique<HierarchicalAllreduce>(comm, inner);
 }

@@ -24,7 +24,7 @@ std::unique_ptr<Allreducer> make_selected(const Communicator& comm, Algorithm al
     case Algorithm::ring:
       return std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), options);
     case Algorithm::rhd:
-      return std::make_unique<HalvingDoubling>(comm.raw(), options);
+      return std::make_unique<HalvingDoubling>(comm.raw(), options, comm.ring_order());
     case Algorithm::automatic:
       return std::make_unique<AutoAllreduce>(comm, options);
     case Algorithm::mpi:

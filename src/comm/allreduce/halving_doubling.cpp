@@ -33,22 +33,32 @@ size_t chunk_begin(size_t len, int64_t chunks, int64_t c) {
 
 }  // namespace
 
-HalvingDoubling::HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options)
-    : comm_(duplicate(comm)), options_(options) {
+HalvingDoubling::HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options,
+                                 std::vector<int> order)
+    : comm_(duplicate(comm)), options_(options), order_(std::move(order)) {
   check_pipeline_options(options);
+  int rank = 0;
   MPI_CHECK(MPI_Comm_size(comm_.get(), &n_));
-  MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank_));
+  MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank));
+  if (order_.empty())
+    for (int r = 0; r < n_; ++r) order_.push_back(r);
+  std::vector<int> sorted = order_;
+  std::sort(sorted.begin(), sorted.end());
+  bool permutation = static_cast<int>(sorted.size()) == n_;
+  for (int i = 0; permutation && i < n_; ++i) permutation = sorted[i] == i;
+  RT_CHECK(permutation, "rhd order must list each of the ", n_, " ranks once");
+  pos_ = static_cast<int>(std::find(order_.begin(), order_.end(), rank) - order_.begin());
   while (p_ * 2 <= n_) p_ *= 2;
   extra_ = n_ - p_;
-  // Ranks below 2e pair up: the even one folds into the odd one, which takes part.
-  if (rank_ < 2 * extra_)
-    vrank_ = rank_ % 2 == 1 ? rank_ / 2 : -1;
+  // Positions below 2e pair up: the even one folds into the odd one, which takes part.
+  if (pos_ < 2 * extra_)
+    vrank_ = pos_ % 2 == 1 ? pos_ / 2 : -1;
   else
-    vrank_ = rank_ - extra_;
+    vrank_ = pos_ - extra_;
 }
 
-int HalvingDoubling::real_rank(int virtual_rank) const {
-  return virtual_rank < extra_ ? 2 * virtual_rank + 1 : virtual_rank + extra_;
+int HalvingDoubling::rank_at_virtual(int virtual_rank) const {
+  return order_[virtual_rank < extra_ ? 2 * virtual_rank + 1 : virtual_rank + extra_];
 }
 
 std::string HalvingDoubling::name() const {
@@ -63,11 +73,11 @@ void HalvingDoubling::sum(float* data, size_t count) {
   chunk_elems_ = std::max<size_t>(
       1, chunk_bytes_for(options_.chunk_bytes, count * sizeof(float)) / sizeof(float));
   ensure_scratch(std::min(chunk_elems_, count), whole ? count : 0);
-  if (rank_ < 2 * extra_) {
+  if (pos_ < 2 * extra_) {
     if (vrank_ < 0)
-      exchange(rank_ + 1, data, count, nullptr, 0, Into::add, kTagFold);
+      exchange(order_[pos_ + 1], data, count, nullptr, 0, Into::add, kTagFold);
     else
-      exchange(rank_ - 1, nullptr, 0, data, count, Into::add, kTagFold);
+      exchange(order_[pos_ - 1], nullptr, 0, data, count, Into::add, kTagFold);
   }
   if (vrank_ >= 0) {
     if (whole)
@@ -76,42 +86,50 @@ void HalvingDoubling::sum(float* data, size_t count) {
       halving_doubling(data, count);
   }
   // Every value the unfold sends is already wire-exact, so the folded rank gets the same bytes.
-  if (rank_ < 2 * extra_) {
+  if (pos_ < 2 * extra_) {
     if (vrank_ < 0)
-      exchange(rank_ + 1, nullptr, 0, data, count, Into::copy, kTagUnfold);
+      exchange(order_[pos_ + 1], nullptr, 0, data, count, Into::copy, kTagUnfold);
     else
-      exchange(rank_ - 1, data, count, nullptr, 0, Into::copy, kTagUnfold);
+      exchange(order_[pos_ - 1], data, count, nullptr, 0, Into::copy, kTagUnfold);
   }
 }
 
-// Halving: the range [lo, hi) of blocks this rank still reduces shrinks by half each step.
-// Doubling: the range it holds complete grows back the same way.
+// Halving: the range [lo, hi) of blocks this rank still reduces shrinks by half each step,
+// nearest partner first. Doubling: the range it holds complete grows back through the same
+// ranges in reverse, farthest partner first.
 void HalvingDoubling::halving_doubling(float* data, size_t count) {
-  int lo = 0, hi = p_;
-  for (int d = p_ / 2; d >= 1; d /= 2) {
-    const int mid = lo + d;
+  struct Range {
+    int lo, hi;
+  };
+  std::vector<Range> parents;  // the range before each halving step
+  Range mine{0, p_};
+  for (int d = 1; d < p_; d *= 2) {
+    const int mid = mine.lo + (mine.hi - mine.lo) / 2;
     const bool low_side = (vrank_ & d) == 0;
-    const int keep_lo = low_side ? lo : mid, keep_hi = low_side ? mid : hi;
-    const int send_lo = low_side ? mid : lo, send_hi = low_side ? hi : mid;
-    const size_t send_begin = block_offset(count, p_, send_lo);
-    const size_t keep_begin = block_offset(count, p_, keep_lo);
-    exchange(real_rank(vrank_ ^ d), data + send_begin,
-             block_offset(count, p_, send_hi) - send_begin, data + keep_begin,
-             block_offset(count, p_, keep_hi) - keep_begin, Into::add, kTagHalving);
-    lo = keep_lo;
-    hi = keep_hi;
+    const Range keep = low_side ? Range{mine.lo, mid} : Range{mid, mine.hi};
+    const Range give = low_side ? Range{mid, mine.hi} : Range{mine.lo, mid};
+    const size_t give_begin = block_offset(count, p_, give.lo);
+    const size_t keep_begin = block_offset(count, p_, keep.lo);
+    exchange(rank_at_virtual(vrank_ ^ d), data + give_begin,
+             block_offset(count, p_, give.hi) - give_begin, data + keep_begin,
+             block_offset(count, p_, keep.hi) - keep_begin, Into::add, kTagHalving);
+    parents.push_back(mine);
+    mine = keep;
   }
   // This rank's block is final: with a narrow wire it holds what the others will decode.
-  const size_t own = block_offset(count, p_, vrank_);
+  const size_t own = block_offset(count, p_, mine.lo);
   if (options_.wire != Wire::fp32)
-    round_through_wire(options_.wire, data + own, block_offset(count, p_, vrank_ + 1) - own);
-  for (int d = 1; d < p_; d *= 2) {
-    const int mine_lo = vrank_ & ~(d - 1), theirs_lo = (vrank_ ^ d) & ~(d - 1);
-    const size_t mine = block_offset(count, p_, mine_lo);
-    const size_t theirs = block_offset(count, p_, theirs_lo);
-    exchange(real_rank(vrank_ ^ d), data + mine, block_offset(count, p_, mine_lo + d) - mine,
-             data + theirs, block_offset(count, p_, theirs_lo + d) - theirs, Into::copy,
-             kTagDoubling);
+    round_through_wire(options_.wire, data + own, block_offset(count, p_, mine.hi) - own);
+  for (int d = p_ / 2; d >= 1; d /= 2) {
+    const Range parent = parents.back();
+    parents.pop_back();
+    const Range theirs = mine.lo == parent.lo ? Range{mine.hi, parent.hi} : Range{parent.lo, mine.lo};
+    const size_t mine_begin = block_offset(count, p_, mine.lo);
+    const size_t theirs_begin = block_offset(count, p_, theirs.lo);
+    exchange(rank_at_virtual(vrank_ ^ d), data + mine_begin,
+             block_offset(count, p_, mine.hi) - mine_begin, data + theirs_begin,
+             block_offset(count, p_, theirs.hi) - theirs_begin, Into::copy, kTagDoubling);
+    mine = parent;
   }
 }
 
@@ -123,7 +141,7 @@ void HalvingDoubling::whole_vector_doubling(float* data, size_t count) {
     // Round first so that both partners add the same two wire-exact values.
     if (options_.wire != Wire::fp32) round_through_wire(options_.wire, data, count);
     std::memcpy(own, data, count * sizeof(float));
-    exchange(real_rank(vrank_ ^ d), own, count, data, count, Into::add, kTagWholeVector);
+    exchange(rank_at_virtual(vrank_ ^ d), own, count, data, count, Into::add, kTagWholeVector);
   }
   // The unfold sends this vector on the wire: make it wire-exact on every rank alike.
   if (options_.wire != Wire::fp32) round_through_wire(options_.wire, data, count);

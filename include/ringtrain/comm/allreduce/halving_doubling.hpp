@@ -7,19 +7,27 @@
 // buffer cut into 4 blocks B0..B3; "a <-> b" is a pairwise exchange, both directions at once:
 //
 //   reduce-scatter (recursive halving)          allgather (recursive doubling)
-//   step 0, distance 2   step 1, distance 1     step 0, distance 1   step 1, distance 2
-//      r0 <-> r2            r0 <-> r1              r0 <-> r1            r0 <-> r2
-//      r1 <-> r3            r2 <-> r3              r2 <-> r3            r1 <-> r3
+//   step 0, distance 1   step 1, distance 2     step 0, distance 2   step 1, distance 1
+//      r0 <-> r1            r0 <-> r2              r0 <-> r2            r0 <-> r1
+//      r2 <-> r3            r1 <-> r3              r1 <-> r3            r2 <-> r3
 //
 //   rank | step 0 sends/adds | step 1 sends/adds | owns | step 0 sends/gets | step 1 sends/gets
 //    r0  |  B2B3 / B0B1      |   B1 / B0         |  B0  |   B0 / B1         |  B0B1 / B2B3
-//    r1  |  B2B3 / B0B1      |   B0 / B1         |  B1  |   B1 / B0         |  B0B1 / B2B3
-//    r2  |  B0B1 / B2B3      |   B3 / B2         |  B2  |   B2 / B3         |  B2B3 / B0B1
+//    r1  |  B0B1 / B2B3      |   B3 / B2         |  B2  |   B2 / B3         |  B2B3 / B0B1
+//    r2  |  B2B3 / B0B1      |   B0 / B1         |  B1  |   B1 / B0         |  B0B1 / B2B3
 //    r3  |  B0B1 / B2B3      |   B2 / B3         |  B3  |   B3 / B2         |  B2B3 / B0B1
 //
-// At halving step s (distance d = p/2, p/4, ..., 1) rank v keeps the half of its block range
-// on v's side of bit d and sends the other half to v^d; after log2(p) steps v owns the
-// complete sum of block v. Doubling retraces the steps: v and v^d swap what they own.
+// At halving step s (distance d = 1, 2, ..., p/2) rank v halves the block range it still
+// reduces, keeps the half on v's side of bit d and sends the other half to v^d, which holds
+// the same range; after log2(p) steps v owns the complete sum of one block. Doubling
+// retraces the ranges in reverse: v and v^d swap what they own.
+//
+// Nearest partner first, in node order: the ranks are numbered by `order` (by node, then local
+// rank: Communicator::ring_order), so the first steps, which move the most bytes (half, then a
+// quarter of the vector), stay inside a node, and only the steps with d >= the ranks per node
+// cross the network: 1/k of the ring's bytes per rank and direction for nodes of k ranks (a
+// power of two). Farthest-first sent half the vector across the link at 2 x 2 ranks, twice
+// what OpenMPI's Rabenseifner sends (docs/TUNING.md, "rhd across nodes").
 //
 // Non-power-of-two n: p = the largest power of two <= n and e = n - p extra ranks. First each
 // even rank 2i < 2e sends its whole vector to rank 2i+1, which adds it in (fold); then the p
@@ -56,8 +64,9 @@ namespace ringtrain::comm::allreduce {
 
 class HalvingDoubling final : public Allreducer {
  public:
-  // Collective over comm (duplicated here).
-  HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options);
+  // Collective over comm (duplicated here). order: comm's ranks in the order the algorithm
+  // numbers them (a permutation; empty: 0..n-1); positions, not ranks, in the text above.
+  HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options, std::vector<int> order = {});
   // In place; thread-safe in that concurrent calls on one instance are serialised.
   void sum(float* data, size_t count) override;
   std::string name() const override;
@@ -72,12 +81,13 @@ class HalvingDoubling final : public Allreducer {
   // elements from it into recv. send and recv must not overlap.
   void exchange(int partner, const float* send, size_t send_len, float* recv, size_t recv_len,
                 Into into, int tag);
-  int real_rank(int virtual_rank) const;
+  int rank_at_virtual(int virtual_rank) const;  // comm rank of a virtual rank
   void ensure_scratch(size_t slot_elems, size_t copy_elems);
 
   CommHandle comm_;
   AllreduceOptions options_;
-  int n_ = 1, rank_ = 0;
+  std::vector<int> order_;  // position -> comm rank
+  int n_ = 1, pos_ = 0;     // pos_: this rank's position in order_
   int p_ = 1, extra_ = 0;   // the power of two that takes part in the exchanges, n - p
   int vrank_ = -1;          // rank among those p; -1 for a folded-out rank
   size_t chunk_elems_ = 1;  // this call's (chunk_bytes_for)
