@@ -79,7 +79,7 @@ struct TrainConfig {
 };
 
 struct CommConfig {
-  std::string algorithm = "ring";  // ring | rhd | auto | mpi | hierarchical | nccl
+  std::string algorithm = "auto";  // ring | rhd | auto | mpi | hierarchical | nccl
   double fusion_mib = 16;
   double first_bucket_mib = 1;
   double stall_timeout_s = 60;
