@@ -141,8 +141,8 @@ BOOST_AUTO_TEST_CASE(rhd_in_a_permuted_rank_order_sums_exactly) {
       for (size_t count : awkward_counts(p, false)) {
         std::vector<float> data = rt_test::small_int_data(world.rank(), count);
         rhd.sum(data.data(), count);
-        const std::string what = str("rhd ", label, " doubling up to ", doubling_max, " B, count ",
-                                     count);
+        const std::string what =
+            str("rhd ", label, " doubling up to ", doubling_max, " B, count ", count);
         BOOST_TEST(rt_test::all_ok(rt_test::first_wrong_small_int_sum(data, p) < 0),
                    what << " exact sums");
         BOOST_TEST(rt_test::all_ok(rt_test::same_bytes_as_rank0(data)),

@@ -123,7 +123,8 @@ void HalvingDoubling::halving_doubling(float* data, size_t count) {
   for (int d = p_ / 2; d >= 1; d /= 2) {
     const Range parent = parents.back();
     parents.pop_back();
-    const Range theirs = mine.lo == parent.lo ? Range{mine.hi, parent.hi} : Range{parent.lo, mine.lo};
+    const Range theirs =
+        mine.lo == parent.lo ? Range{mine.hi, parent.hi} : Range{parent.lo, mine.lo};
     const size_t mine_begin = block_offset(count, p_, mine.lo);
     const size_t theirs_begin = block_offset(count, p_, theirs.lo);
     exchange(rank_at_virtual(vrank_ ^ d), data + mine_begin,

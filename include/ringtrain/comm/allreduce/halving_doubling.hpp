@@ -24,10 +24,12 @@
 //
 // Nearest partner first, in node order: the ranks are numbered by `order` (by node, then local
 // rank: Communicator::ring_order), so the first steps, which move the most bytes (half, then a
-// quarter of the vector), stay inside a node, and only the steps with d >= the ranks per node
-// cross the network: 1/k of the ring's bytes per rank and direction for nodes of k ranks (a
-// power of two). Farthest-first sent half the vector across the link at 2 x 2 ranks, twice
-// what OpenMPI's Rabenseifner sends (docs/TUNING.md, "rhd across nodes").
+// quarter of the vector), stay inside a node, and only the steps with d >= k, the ranks per
+// node (a power of two), cross the network: each of a node's k ranks then sends 1/k of what
+// the ring's one boundary rank sends, the same bytes through the node's adapter as the ring in
+// log2(n) steps instead of 2(n-1). Farthest-first sent k times that: at 2 x 2 ranks half the
+// vector crossed the link, twice what OpenMPI's Rabenseifner sends (docs/TUNING.md, "rhd
+// across nodes").
 //
 // Non-power-of-two n: p = the largest power of two <= n and e = n - p extra ranks. First each
 // even rank 2i < 2e sends its whole vector to rank 2i+1, which adds it in (fold); then the p
