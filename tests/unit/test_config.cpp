@@ -60,7 +60,7 @@ BOOST_AUTO_TEST_CASE(good_deck_sets_values_and_defaults) {
   BOOST_TEST(c.train.batch_per_rank == 32);
   BOOST_TEST(c.train.lr == 0.05);
   BOOST_TEST(c.comm.fusion_mib == 16.0);
-  BOOST_TEST(c.comm.algorithm == "ring");  // default
+  BOOST_TEST(c.comm.algorithm == "auto");  // default
   BOOST_TEST(c.output.name == "good");     // the deck's stem
   BOOST_TEST(c.effective_deck.find("[train]\nbackend = cpu\n") != std::string::npos);
   BOOST_TEST(c.effective_deck.find("epochs = 4\n") != std::string::npos);
