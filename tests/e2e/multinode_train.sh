@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # multinode_train.sh — training across 2 emulated nodes (jobs/local/cluster.sh: network and UTS
 # namespaces on a rate-shaped private subnet) ends with the checkpoint of the same deck on one
-# node, bitwise: 2 nodes x 1 rank against 1 node x 2 ranks, and the hierarchical allreduce on
+# node, bitwise: 2 nodes x 1 rank against 1 node x 2 ranks; the hierarchical allreduce on
 # 2 nodes x 2 ranks (real topology) against 1 node x 4 ranks grouped 2 a node
-# (comm.ranks_per_node = 2: the same reduce-within, ring-across order). The results name both
-# hosts, and /timings has a row per rank. Skipped (exit 0, with the reason) where namespaces are
-# not permitted.
+# (comm.ranks_per_node = 2: the same reduce-within, ring-across order); rhd on 2 x 2 against
+# 1 x 4. The results name both hosts, and /timings has a row per rank. Skipped (exit 0, with
+# the reason) where namespaces are not permitted.
 source tests/e2e/lib/e2e.sh
 prefix=rte$(($$ % 100000))
 e2e_workdir multinode 'jobs/local/cluster.sh down --prefix "$prefix"'
@@ -66,6 +66,13 @@ run h1x4 "" 4 --comm.algorithm=hierarchical --comm.ranks_per_node=2 >/dev/null
 check_results h2x2 "$n0" "$n0" "$n1" "$n1" || fail "2 x 2 results"
 compare h2x2 h1x4 || fail "hierarchical: 2 real nodes x 2 ranks against 1 node x 4 ranks grouped 2 a node"
 
+# rhd, what the default (auto) runs across nodes of 2 ranks: numbered by node, the 2 x 2 run
+# pairs the ranks as one node of 4 does (nearest partner first), so the sums are the same.
+run r2x2 2 4 --comm.algorithm=rhd | grep "| 4 rank(s) on 2 node(s) |.*| rhd allreduce |" >/dev/null \
+  || fail "rhd 2 x 2 start line: $(grep -a '^| ringtrain' "$work/r2x2.log")"
+run r1x4 "" 4 --comm.algorithm=rhd >/dev/null
+compare r2x2 r1x4 || fail "rhd: 2 real nodes x 2 ranks against 1 node x 4 ranks"
+
 # 1 % of the packets each node sends dropped (nft in each node's namespace; tc's netem and
 # gact are not in these kernels): TCP resends them and the run ends with the same weights.
 if command -v nft >/dev/null; then
@@ -82,4 +89,4 @@ if command -v nft >/dev/null; then
 else
   echo "1 % packet loss: skipped (nft not installed: tools/deps.sh installs nftables as root)"
 fi
-echo "multi-node training: 2 x 1 = 1 x 2 (also with 1 % loss) and hierarchical 2 x 2 = 1 x 4 (2 a node), bitwise"
+echo "multi-node training: 2 x 1 = 1 x 2 (also with 1 % loss), hierarchical 2 x 2 = 1 x 4 (2 a node) and rhd 2 x 2 = 1 x 4, bitwise"
