@@ -94,43 +94,30 @@ void HalvingDoubling::sum(float* data, size_t count) {
   }
 }
 
-// Halving: the range [lo, hi) of blocks this rank still reduces shrinks by half each step,
-// nearest partner first. Doubling: the range it holds complete grows back through the same
-// ranges in reverse, farthest partner first.
+// Halving: the blocks [lo, lo + size) this rank still reduces halve each step, nearest partner
+// first; it keeps the half on its side of bit d. Doubling: what it holds complete grows back
+// through the same ranges, farthest partner first. A range of `size` blocks starts at a
+// multiple of size, so the partner's half (halving) or range (doubling) starts at lo ^ size.
 void HalvingDoubling::halving_doubling(float* data, size_t count) {
-  struct Range {
-    int lo, hi;
-  };
-  std::vector<Range> parents;  // the range before each halving step
-  Range mine{0, p_};
+  const auto begin = [&](int block) { return block_offset(count, p_, block); };
+  const auto length = [&](int block, int blocks) { return begin(block + blocks) - begin(block); };
+  int lo = 0, size = p_;
   for (int d = 1; d < p_; d *= 2) {
-    const int mid = mine.lo + (mine.hi - mine.lo) / 2;
-    const bool low_side = (vrank_ & d) == 0;
-    const Range keep = low_side ? Range{mine.lo, mid} : Range{mid, mine.hi};
-    const Range give = low_side ? Range{mid, mine.hi} : Range{mine.lo, mid};
-    const size_t give_begin = block_offset(count, p_, give.lo);
-    const size_t keep_begin = block_offset(count, p_, keep.lo);
-    exchange(rank_at_virtual(vrank_ ^ d), data + give_begin,
-             block_offset(count, p_, give.hi) - give_begin, data + keep_begin,
-             block_offset(count, p_, keep.hi) - keep_begin, Into::add, kTagHalving);
-    parents.push_back(mine);
-    mine = keep;
+    size /= 2;
+    if ((vrank_ & d) != 0) lo += size;
+    const int theirs = lo ^ size;
+    exchange(rank_at_virtual(vrank_ ^ d), data + begin(theirs), length(theirs, size),
+             data + begin(lo), length(lo, size), Into::add, kTagHalving);
   }
   // This rank's block is final: with a narrow wire it holds what the others will decode.
-  const size_t own = block_offset(count, p_, mine.lo);
   if (options_.wire != Wire::fp32)
-    round_through_wire(options_.wire, data + own, block_offset(count, p_, mine.hi) - own);
+    round_through_wire(options_.wire, data + begin(lo), length(lo, 1));
   for (int d = p_ / 2; d >= 1; d /= 2) {
-    const Range parent = parents.back();
-    parents.pop_back();
-    const Range theirs =
-        mine.lo == parent.lo ? Range{mine.hi, parent.hi} : Range{parent.lo, mine.lo};
-    const size_t mine_begin = block_offset(count, p_, mine.lo);
-    const size_t theirs_begin = block_offset(count, p_, theirs.lo);
-    exchange(rank_at_virtual(vrank_ ^ d), data + mine_begin,
-             block_offset(count, p_, mine.hi) - mine_begin, data + theirs_begin,
-             block_offset(count, p_, theirs.hi) - theirs_begin, Into::copy, kTagDoubling);
-    mine = parent;
+    const int theirs = lo ^ size;
+    exchange(rank_at_virtual(vrank_ ^ d), data + begin(lo), length(lo, size), data + begin(theirs),
+             length(theirs, size), Into::copy, kTagDoubling);
+    lo &= ~size;
+    size *= 2;
   }
 }
 
