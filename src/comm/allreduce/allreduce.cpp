@@ -1,6 +1,9 @@
 // allreduce.cpp — the Allreducer interface's shared pieces: the default mean, the chunk rule,
-// option checks and algorithm names.
+// option and rank-order checks and algorithm names.
 #include "ringtrain/comm/allreduce/allreduce.hpp"
+
+#include <algorithm>
+#include <vector>
 
 #include "ringtrain/core/error.hpp"
 
@@ -27,6 +30,15 @@ void check_pipeline_options(const AllreduceOptions& options) {
   RT_REQUIRE_INPUT(options.chunks_in_flight >= 1 && options.chunks_in_flight <= 64,
                    "allreduce chunks in flight must be between 1 and 64, not ",
                    options.chunks_in_flight);
+}
+
+int position_in_order(const std::vector<int>& order, int n, int rank, const char* what) {
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  bool permutation = static_cast<int>(sorted.size()) == n;
+  for (int i = 0; permutation && i < n; ++i) permutation = sorted[i] == i;
+  RT_CHECK(permutation, what, " order must list each of the ", n, " ranks once");
+  return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
 }
 
 Algorithm parse_algorithm(const std::string& text) {

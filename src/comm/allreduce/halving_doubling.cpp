@@ -42,12 +42,7 @@ HalvingDoubling::HalvingDoubling(MPI_Comm comm, const AllreduceOptions& options,
   MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank));
   if (order_.empty())
     for (int r = 0; r < n_; ++r) order_.push_back(r);
-  std::vector<int> sorted = order_;
-  std::sort(sorted.begin(), sorted.end());
-  bool permutation = static_cast<int>(sorted.size()) == n_;
-  for (int i = 0; permutation && i < n_; ++i) permutation = sorted[i] == i;
-  RT_CHECK(permutation, "rhd order must list each of the ", n_, " ranks once");
-  pos_ = static_cast<int>(std::find(order_.begin(), order_.end(), rank) - order_.begin());
+  pos_ = position_in_order(order_, n_, rank, "rhd");
   while (p_ * 2 <= n_) p_ *= 2;
   extra_ = n_ - p_;
   // Positions below 2e pair up: the even one folds into the odd one, which takes part.

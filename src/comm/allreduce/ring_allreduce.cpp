@@ -69,12 +69,7 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const Allredu
   int rank = 0;
   MPI_CHECK(MPI_Comm_size(comm_.get(), &n_));
   MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank));
-  std::vector<int> sorted = ring;
-  std::sort(sorted.begin(), sorted.end());
-  bool permutation = static_cast<int>(ring.size()) == n_;
-  for (int i = 0; permutation && i < n_; ++i) permutation = sorted[i] == i;
-  RT_CHECK(permutation, "ring order must list each of the ", n_, " ranks once");
-  pos_ = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+  pos_ = position_in_order(ring, n_, rank, "ring");
   left_ = ring[ring_mod(pos_ - 1, n_)];
   right_ = ring[ring_mod(pos_ + 1, n_)];
   if (options_.shared_memory && n_ > 1)

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringtrain/comm/allreduce/wire_format.hpp"
 
@@ -62,6 +63,10 @@ DevicePath device_memory_path(Algorithm algorithm, int cuda_device, bool mpi_cud
 
 // InputError unless chunk_bytes is 0 or 4 B..1 GiB and chunks_in_flight 1..64 (ring and rhd).
 void check_pipeline_options(const AllreduceOptions& options);
+
+// rank's position in order, which must list each of the n ranks of a communicator once (an
+// Error otherwise: "<what> order must list each of the n ranks once"). Ring and rhd.
+int position_in_order(const std::vector<int>& order, int n, int rank, const char* what);
 
 // In-place sum over every rank of a communicator. One call at a time per instance, from any
 // one thread; every rank calls sum() with the same count, in the same order.
