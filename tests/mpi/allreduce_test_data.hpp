@@ -8,7 +8,6 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -44,14 +43,6 @@ inline int64_t first_wrong_small_int_sum(const std::vector<float>& got, int worl
     if (got[i] != static_cast<float>(expected)) return static_cast<int64_t>(i);
   }
   return -1;
-}
-
-// True when every rank holds the same bytes as rank 0.
-inline bool same_bytes_as_rank0(const std::vector<float>& mine) {
-  std::vector<float> root = mine;
-  MPI_Bcast(root.data(), static_cast<int>(root.size() * sizeof(float)), MPI_BYTE, 0,
-            MPI_COMM_WORLD);
-  return std::memcmp(root.data(), mine.data(), mine.size() * sizeof(float)) == 0;
 }
 
 }  // namespace rt_test

@@ -1,6 +1,6 @@
 // mpi_test.hpp — what every MPI test shares: MPI start-up as a Boost.Test global fixture,
-// a watchdog that turns a hang into a failure, all-ranks agreement on a failure, and the node
-// topology as the hostnames tell it.
+// a watchdog that turns a hang into a failure, all-ranks agreement on a failure and on a
+// vector's bytes, and the node topology as the hostnames tell it.
 #pragma once
 
 #define BOOST_TEST_DYN_LINK
@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,20 @@ inline bool all_ok(bool ok) {
   int mine = ok ? 1 : 0, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return all == 1;
+}
+
+// Collective: whether this rank holds the same bytes as rank 0 (this rank's verdict; all_ok
+// gathers them).
+inline bool same_bytes_as_rank0(const std::vector<float>& mine) {
+  std::vector<float> root = mine;
+  MPI_Bcast(root.data(), static_cast<int>(root.size() * sizeof(float)), MPI_BYTE, 0,
+            MPI_COMM_WORLD);
+  return std::memcmp(root.data(), mine.data(), mine.size() * sizeof(float)) == 0;
+}
+
+// Collective: whether every rank holds the same bytes (the same verdict on every rank).
+inline bool identical_on_every_rank(const std::vector<float>& mine) {
+  return all_ok(same_bytes_as_rank0(mine));
 }
 
 // The nodes mpirun gave this job, read from hostnames alone (not from the code under test, whose

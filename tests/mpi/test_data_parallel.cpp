@@ -4,7 +4,6 @@
 // np: 1 2 3 4
 #define BOOST_TEST_MODULE data_parallel
 #include <cmath>
-#include <cstring>
 
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
@@ -145,18 +144,6 @@ void reference_step(Replica& ref, int step, int global_batch, double lr) {
   ref.sgd->step(lr);
 }
 
-bool bitwise_equal_across_ranks(const std::vector<float>& mine) {
-  const int world = rt_test::world_size();
-  std::vector<float> all(mine.size() * size_t(world));
-  MPI_Allgather(mine.data(), int(mine.size()), MPI_FLOAT, all.data(), int(mine.size()), MPI_FLOAT,
-                MPI_COMM_WORLD);
-  bool same = true;
-  for (int r = 1; r < world; ++r)
-    same = same && std::memcmp(all.data(), all.data() + size_t(r) * mine.size(),
-                               mine.size() * sizeof(float)) == 0;
-  return same;
-}
-
 // Trains kSteps on every rank and on a 1-rank reference; returns the max abs difference
 // between the N-rank weights and the reference's, and checks bitwise equality each step.
 double train_and_compare(const std::string& model, bool sync_bn, int accumulate = 1) {
@@ -169,7 +156,7 @@ double train_and_compare(const std::string& model, bool sync_bn, int accumulate 
   for (int step = 0; step < kSteps; ++step) {
     replica.step(step, rank, world, lr);
     reference_step(reference, step, world * accumulate * kBatch, lr);
-    bool same = bitwise_equal_across_ranks(replica.weights());
+    bool same = rt_test::identical_on_every_rank(replica.weights());
     if (!same) BOOST_TEST_MESSAGE("rank weights differ after step " << step);
     identical = identical && same;
   }
@@ -249,11 +236,11 @@ BOOST_AUTO_TEST_CASE(bn_buffer_average_is_the_mean_over_ranks) {
   MPI_Allgather(before.data(), int(before.size()), MPI_FLOAT, every.data(), int(before.size()),
                 MPI_FLOAT, MPI_COMM_WORLD);
   if (world > 1)  // the ranks saw different samples, so their statistics differ before
-    BOOST_TEST(!rt_test::all_ok(bitwise_equal_across_ranks(before)));
+    BOOST_TEST(!rt_test::identical_on_every_rank(before));
 
   replica.parallel->average_bn_buffers();
   std::vector<float> after = buffers();
-  BOOST_TEST(rt_test::all_ok(bitwise_equal_across_ranks(after)),
+  BOOST_TEST(rt_test::identical_on_every_rank(after),
              "BN buffers bitwise identical on every rank after the average");
   double worst = 0;  // in units of the float rounding the sum and the division may add
   for (size_t i = 0; i < before.size(); ++i) {
@@ -286,7 +273,7 @@ BOOST_AUTO_TEST_CASE(bf16_weights_identical_across_ranks_after_every_step) {
     bool identical = true;
     for (int step = 0; step < kSteps; ++step) {
       replica->step(step, rank, world, 0.05);
-      identical = identical && bitwise_equal_across_ranks(replica->weights());
+      identical = identical && rt_test::identical_on_every_rank(replica->weights());
     }
     BOOST_TEST(rt_test::all_ok(identical),
                "bf16, sync BN " << sync_bn << ": weights bitwise identical on every rank");

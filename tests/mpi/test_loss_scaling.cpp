@@ -94,18 +94,6 @@ struct Replica {
   }
 };
 
-bool bitwise_equal_across_ranks(const std::vector<float>& mine) {
-  const int world = rt_test::world_size();
-  std::vector<float> all(mine.size() * size_t(world));
-  MPI_Allgather(mine.data(), int(mine.size()), MPI_FLOAT, all.data(), int(mine.size()), MPI_FLOAT,
-                MPI_COMM_WORLD);
-  bool same = true;
-  for (int r = 1; r < world; ++r)
-    same = same && std::memcmp(all.data(), all.data() + size_t(r) * mine.size(),
-                               mine.size() * sizeof(float)) == 0;
-  return same;
-}
-
 struct ScaledRun {
   std::vector<float> weights;
   std::vector<double> scales;  // after each step
@@ -142,7 +130,7 @@ ScaledRun train_scaled(Poison poison) {
                     : v == train::ScaleVerdict::kOverflow ? 'o'
                                                           : 'n';
     run.scales.push_back(scaler.scale());
-    run.identical = run.identical && bitwise_equal_across_ranks(r.weights());
+    run.identical = run.identical && rt_test::identical_on_every_rank(r.weights());
   }
   run.weights = r.weights();
   return run;
