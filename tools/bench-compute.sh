@@ -59,7 +59,7 @@ raw="$OUT_DIR/compute-raw.jsonl"
 schedule() {  # schedule MODEL BATCH -> warmup windows steps
   case "$DEVICE:$1:$2" in
     cuda:*) echo "5 5 20" ;;
-    resnet18_cifar:*) echo "2 3 1" ;;
+    cpu:resnet18_cifar:*) echo "2 3 1" ;;
     *:256) echo "2 5 2" ;;
     *) echo "3 5 5" ;;
   esac
