@@ -36,7 +36,8 @@ resnet18_cifar:128:1:tf32 resnet18_cifar:128:1:bf16 resnet18_cifar:128:1:fp16" ;
 esac
 CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
 
-if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+# One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
+if ! torch_probe=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' 2>/dev/null); then
   echo "bench-compute: $PYTHON cannot import torch; install python3-torch and libopenblas0" \
        "(tools/deps.sh --install --bench) or set PYTHON=" >&2
   exit 2
@@ -46,9 +47,8 @@ fi
 # line (exit 2), when ringtrain cannot, at the first row.
 rt_device=() torch_device=()
 if [ "$DEVICE" = cuda ]; then
-  no_gpu=$("$PYTHON" -c 'import torch
-print("" if torch.cuda.is_available() else f"torch {torch.__version__} sees no GPU")')
-  [ -z "$no_gpu" ] || { echo "bench-compute: DEVICE=cuda: $no_gpu (torch.cuda.is_available() is False)" >&2; exit 2; }
+  [ "${torch_probe%% *}" = True ] ||
+    { echo "bench-compute: DEVICE=cuda: torch ${torch_probe#* } sees no GPU (torch.cuda.is_available() is False)" >&2; exit 2; }
   rt_device=(--backend cuda) torch_device=(--device cuda)
 fi
 mkdir -p "$OUT_DIR"

@@ -275,7 +275,7 @@ if [ "$PRECISION" = fp32 ] && [ -n "$NODE_MODELS" ]; then
   if jobs/local/cluster.sh up --nodes 2 --rate "$NODE_RATE" --slots 1 --prefix "$prefix" >"$up_log" 2>&1; then
     echo "bench-scaling: 2 emulated nodes x 1 rank, link $NODE_RATE (tbf), no added delay"
     NODE_MODE=1 RT_CLUSTER=$prefix NPS="1 2" MODELS="$NODE_MODELS" OUT_DIR="$OUT_DIR/2nodes" \
-      TIMELINE=0 BF16_MODELS= NODE_MODELS= tools/bench-scaling.sh
+      tools/bench-scaling.sh
   else
     echo "bench-scaling: no 2-node table: $(head -1 "$up_log")"
   fi
