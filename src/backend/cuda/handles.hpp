@@ -117,9 +117,4 @@ inline void set_4d(const TensorDesc& d, cudnnTensorFormat_t format, cudnnDataTyp
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), format, type, n, c, h, w));
 }
 
-// A plain NCHW fp32 tensor descriptor.
-inline void set_nchw(const TensorDesc& d, int n, int c, int h, int w) {
-  set_4d(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w);
-}
-
 }  // namespace ringtrain::backend::cuda

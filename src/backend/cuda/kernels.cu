@@ -35,13 +35,6 @@ __global__ void divide_kernel(float* t, int64_t n, float divisor) {
   GRID_LOOP(i, n) t[i] /= divisor;
 }
 
-__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n, bool relu) {
-  GRID_LOOP(i, n) {
-    float v = a[i] + b[i];
-    out[i] = relu && v < 0.0f ? 0.0f : v;
-  }
-}
-
 __global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
                            float wd, bool nesterov) {
   GRID_LOOP(i, n) {
@@ -71,18 +64,6 @@ __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, in
       double p = exp(double(z[k]) - z[best] - log_total);
       dz[k] = float((p - (k == label ? 1.0 : 0.0)) / double(rows));
     }
-  }
-}
-
-__global__ void add_row_bias_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
-  GRID_LOOP(i, rows * cols) y[i] += bias[i % cols];
-}
-
-__global__ void column_sums_kernel(const float* m, int64_t rows, int64_t cols, float* out) {
-  GRID_LOOP(c, cols) {
-    double sum = 0;
-    for (int64_t r = 0; r < rows; ++r) sum += m[r * cols + c];
-    out[c] = float(sum);
   }
 }
 
@@ -287,12 +268,6 @@ void divide(float* t, int64_t n, float divisor, cudaStream_t s) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-void add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s) {
-  if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, out, n, relu);
-  CUDA_CHECK(cudaGetLastError());
-}
-
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, bool nesterov, cudaStream_t s) {
   if (n == 0) return;
@@ -306,18 +281,6 @@ void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t r
   if (rows == 0) return;
   softmax_ce_kernel<<<blocks_for(rows), kThreads, 0, s>>>(logits, labels, rows, classes, dlogits,
                                                           row_loss, row_correct);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void add_row_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (rows * cols == 0) return;
-  add_row_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(y, bias, rows, cols);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void column_sums(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
-  if (cols == 0) return;
-  column_sums_kernel<<<blocks_for(cols), kThreads, 0, s>>>(m, rows, cols, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,8 +16,6 @@ namespace ringtrain::backend::cuda::kernels {
 void fill(float* t, int64_t n, float value, cudaStream_t s);
 // y = a*x + b*y; x may be null when a == 0.
 void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s);
-// out = a + b, then max(0, .) when relu.
-void add(const float* a, const float* b, float* out, int64_t n, bool relu, cudaStream_t s);
 // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, bool nesterov, cudaStream_t s);
@@ -27,11 +25,6 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,
                            int64_t classes, float* dlogits, double* row_loss, int32_t* row_correct,
                            cudaStream_t s);
-
-// y[r, c] += bias[c] for a row-major [rows, cols] matrix.
-void add_row_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
-// out[c] = sum over rows of m[r, c].
-void column_sums(const float* m, int64_t rows, int64_t cols, float* out, cudaStream_t s);
 
 // Batch-norm helpers over plain [n, c, hw] (one block per channel, sums in double).
 // out[c] = sum (x - center[c])^p with p = 2 when squares, else 1; center may be null.
