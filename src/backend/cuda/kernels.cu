@@ -219,22 +219,13 @@ __global__ void column_totals_kernel(const float* partials, int64_t chunks, int6
   }
 }
 
+// One block: the rows as one channel of [rows, 1, 1].
 __global__ void loss_totals_kernel(const double* row_loss, const int32_t* row_correct, int64_t rows,
                                    double* totals) {
-  __shared__ double loss[kThreads], correct[kThreads];
-  double l = 0, k = 0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) l += row_loss[r], k += row_correct[r];
-  loss[threadIdx.x] = l;
-  correct[threadIdx.x] = k;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      loss[threadIdx.x] += loss[threadIdx.x + stride];
-      correct[threadIdx.x] += correct[threadIdx.x + stride];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) totals[0] = loss[0], totals[1] = correct[0];
+  const double loss = channel_reduce(rows, 1, 1, [&](int64_t r) { return row_loss[r]; });
+  const double correct =
+      channel_reduce(rows, 1, 1, [&](int64_t r) { return double(row_correct[r]); });
+  if (threadIdx.x == 0) totals[0] = loss, totals[1] = correct;
 }
 
 __global__ void flag_nonfinite_kernel(const float* x, int64_t n, int32_t* flag) {
