@@ -3,7 +3,6 @@
 #include "ringtrain/comm/allreduce/auto_allreduce.hpp"
 
 #include <algorithm>
-#include <vector>
 
 #include "ringtrain/comm/communicator.hpp"
 
@@ -16,12 +15,16 @@ Topology topology_of(const Communicator& comm, int ranks_per_node) {
   const int n = comm.size();
   if (ranks_per_node > 0)
     return Topology{n, (n + ranks_per_node - 1) / ranks_per_node, std::min(n, ranks_per_node)};
-  std::vector<int> per_node(static_cast<size_t>(comm.node_count()), 0);
-  std::vector<int> node_of(static_cast<size_t>(n), 0);
-  const int mine = comm.node_index();
-  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, node_of.data(), 1, MPI_INT, comm.raw()));
-  for (int node : node_of) ++per_node[static_cast<size_t>(node)];
-  return Topology{n, comm.node_count(), *std::max_element(per_node.begin(), per_node.end())};
+  int most = comm.local_size();  // this rank's node's ranks; the most on any node:
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, comm.raw()));
+  return Topology{n, comm.node_count(), most};
+}
+
+// auto's only way to hierarchical (see choose_automatic): across nodes of several ranks, on a
+// world that is not a power of two.
+bool may_run_hierarchical(const Topology& topology) {
+  const int n = topology.world_size;
+  return topology.nodes > 1 && topology.max_ranks_per_node > 1 && (n & (n - 1)) != 0;
 }
 
 }  // namespace
@@ -41,11 +44,10 @@ Topology topology_of(const Communicator& comm, int ranks_per_node) {
 // rank a node is the one-node rule's case: the nodes are the ranks.
 Algorithm choose_automatic(size_t bytes, const Topology& topology) {
   const int world_size = topology.world_size;
+  if (topology.nodes > 1 && topology.max_ranks_per_node > 1)
+    return may_run_hierarchical(topology) && bytes > (64u << 10) ? Algorithm::hierarchical
+                                                                 : Algorithm::rhd;
   const bool power_of_two = (world_size & (world_size - 1)) == 0;
-  if (topology.nodes > 1 && topology.max_ranks_per_node > 1) {
-    if (power_of_two) return Algorithm::rhd;
-    return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::hierarchical;
-  }
   if (world_size <= 2) return bytes <= (32u << 10) ? Algorithm::rhd : Algorithm::ring;
   if (power_of_two) return bytes <= (16u << 20) ? Algorithm::rhd : Algorithm::ring;
   return bytes <= (64u << 10) ? Algorithm::rhd : Algorithm::ring;
@@ -59,7 +61,7 @@ AutoAllreduce::AutoAllreduce(const Communicator& comm, const AllreduceOptions& o
   inner.validate_counts = false;  // checked once, here
   ring_ = std::make_unique<RingAllreduce>(comm.raw(), comm.ring_order(), inner);
   rhd_ = std::make_unique<HalvingDoubling>(comm.raw(), inner, comm.ring_order());
-  if (topology_.nodes > 1 && topology_.max_ranks_per_node > 1)
+  if (may_run_hierarchical(topology_))
     hierarchical_ = std::make_unique<HierarchicalAllreduce>(comm, inner);
 }
 

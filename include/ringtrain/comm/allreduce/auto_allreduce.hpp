@@ -52,7 +52,7 @@ class AutoAllreduce final : public Allreducer {
   Topology topology_;
   std::unique_ptr<RingAllreduce> ring_;
   std::unique_ptr<HalvingDoubling> rhd_;
-  std::unique_ptr<HierarchicalAllreduce> hierarchical_;  // only across nodes of > 1 rank
+  std::unique_ptr<HierarchicalAllreduce> hierarchical_;  // only where auto may choose it
   std::mutex mutex_;
 };
 
