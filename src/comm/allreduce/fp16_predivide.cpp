@@ -4,16 +4,10 @@
 namespace ringtrain::comm::allreduce {
 namespace {
 
-float power_of_two_from(int n) {
-  float p = 1.0f;
-  while (p < float(n)) p *= 2.0f;
-  return p;
-}
-
 class PredividedAllreducer : public Allreducer {
  public:
   PredividedAllreducer(std::unique_ptr<Allreducer> inner, int world_size)
-      : inner_(std::move(inner)), predivisor_(power_of_two_from(world_size)) {}
+      : inner_(std::move(inner)), predivisor_(fp16_predivisor(world_size)) {}
 
   void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
 
@@ -35,10 +29,16 @@ class PredividedAllreducer : public Allreducer {
 
  private:
   std::unique_ptr<Allreducer> inner_;
-  float predivisor_;  // P: the power of two from the world size up
+  float predivisor_;  // P (fp16_predivisor)
 };
 
 }  // namespace
+
+float fp16_predivisor(int world_size) {
+  float p = 1.0f;
+  while (p < float(world_size)) p *= 2.0f;
+  return p;
+}
 
 std::unique_ptr<Allreducer> predivide_for_fp16_wire(std::unique_ptr<Allreducer> inner,
                                                     int world_size) {

@@ -18,6 +18,9 @@ namespace ringtrain::comm::allreduce {
 // overflows or goes subnormal, every result is bitwise what it was without it (sums of small
 // integers stay exact), and only the overflow changes. The cost: P x smaller values reach fp16's
 // subnormals sooner, which the loss scale (train.loss_scale) lifts back.
+// P: the power of two from world_size up (1 for one rank). NCCL's fp16 wire pre-divides by it too.
+float fp16_predivisor(int world_size);
+
 std::unique_ptr<Allreducer> predivide_for_fp16_wire(std::unique_ptr<Allreducer> inner,
                                                     int world_size);
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "fp16_predivide.hpp"
 #include "nccl_allreducer.hpp"
 #include "ringtrain/backend/cuda_runtime.hpp"
 #include "ringtrain/backend/devices.hpp"
@@ -71,19 +72,13 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-float power_of_two_from(int n) {
-  float p = 1.0f;
-  while (p < float(n)) p *= 2.0f;
-  return p;
-}
-
 class NcclAllreduce final : public Allreducer {
  public:
   NcclAllreduce(const Communicator& comm, const AllreduceOptions& options)
       : mpi_(duplicate(comm.raw())),
         options_(options),
         device_(options.cuda_device),
-        fp16_predivide_(power_of_two_from(comm.size())),
+        fp16_predivide_(fp16_predivisor(comm.size())),
         where_(str("rank ", comm.rank(), " (host ", comm.hostname(), ")")) {
     set_up_collectively(comm, "nccl set-up", options_.stall_timeout_s, set_up_ops(comm));
   }
