@@ -2,7 +2,16 @@
 #
 # Every setting is a ?= variable; override on the command line: make CUDA=0 DEBUG=1.
 
-MPICXX    ?= mpicxx
+# Dependencies from cluster modules instead of apt: each names an install prefix whose include/
+# and lib64/ or lib/ are used and written into the binaries' RUNPATH (the names modules set).
+MPI_HOME   ?=
+HDF5_ROOT  ?=
+DNNL_ROOT  ?=
+BOOST_ROOT ?=
+CUDNN_ROOT ?= $(CUDNN_HOME)
+NCCL_ROOT  ?= $(NCCL_HOME)
+
+MPICXX    ?= $(if $(MPI_HOME),$(MPI_HOME)/bin/mpicxx,mpicxx)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
@@ -10,11 +19,16 @@ CUDA_ARCHS ?= 80 90
 DEBUG     ?= 0
 VERBOSE   ?= 0
 PYTHON    ?= /usr/bin/python3
-ARCH_FLAGS ?= -march=native
+# BUNDLE_BUILD=1 (make bundle): a CPU baseline any x86-64 GPU host runs (oneDNN picks its own
+# kernels at run time), and RPATHs relative to the binary.
+BUNDLE_BUILD ?= 0
+ARCH_FLAGS ?= $(if $(filter 1,$(BUNDLE_BUILD)),-march=x86-64-v3,-march=native)
 NP        ?= 2
 BUILD     ?= build
 BIN       ?= bin
+BUNDLE    ?= dist/ringtrain
 
+COMMA := ,
 ifeq ($(filter $(CUDA),auto 0 1),)
   $(error CUDA=$(CUDA): use CUDA=auto, CUDA=0 or CUDA=1)
 endif
@@ -27,8 +41,15 @@ else
   Q := @
 endif
 
+# A prefix's library folder, and the flags that link from it and find it again at run time.
+libdir_of = $(firstword $(wildcard $(1)/lib64 $(1)/lib) $(1)/lib)
+link_from = -L$(call libdir_of,$(1)) -Wl,-rpath,$(call libdir_of,$(1))
+# -lNAME where DIR has libNAME.so, else the versioned file (pip wheels ship only libcudnn.so.9).
+link_lib = $(if $(wildcard $(1)/lib$(2).so),-l$(2),-l:lib$(2).so.$(3))
+
 # CUDA=auto builds the CUDA backend when nvcc and cudnn.h are both found.
-CUDNN_H := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
+CUDNN_H := $(firstword $(wildcard $(if $(CUDNN_ROOT),$(CUDNN_ROOT)/include/cudnn.h) \
+                                   $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
                                    /usr/include/x86_64-linux-gnu/cudnn.h))
 ifeq ($(CUDA),auto)
   ifneq ($(and $(wildcard $(NVCC)),$(CUDNN_H)),)
@@ -45,24 +66,41 @@ ifeq ($(HAVE_CUDA),1)
   endif
 endif
 
+ifneq ($(HDF5_ROOT),)
+  HDF5_CFLAGS ?= -I$(HDF5_ROOT)/include
+  HDF5_LIBS   ?= $(call link_from,$(HDF5_ROOT)) -lhdf5
+endif
 HDF5_CFLAGS ?= $(shell pkg-config --cflags hdf5-serial 2>/dev/null || echo -I/usr/include/hdf5/serial)
 HDF5_LIBS   ?= $(shell pkg-config --libs hdf5-serial 2>/dev/null || echo -lhdf5_serial)
+ROOT_CFLAGS := $(foreach r,$(DNNL_ROOT) $(BOOST_ROOT),-I$(r)/include)
+ROOT_LIBS   := $(foreach r,$(DNNL_ROOT) $(BOOST_ROOT),$(call link_from,$(r)))
+# The bundle's binaries find its lib/ from bin/ and bin/tests/; DT_RPATH (not RUNPATH) so the
+# libraries they load find theirs there too.
+BUNDLE_RPATH := $(if $(filter 1,$(BUNDLE_BUILD)),-Wl$(COMMA)--disable-new-dtags$(COMMA)-rpath$(COMMA)'$$ORIGIN/../lib:$$ORIGIN/../../lib')
 
 OPT_FLAGS := $(if $(filter 1,$(DEBUG)),-O0 -g -fno-omit-frame-pointer,-O3 -g1 -DNDEBUG $(ARCH_FLAGS))
 CXXFLAGS  ?=
 CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -pthread $(OPT_FLAGS) -MMD -MP -DOMPI_SKIP_MPICXX \
-             -Iinclude -I$(BUILD)/include $(HDF5_CFLAGS)
-LDLIBS    += $(HDF5_LIBS) -ldnnl -lboost_program_options -lz -lpng -fopenmp -pthread
+             -Iinclude -I$(BUILD)/include $(HDF5_CFLAGS) $(ROOT_CFLAGS)
+LDLIBS    += $(BUNDLE_RPATH) $(HDF5_LIBS) $(ROOT_LIBS) -ldnnl -lboost_program_options -lz -lpng \
+             -fopenmp -pthread
 
 ifeq ($(HAVE_CUDA),1)
-  CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
-  CXXFLAGS  += -I$(CUDA_HOME)/include
-  LDLIBS    += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublas -lnccl -lcudart
+  CUDA_LIBDIR  := $(call libdir_of,$(CUDA_HOME))
+  CUDNN_LIBDIR := $(if $(CUDNN_ROOT),$(call libdir_of,$(CUDNN_ROOT)),$(CUDA_LIBDIR))
+  NCCL_LIBDIR  := $(if $(NCCL_ROOT),$(call libdir_of,$(NCCL_ROOT)),$(CUDA_LIBDIR))
+  CUDA_CFLAGS  := $(foreach r,$(CUDNN_ROOT) $(NCCL_ROOT),-I$(r)/include) -I$(CUDA_HOME)/include
+  CXXFLAGS  += $(CUDA_CFLAGS)
+  # The bundle finds CUDA's libraries on the target (its env.sh): no build path in its RPATH.
+  LDLIBS    += $(foreach d,$(sort $(CUDA_LIBDIR) $(CUDNN_LIBDIR) $(NCCL_LIBDIR)),-L$(d) \
+                 $(if $(filter 1,$(BUNDLE_BUILD)),,-Wl,-rpath,$(d))) \
+               $(call link_lib,$(CUDNN_LIBDIR),cudnn,9) $(call link_lib,$(NCCL_LIBDIR),nccl,2) \
+               -lcublas -lcudart
   # Real code for each listed architecture plus PTX of the last, which newer GPUs JIT.
   NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                   -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
   NVCCFLAGS ?= -std=c++17 $(if $(filter 1,$(DEBUG)),-O0 -g -G,-O3 -lineinfo) -Iinclude \
-               -I$(BUILD)/include -I$(CUDA_HOME)/include -ccbin $(MPICXX) \
+               -I$(BUILD)/include $(CUDA_CFLAGS) -ccbin $(MPICXX) \
                -Xcompiler -Wall,-Wextra $(NVCC_GENCODE) -MMD -MP
 endif
 
@@ -94,7 +132,7 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Objects of tools and tests are intermediate to make; keep them, so a relink recompiles nothing.
 .SECONDARY:
 
-.PHONY: all deps bench-deps test run bench bench-compute bench-allreduce bench-scaling clean found format FORCE
+.PHONY: all deps bench-deps bundle test run bench bench-compute bench-allreduce bench-scaling clean found format FORCE
 .DEFAULT_GOAL := all
 
 all: $(BIN)/ringtrain $(TOOLS)
@@ -165,6 +203,13 @@ $(BIN)/tests/mpi_%: $(BUILD)/tests/mpi/%.o $(TOOLS_LIB) $(LIB)
 	@$(if $(Q),echo "  LINK  $@")
 	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) -lboost_unit_test_framework
 
+# ---- the bundle: a folder (and tarball) that runs where none of the packages are ------------
+# Its own build (a portable -march, RPATHs relative to the binaries) beside the normal one.
+bundle: deps
+	@$(MAKE) --no-print-directory BUNDLE_BUILD=1 BUILD=$(BUILD)/bundle BIN=$(BUILD)/bundle/bin \
+	  all tests
+	@tools/bundle.sh $(BUILD)/bundle/bin $(BUNDLE)
+
 # ---- the README's commands -----------------------------------------------------------
 test: deps
 	@$(MAKE) --no-print-directory found all tests
@@ -192,7 +237,7 @@ format:
 	clang-format -i $$(find include src tools tests -name '*.hpp' -o -name '*.cpp' -o -name '*.cu')
 
 clean:
-	rm -rf $(BUILD) $(BIN)
+	rm -rf $(BUILD) $(BIN) $(BUNDLE) $(BUNDLE).tar.xz
 
 -include $(LIB_OBJ:.o=.d) $(TOOLS_LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(TOOL_SRC:%.cpp=$(BUILD)/%.d) \
          $(UNIT_SRC:%.cpp=$(BUILD)/%.d) $(MPI_SRC:%.cpp=$(BUILD)/%.d)

@@ -17,6 +17,8 @@
 #   make bench-compute                       (PYTHON=... BIN=bin tools/bench-compute.sh)
 #   ROUNDS=5 CONFIGS="cnn_small:64:2:bf16" tools/bench-compute.sh
 #   DEVICE=cuda CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh
+# On cuda the rows whose precision is in COMPILE (default "bf16") also time PyTorch under
+# torch.compile, interleaved the same way (its compilation in the warm-up), as a third column.
 set -euo pipefail
 BIN=${BIN:-bin}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -35,6 +37,8 @@ resnet18_cifar:128:1:tf32 resnet18_cifar:128:1:bf16 resnet18_cifar:128:1:fp16" ;
   *) echo "bench-compute: DEVICE=$DEVICE: expected cpu or cuda" >&2; exit 2 ;;
 esac
 CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
+COMPILE=${COMPILE-bf16}
+[ "$DEVICE" = cuda ] || COMPILE=""
 
 # One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
 if ! torch_probe=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' 2>/dev/null); then
@@ -94,6 +98,10 @@ for config in $CONFIGS; do
     OMP_NUM_THREADS=$threads "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" >>"$raw"
     OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_compute_torch.py "${args[@]}" \
       "${torch_device[@]}" >>"$raw"
+    if [[ " $COMPILE " == *" $precision "* ]]; then
+      OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_compute_torch.py "${args[@]}" \
+        "${torch_device[@]}" --compile >>"$raw"
+    fi
   done
 done
 if [ -t 2 ]; then printf '%72s\r' '' >&2; fi
@@ -108,11 +116,14 @@ for line in open(raw_path):
         peaks.setdefault((r["threads"], r["precision"]), []).append(r["gflops"])
         continue
     key = (r["model"], r["batch"], r["threads"], r["precision"])
-    rows.setdefault(key, {"ringtrain": [], "pytorch": [], "gflop": None, "other": [], "isa": ""})
+    rows.setdefault(key, {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "gflop": None,
+                          "other": [], "isa": "", "torch_mib": None})
     rows[key][r["tool"]] += r["windows"]
     rows[key]["other"].append(r["other_cores"])
     if r.get("gpu"):
         gpus.add(r["gpu"])
+    if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
+        rows[key]["torch_mib"] = r["gpu_peak_mib"]
     if r["tool"] == "ringtrain":
         rows[key]["gflop"] = r["gflop_per_image"]
         rows[key]["isa"] = r.get("isa", "")
@@ -145,13 +156,20 @@ with open(out_path, "w") as out:
                "fraction_of_peak": round(gflops / peak, 3) if peak else None,
                "ratio_ceiling": round(ceiling, 3) if peak else None,
                "windows": len(v["ringtrain"]), "other_cores": round(other, 2), "busy": busy}
+        compiled = statistics.median(v["pytorch-compile"]) if v["pytorch-compile"] else None
+        if device == "cuda":
+            row["pytorch_compile_img_s"] = round(compiled, 2) if compiled else None
+            row["ratio_compile"] = round(rt / compiled, 3) if compiled else None
+            row["pytorch_gpu_peak_mib"] = v["torch_mib"]
         out.write(json.dumps(row) + "\n")
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         at_peak = (f"{peak:>6.0f} {100 * gflops / peak:>4.0f}% {ceiling:>6.2f}x" if peak
                    else f"{'-':>6} {'-':>5} {'-':>7}")
+        with_compile = (f" | compile {compiled:.1f} img/s, {rt / compiled:.2f}x" if compiled
+                        else "")
         print(f"{model:<16} {batch:>5} {threads:>3} {prec:>4} | {rt:>15.1f} {pt:>13.1f} "
               f"{rt / pt:>5.2f}x | {vs} | {gflops:>7.1f} {at_peak} "
-              f"| {other:>10.2f}{' busy' if busy else ''}")
+              f"| {other:>10.2f}{' busy' if busy else ''}{with_compile}")
 isas = sorted({v["isa"] for v in rows.values() if v["isa"]})
 if device == "cuda":
     print(f"medians over every timed window; one GPU, ringtrain's cuda backend against PyTorch "

@@ -14,6 +14,9 @@
 # default, ringtrain's fp32 does not); torch.cuda.synchronize() around each timed window.
 # fp16 without a GradScaler: the benchmark times the step, and a scaler's unscale and
 # check are the trainer's work on both sides, not the step's.
+# --compile runs the model through torch.compile (default mode; tool "pytorch-compile"): its
+# compilation happens in the warm-up steps, outside the timed windows. On cuda the line also
+# gives the peak memory PyTorch's allocator held (torch.cuda.max_memory_allocated).
 import argparse
 import json
 import os
@@ -123,6 +126,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16", "tf32"], default="fp32")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = p.parse_args()
     check_device(a.device, a.precision)
     set_tf32(a.device, a.precision)
@@ -139,6 +143,8 @@ def main():
     y = torch.randint(0, a.classes, (a.batch,)).to(a.device)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    if a.compile:
+        model = torch.compile(model)
 
     autocast = a.precision in ("bf16", "fp16")
     dtype = torch.float16 if a.precision == "fp16" else torch.bfloat16
@@ -168,7 +174,9 @@ def main():
     wall = time.perf_counter() - wall0
     other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
     gpu = torch.cuda.get_device_name() if cuda else ""
-    print(json.dumps({"tool": "pytorch", "device": a.device, "gpu": gpu,
+    peak_mib = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
+    print(json.dumps({"tool": "pytorch-compile" if a.compile else "pytorch", "device": a.device,
+                      "gpu": gpu, "gpu_peak_mib": peak_mib,
                       "model": a.model, "batch": a.batch,
                       "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),

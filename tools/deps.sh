@@ -24,6 +24,7 @@ build_pkgs=(
   "python3-matplotlib:matplotlib:python"
   "python3-numpy:numpy:python"
   "dataset-fashion-mnist:Fashion-MNIST data:-"
+  "xz-utils:xz (the bundle's tarball):-"
 )
 bench_pkgs=(
   "python3-torch:PyTorch (benchmark peer):pytorch"

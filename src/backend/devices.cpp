@@ -92,6 +92,15 @@ int select_local_device(const NodeGpus& node, int local_rank, bool share_gpus) {
   return device;
 }
 
+std::string first_shared_gpu(const std::vector<RankGpu>& gpus) {
+  for (size_t b = 1; b < gpus.size(); ++b)
+    for (size_t a = 0; a < b; ++a)
+      if (gpus[a].host == gpus[b].host && gpus[a].bus_id == gpus[b].bus_id)
+        return str("ranks ", a, " and ", b, " both use GPU ", gpus[b].bus_id, " on host ",
+                   gpus[b].host);
+  return {};
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
 #if RINGTRAIN_HAS_CUDA
   cuda::DeviceProbe probe = cuda::probe_devices();

@@ -38,6 +38,7 @@ void write_root_attributes(h5::Group& root, const RunInfo& info) {
   root.set_attr("wire_format", info.wire);
   root.set_attr("precision", info.precision);
   root.set_attr("instruction_set", info.instruction_set);
+  root.set_attr("libraries", info.libraries);
   root.set_attr("model", info.model);
   root.set_attr("dataset", info.dataset);
   root.set_attr("fusion_threshold_mib", info.fusion_mib);

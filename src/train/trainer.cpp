@@ -310,6 +310,7 @@ void Trainer::print_start() const {
       " | ", cfg_.comm.algorithm, " allreduce");
   log::info(deck_box(header, cfg_.effective_deck));
   log::info(str("threads: ", comm_.cpu_threads_description()));
+  if (!backend_->libraries().empty()) log::info(str("libraries: ", backend_->libraries()));
   log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width, ", ",
                 info.classes, " classes; train ", t.sampler().samples(), " samples, ",
                 steps_per_epoch_, " steps/epoch of ",
@@ -370,8 +371,7 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
-  pending_losses_.back().push_back(
-      model_->loss_later(batch.labels.data(), loss_gradient_scale()));
+  pending_losses_.back().push_back(model_->loss_later(batch.labels.data(), loss_gradient_scale()));
   double t1 = comm::fusion::Timeline::now();
   parallel_->backward(micro);
   double t2 = comm::fusion::Timeline::now();
@@ -659,6 +659,7 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.algorithm = grad_reducer_->name();
   info.precision = cfg_.train.precision;
   info.instruction_set = backend_->instruction_set();
+  info.libraries = backend_->libraries();
   info.wire = cfg_.comm.wire;
   info.model = model_->name();
   info.dataset = train_loader_->info().dataset;

@@ -72,7 +72,10 @@ cat >"$work/python" <<SH
 # A python whose torch sees a GPU; the torch benchmark is a fixed row at 100 img/s.
 case "\$1 \$2" in
   "-c "*cuda.is_available*) echo "True 0.0-fake"; exit 0 ;;
-  "tools/bench_compute_torch.py "*) shift; source "$work/row.sh" pytorch 100 "\$@" ;;
+  "tools/bench_compute_torch.py "*)
+    shift
+    if [[ " \$* " == *" --compile "* ]]; then source "$work/row.sh" pytorch-compile 120 "\$@"
+    else source "$work/row.sh" pytorch 100 "\$@"; fi ;;
   *) exec "$PYTHON" "\$@" ;;
 esac
 SH
@@ -85,11 +88,14 @@ expected="ringtrain --model resnet18_cifar --batch 128 --threads 1 --warmup 5 --
 pytorch --model resnet18_cifar --batch 128 --threads 1 --warmup 5 --windows 5 --steps 20 --precision fp32 --device cuda"
 got=$(head -2 "$work/args")
 [ "$got" = "$expected" ] || fail "arguments: $got"
-[ "$(cut -d' ' -f1 "$work/args" | tr '\n' ' ')" = "ringtrain pytorch ringtrain pytorch ringtrain pytorch ringtrain pytorch " ] ||
+# torch.compile beside eager on the bf16 rows only (COMPILE's default), interleaved too.
+[ "$(cut -d' ' -f1 "$work/args" | tr '\n' ' ')" = "ringtrain pytorch ringtrain pytorch ringtrain pytorch pytorch-compile ringtrain pytorch pytorch-compile " ] ||
   fail "not interleaved: $(cat "$work/args")"
+grep -q -- '^pytorch-compile .*--precision bf16 --device cuda --compile$' "$work/args" ||
+  fail "compile arguments: $(cat "$work/args")"
 grep -q -- '--peak' "$work/args" && fail "a peak run on cuda"
 grep -q '^GPU: Fake GPU (host CPU: ' "$work/table.txt" || fail "no GPU line: $(cat "$work/table.txt")"
-grep -qE '^resnet18_cifar +128 +1 bf16 \| +150\.0 +100\.0 +1\.50x \| +1\.00x \| +75\.0 +- +- +- \|' "$work/table.txt" ||
+grep -qE '^resnet18_cifar +128 +1 bf16 \| +150\.0 +100\.0 +1\.50x \| +1\.00x \| +75\.0 +- +- +- \|.* \| compile 120\.0 img/s, 1\.25x$' "$work/table.txt" ||
   fail "bf16 row: $(cat "$work/table.txt")"
 "$PYTHON" - "$work/bench/compute.jsonl" <<'PY'
 import json, sys
@@ -98,5 +104,7 @@ assert [r["precision"] for r in rows] == ["fp32", "bf16"], rows
 for r in rows:
     assert r["device"] == "cuda" and r["gpu"] == "Fake GPU" and r["ratio"] == 1.5, r
     assert r["peak_gflops"] is None and r["windows"] == 4, r
+assert rows[0]["pytorch_compile_img_s"] is None and rows[0]["ratio_compile"] is None, rows[0]
+assert rows[1]["pytorch_compile_img_s"] == 120 and rows[1]["ratio_compile"] == 1.25, rows[1]
 PY
 echo "bench_compute_gpu: ok"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_check.sh — tools/gpu-check.sh where there is no GPU: it builds (nothing to do when up to
 # date), runs the CPU-side checks, prints exactly one line naming CUDA's reason, writes its
-# report and exits 0. On a GPU machine run tools/gpu-check.sh itself instead.
+# report and its logs' tarball, and exits 0. (Its --bundle mode is tested in bundle.sh.) On a GPU
+# machine run tools/gpu-check.sh itself instead.
 source tests/e2e/lib/e2e.sh
 e2e_workdir gpu-check
 
@@ -16,7 +17,7 @@ reason=${probe#0 }
 status=0
 OUT="$work/out" tools/gpu-check.sh >"$work/stdout" 2>"$work/stderr" || status=$?
 [ "$status" = 0 ] || { cat "$work/stdout" "$work/stderr" "$work/out/report.txt"; fail "exit $status"; }
-expected="gpu-check: no GPU $reason: built and ran the CPU-side checks; the GPU checks need a GPU"
+expected="gpu-check: no GPU $reason: ran the CPU-side checks; the GPU checks need a GPU"
 [ "$(cat "$work/stdout")" = "$expected" ] ||
   fail "stdout is not the one no-GPU line: $(cat "$work/stdout")"
 [ ! -s "$work/stderr" ] || fail "stderr: $(cat "$work/stderr")"
@@ -25,5 +26,8 @@ report=$(awk '{print $1, $2}' "$work/out/report.txt" | tr '\n' ';')
   fail "report: $(cat "$work/out/report.txt")"
 grep -q '^SKIP gpu-checks *no GPU (cudaGetDeviceCount: ' "$work/out/report.txt" ||
   fail "the report does not give CUDA's reason: $(cat "$work/out/report.txt")"
-grep -q 'No errors detected' "$work/out/cpu-side-unit.log" || fail "CPU-side unit log"
+[ "$(ls "$work/out")" = "$(printf 'logs.tar.gz\nreport.txt')" ] ||
+  fail "files to bring back: $(ls "$work/out")"
+tar -C "$work/out" -xzf "$work/out/logs.tar.gz"
+grep -q 'No errors detected' "$work/out/logs/cpu-side-unit.log" || fail "CPU-side unit log"
 echo "gpu_check: '$expected', exit 0"

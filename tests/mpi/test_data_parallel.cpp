@@ -1,12 +1,13 @@
 // test_data_parallel.cpp — training on N ranks through the fusion engine: weights stay
-// bitwise identical across ranks after every step, and N ranks x batch b match 1 rank x
-// batch N*b (no BN; synchronized BN) within a stated float tolerance.
-// np: 1 2 3 4
+// bitwise identical across ranks after every step (cpu; cuda where a GPU is, shared or not), and N
+// ranks x batch b match 1 rank x batch N*b (no BN; synchronized BN) within a stated float
+// tolerance. np: 1 2 3 4
 #define BOOST_TEST_MODULE data_parallel
 #include <cmath>
 
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/backend/devices.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/allreduce/device_wait.hpp"
 #include "ringtrain/comm/communicator.hpp"
@@ -15,6 +16,7 @@
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 #include "ringtrain/train/data_parallel.hpp"
+#include "ringtrain/train/gpu_binding.hpp"
 
 RT_MPI_TEST_MAIN
 
@@ -46,15 +48,28 @@ void make_batch(int step, int first, int n, std::vector<float>& images,
     make_sample(step, first + i, images.data() + size_t(i) * kSide * kSide, &labels[size_t(i)]);
 }
 
+// Where a replica computes: the cpu backend, or one GPU (shared by the ranks or not).
+struct Device {
+  backend::Precision precision = backend::Precision::kF32;
+  int cuda_device = -1;  // >= 0: the cuda backend on that GPU
+
+  std::unique_ptr<backend::Backend> make() const {
+    if (cuda_device < 0) return backend::make_backend("cpu", 1, precision);
+    backend::CudaOptions options;
+    options.device = cuda_device;
+    options.precision = precision;
+    return backend::make_cuda_backend(options);
+  }
+};
+
 struct Replica {
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<nn::Model> model;
   std::unique_ptr<nn::Sgd> sgd;
   backend::Tensor input;
 
-  Replica(const std::string& name, uint64_t seed,
-          backend::Precision precision = backend::Precision::kF32) {
-    be = backend::make_backend("cpu", 1, precision);
+  Replica(const std::string& name, uint64_t seed, Device device = {}) {
+    be = device.make();
     model = nn::make_model(name, {1, kSide, kSide}, kClasses, *be, seed);
     nn::SgdOptions options;
     options.momentum = 0.9;
@@ -92,10 +107,12 @@ struct ParallelReplica : Replica {
   bool quiet_micro_steps = true;  // no bucket reduced before a step's last micro-batch
 
   ParallelReplica(const comm::Communicator& comm, const std::string& name, bool sync_bn,
-                  int accumulate = 1, backend::Precision precision = backend::Precision::kF32)
-      : Replica(name, 42, precision), accumulate_steps(accumulate) {
-    reducer = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::ring,
-                                               comm::allreduce::AllreduceOptions{});
+                  int accumulate = 1, Device device = {},
+                  comm::allreduce::Algorithm algorithm = comm::allreduce::Algorithm::ring)
+      : Replica(name, 42, device), accumulate_steps(accumulate) {
+    comm::allreduce::AllreduceOptions options;
+    options.cuda_device = device.cuda_device;
+    reducer = comm::allreduce::make_allreducer(comm, algorithm, options);
     stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi,
                                              comm::allreduce::AllreduceOptions{});
     // As the trainer: one rank has nothing to synchronise with.
@@ -265,7 +282,7 @@ BOOST_AUTO_TEST_CASE(bf16_weights_identical_across_ranks_after_every_step) {
     std::unique_ptr<ParallelReplica> replica;
     try {
       replica = std::make_unique<ParallelReplica>(comm, "fibernet", sync_bn, 1,
-                                                  backend::Precision::kBF16);
+                                                  Device{backend::Precision::kBF16});
     } catch (const InputError& e) {  // the same CPU on every rank: all skip together
       BOOST_TEST_MESSAGE("bf16 skipped: " << e.what());
       return;
@@ -277,6 +294,34 @@ BOOST_AUTO_TEST_CASE(bf16_weights_identical_across_ranks_after_every_step) {
     }
     BOOST_TEST(rt_test::all_ok(identical),
                "bf16, sync BN " << sync_bn << ": weights bitwise identical on every rank");
+  }
+}
+
+// On the cuda backend, the ranks of a node on one GPU when they outnumber its GPUs
+// (train.share_gpus) or each on its own, reducing device memory through auto (what a shared GPU
+// runs; NCCL takes one rank per GPU): weights bitwise identical on every rank after every step,
+// in fp32 and bf16, with synchronized BN. Needs a GPU; skips, said, without one.
+BOOST_AUTO_TEST_CASE(cuda_weights_identical_across_ranks_on_shared_or_own_gpus,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       boost::test_tools::assertion_result gpu(backend::cuda_device_count() > 0);
+                       gpu.message() << "needs a GPU (" << backend::cuda_device_status() << ")";
+                       return gpu;
+                     })) {
+  comm::Communicator comm;
+  const int world = comm.size(), rank = comm.rank();
+  const backend::NodeGpus node = train::gather_node_gpus(comm);
+  const int gpu = backend::select_local_device(node, comm.local_rank(), true);
+  for (backend::Precision precision : {backend::Precision::kF32, backend::Precision::kBF16}) {
+    ParallelReplica replica(comm, "fibernet", true, 1, Device{precision, gpu},
+                            comm::allreduce::Algorithm::automatic);
+    bool identical = true;
+    for (int step = 0; step < kSteps; ++step) {
+      replica.step(step, rank, world, 0.05);
+      identical = identical && rt_test::identical_on_every_rank(replica.weights());
+    }
+    BOOST_TEST(rt_test::all_ok(identical), "cuda " << backend::precision_name(precision)
+                                                   << " on GPU " << gpu
+                                                   << ": weights bitwise identical");
   }
 }
 

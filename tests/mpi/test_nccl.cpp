@@ -57,6 +57,14 @@ struct GpuPerRank {
   }
 };
 
+// The upload runs on the backend's compute stream, NCCL and the stager read on their own: wait
+// for it on the host (the trainer orders the streams with the ready mark instead; the last
+// cases test that). Before, nothing waited: on 2+ ranks a reduction could read the old bytes.
+void upload_and_wait(backend::Backend& be, const std::vector<float>& data, backend::Tensor& t) {
+  be.upload(data.data(), t);
+  be.synchronize();
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(nccl_without_a_gpu_is_the_same_input_error_on_every_rank,
@@ -119,7 +127,7 @@ BOOST_AUTO_TEST_CASE(nccl_sums_device_memory_exactly,
     for (size_t count : {size_t(1), size_t(7), size_t(1000003)}) {
       std::vector<float> data = rt_test::small_int_data(world.rank(), count);
       backend::Tensor t = be->alloc({int64_t(count)});
-      be->upload(data.data(), t);
+      upload_and_wait(*be, data, t);
       reducer->sum(t.f32(), count);
       be->download(t, data.data());
       // Small integers stay exact over 16-bit wires too while sums stay below 256.
@@ -151,12 +159,42 @@ BOOST_AUTO_TEST_CASE(nccl_fp16_wire_does_not_overflow_on_a_large_mean,
   const size_t count = 4099;
   std::vector<float> data(count, 40000.0f);
   backend::Tensor t = be->alloc({int64_t(count)});
-  be->upload(data.data(), t);
+  upload_and_wait(*be, data, t);
   reducer->sum_and_divide(t.f32(), count, float(world.size()));
   be->download(t, data.data());
   size_t wrong = 0;
   for (float v : data) wrong += v != 40000.0f;
   BOOST_TEST(rt_test::all_ok(wrong == 0), wrong << " of " << count << " means are not 40000");
+}
+
+// More ranks than GPUs (train.share_gpus): NCCL would fail deep in its set-up with "Duplicate
+// GPU detected"; ours names both ranks, the GPU and the fix, on every rank, before NCCL starts.
+BOOST_AUTO_TEST_CASE(nccl_with_two_ranks_on_one_gpu_is_our_input_error,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       comm::Communicator world;
+                       const int gpus = backend::cuda_device_count();
+                       boost::test_tools::assertion_result shared(gpus > 0 &&
+                                                                  world.local_size() > gpus);
+                       shared.message()
+                           << "needs more ranks on a node than GPUs (" << world.local_size()
+                           << " ranks, " << backend::cuda_device_status() << ")";
+                       return shared;
+                     })) {
+  comm::Communicator world;
+  const backend::NodeGpus node = train::gather_node_gpus(world);
+  comm::allreduce::AllreduceOptions ao;
+  ao.cuda_device = backend::select_local_device(node, world.local_rank(), true);
+  std::string message;
+  try {
+    comm::allreduce::make_allreducer(world, comm::allreduce::Algorithm::nccl, ao);
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  if (world.rank() == 0) std::printf("two ranks on one GPU: %s\n", message.c_str());
+  BOOST_TEST(message.rfind("comm.algorithm = nccl: ranks ", 0) == 0);
+  BOOST_TEST(message.find("and NCCL runs one rank per GPU; with train.share_gpus = true use "
+                          "comm.algorithm = auto or ring") != std::string::npos);
+  BOOST_TEST(rt_test::all_ok(!message.empty()));
 }
 
 BOOST_AUTO_TEST_CASE(nccl_refuses_host_memory, *boost::unit_test::precondition(GpuPerRank{true})) {
@@ -192,7 +230,7 @@ BOOST_AUTO_TEST_CASE(host_algorithms_sum_device_memory_exactly,
     for (size_t count : {size_t(3), size_t(300007)}) {
       std::vector<float> data = rt_test::small_int_data(world.rank(), count);
       backend::Tensor t = be->alloc({int64_t(count)});
-      be->upload(data.data(), t);
+      upload_and_wait(*be, data, t);
       reducer->sum(t.f32(), count);
       be->download(t, data.data());
       const int64_t wrong = rt_test::first_wrong_small_int_sum(data, world.size());
@@ -227,7 +265,7 @@ BOOST_AUTO_TEST_CASE(every_algorithm_means_device_memory,
     const size_t count = 300007;
     std::vector<float> data = rt_test::small_int_data(world.rank(), count);
     backend::Tensor t = be->alloc({int64_t(count)});
-    be->upload(data.data(), t);
+    upload_and_wait(*be, data, t);
     reducer->sum_and_divide(t.f32(), count, p);
     be->download(t, data.data());
     size_t wrong = 0;

@@ -465,6 +465,16 @@ BOOST_AUTO_TEST_CASE(more_ranks_than_gpus_needs_train_share_gpus) {
              }).find("train.share_gpus = true") != std::string::npos);
 }
 
+// comm.algorithm = nccl runs one rank per GPU: the first pair of ranks on one physical GPU is
+// named before NCCL's set-up (same bus id on another host is another GPU).
+BOOST_AUTO_TEST_CASE(ranks_sharing_a_physical_gpu_are_named_for_nccl) {
+  BOOST_TEST(first_shared_gpu({{"n1", kA}, {"n1", kB}, {"n2", kA}, {"n2", kB}}) == "");
+  BOOST_TEST(first_shared_gpu({{"n1", kA}, {"n1", kB}, {"n1", kB}, {"n1", kA}}) ==
+             "ranks 1 and 2 both use GPU " + kB + " on host n1");
+  BOOST_TEST(first_shared_gpu({{"n1", kA}}) == "");
+  BOOST_TEST(first_shared_gpu({}) == "");
+}
+
 // Lists that differ but overlap would put two ranks on one GPU without anyone asking.
 BOOST_AUTO_TEST_CASE(overlapping_lists_landing_on_one_gpu_are_an_error) {
   NodeGpus node = node_of({{kA, kB}, {kA}});

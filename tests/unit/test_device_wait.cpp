@@ -1,6 +1,7 @@
 // test_device_wait.cpp — the NCCL wait and set-up logic with fake queries (no GPU needed): work
 // that never finishes ends at the timeout, an asynchronous error aborts once and is named, a
-// stall gives up, and finished work returns without an abort.
+// stall gives up, finished work returns without an abort, and work behind a collective that
+// launches late is queued only after its launch.
 #include <boost/test/unit_test.hpp>
 #include <functional>
 #include <string>
@@ -125,6 +126,55 @@ BOOST_AUTO_TEST_CASE(a_failing_query_propagates) {
   ops.finished = []() -> bool { throw Error("CUDA call cudaStreamQuery failed"); };
   BOOST_TEST(error_of([&] { wait_for_device(kWhat, 60, ops); }) ==
              "CUDA call cudaStreamQuery failed");
+}
+
+// A collective that answers "in progress" is launched later from NCCL's own thread: the unpack
+// and divide kernels may be queued only once it has left that state. The fake stream records
+// what is queued in order; the launch completes after 3 polls. Before (queued straight after
+// the call): "before collective after" with no poll between, the unpack ahead of the sum.
+BOOST_AUTO_TEST_CASE(work_behind_a_late_launch_is_queued_after_it) {
+  FakeDevice device;
+  device.finish_after = 3;
+  std::string stream;
+  comm::allreduce::OrderedCollective steps;
+  steps.before = [&] { stream += "before "; };
+  steps.collective = [&] {
+    stream += "collective ";
+    return false;  // ncclInProgress
+  };
+  steps.after = [&] { stream += str("after(polls ", device.polls, ")"); };
+  BOOST_TEST(error_of([&] { queue_in_order(kWhat, 60, steps, device.ops()); }) == "(no error)");
+  BOOST_TEST(stream == "before collective after(polls 3)");
+  BOOST_TEST(device.aborts == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_collective_launched_at_once_is_not_waited_for) {
+  FakeDevice device;  // would never finish: a wait would end at the timeout
+  std::string stream;
+  comm::allreduce::OrderedCollective steps;
+  steps.collective = [&] {
+    stream += "collective ";
+    return true;  // ncclSuccess
+  };
+  steps.after = [&] { stream += "after"; };
+  BOOST_TEST(error_of([&] { queue_in_order(kWhat, 5, steps, device.ops()); }) == "(no error)");
+  BOOST_TEST(stream == "collective after");
+  BOOST_TEST(device.polls == 0);
+}
+
+// A launch that fails leaves nothing queued behind it, and the error names the launch.
+BOOST_AUTO_TEST_CASE(a_failed_launch_queues_nothing_behind_it) {
+  FakeDevice device;
+  device.error_after = 1;
+  device.error = "invalid usage";
+  bool after = false;
+  comm::allreduce::OrderedCollective steps;
+  steps.collective = [] { return false; };
+  steps.after = [&] { after = true; };
+  BOOST_TEST(error_of([&] { queue_in_order(kWhat, 60, steps, device.ops()); }) ==
+             kWhat + " (its launch): NCCL reports invalid usage; communicator aborted");
+  BOOST_TEST(!after);
+  BOOST_TEST(device.aborts == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

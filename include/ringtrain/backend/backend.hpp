@@ -175,6 +175,10 @@ class Backend {
   // The instruction set the library kernels run on ("avx512_core_amx", "avx512_core_bf16",
   // ...), for the start line and the results file; "" where it means nothing (ref).
   virtual std::string instruction_set() const { return ""; }
+  // The device and the versions of the libraries behind the kernels, as loaded at run time
+  // ("oneDNN 2.6.3"; the GPU, driver, cuDNN, cuBLAS and NCCL on cuda), for the start line and
+  // the results file; "" where there are none (ref).
+  virtual std::string libraries() const { return ""; }
 
   // Plain memory on the device, uninitialised.
   virtual Tensor alloc(const Shape& shape, DType dtype = DType::kF32) = 0;

@@ -44,6 +44,17 @@ struct NodeGpus {
 // InputError too.
 int select_local_device(const NodeGpus& node, int local_rank, bool share_gpus);
 
+// The physical GPU one rank uses: its host and the GPU's bus id.
+struct RankGpu {
+  std::string host;
+  std::string bus_id;
+};
+
+// "" when no two ranks use one physical GPU, else "ranks A and B both use GPU <bus id> on host
+// H" for the first such pair (gpus[r] is rank r's). NCCL runs one rank per GPU and refuses a
+// second only deep inside its set-up ("Duplicate GPU detected"): this says it first.
+std::string first_shared_gpu(const std::vector<RankGpu>& gpus);
+
 // The deck's train.precision, train.deterministic and train.cudnn_workspace_mib land here.
 struct CudaOptions {
   int device = 0;                         // CUDA device index (see select_local_device)

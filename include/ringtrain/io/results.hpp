@@ -16,6 +16,7 @@ struct RunInfo {
   std::vector<std::string> hosts;  // one per rank
   std::string backend, algorithm, precision, wire;
   std::string instruction_set;  // what the backend's kernels ran on ("avx512_core_bf16")
+  std::string libraries;        // the device and library versions loaded ("oneDNN 2.6.3")
   std::string model, dataset;
   double fusion_mib = 0, first_bucket_mib = 0;
   bool overlap = true;

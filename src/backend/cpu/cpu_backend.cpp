@@ -60,6 +60,10 @@ class CpuBackend : public HostBackend {
   std::string name() const override { return "cpu"; }
   Precision precision() const override { return precision_; }
   std::string instruction_set() const override { return isa_name(isa_); }
+  std::string libraries() const override {
+    const dnnl_version_t* v = dnnl_version();
+    return str("oneDNN ", v->major, ".", v->minor, ".", v->patch);
+  }
 
   // fp32, or bf16 activations (plain; ops take them in whatever layout they come).
   Tensor alloc(const Shape& shape, DType dtype) override {

@@ -66,6 +66,7 @@ class CudaBackend : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  std::string libraries() const override { return library_versions(ctx_.device()); }
   int threads() const override { return 1; }
   Precision precision() const override { return ctx_.precision(); }
 

@@ -1,4 +1,5 @@
-// device_wait.cpp — the poll loop behind every NCCL wait: done, failed, stalled or timed out.
+// device_wait.cpp — the poll loop behind every NCCL wait (done, failed, stalled or timed out),
+// and the order of a collective that may launch late.
 #include "ringtrain/comm/allreduce/device_wait.hpp"
 
 #include <chrono>
@@ -42,6 +43,13 @@ void wait_for_device(const std::string& what, double timeout_s, const DeviceWait
                           "communicator aborted (comm.stall_timeout_s sets the limit)"));
     ops.pause();
   }
+}
+
+void queue_in_order(const std::string& what, double timeout_s, const OrderedCollective& steps,
+                    const DeviceWaitOps& launched) {
+  if (steps.before) steps.before();
+  if (!steps.collective()) wait_for_device(str(what, " (its launch)"), timeout_s, launched);
+  if (steps.after) steps.after();
 }
 
 }  // namespace ringtrain::comm::allreduce

@@ -21,6 +21,7 @@
 #include "ringtrain/comm/allreduce/ring_allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
 
 namespace ringtrain::comm::allreduce {
 namespace {
@@ -37,16 +38,15 @@ const char* nccl_hint(ncclResult_t result) {
   }
 }
 
-// A non-blocking communicator may answer ncclInProgress to any call: the wait that follows
-// polls ncclCommGetAsyncError until the call has finished.
-#define NCCL_CHECK_QUEUED(call)                                                                \
-  do {                                                                                         \
-    const ncclResult_t rt_nccl_result_ = (call);                                               \
-    if (rt_nccl_result_ != ncclSuccess && rt_nccl_result_ != ncclInProgress)                   \
-      ::ringtrain::backend::cuda::throw_gpu_error("NCCL", ncclGetErrorString(rt_nccl_result_), \
-                                                  nccl_hint(rt_nccl_result_), #call, __FILE__, \
-                                                  __LINE__);                                   \
-  } while (0)
+// A non-blocking communicator may answer ncclInProgress to any call: true when the call is done,
+// false when it is in progress (a wait follows), an Error naming the call otherwise.
+bool nccl_queued(ncclResult_t result, const char* call, const char* file, int line) {
+  if (result == ncclSuccess) return true;
+  if (result == ncclInProgress) return false;
+  ::ringtrain::backend::cuda::throw_gpu_error("NCCL", ncclGetErrorString(result), nccl_hint(result),
+                                              call, file, line);
+}
+#define NCCL_QUEUED(call) nccl_queued((call), #call, __FILE__, __LINE__)
 
 // Device memory for the 16-bit wire formats, grown on demand, freed on destruction.
 class DeviceBuffer {
@@ -83,14 +83,16 @@ class NcclAllreduce final : public Allreducer {
     set_up_collectively(comm, "nccl set-up", options_.stall_timeout_s, set_up_ops(comm));
   }
 
-  // ncclCommDestroy waits for the operations in flight: after an error it would wait forever.
+  // After an error what was queued never finishes: abort. Else finalize (it flushes what is in
+  // flight and, non-blocking, answers in progress), wait until it is done, then destroy; all
+  // before the members free the staging memory and the stream NCCL may still use.
   ~NcclAllreduce() override {
     if (nccl_ == nullptr) return;
     (void)cudaSetDevice(device_);
-    if (failed_)
-      (void)ncclCommAbort(nccl_);
-    else
+    if (!failed_ && finalized())
       (void)ncclCommDestroy(nccl_);
+    else
+      (void)ncclCommAbort(nccl_);
   }
 
   void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
@@ -156,11 +158,16 @@ class NcclAllreduce final : public Allreducer {
              attributes.device, ", but the communicator is on GPU ", device_);
   }
 
+  // The conversions and the division around the sum, queued on one stream in that order: the
+  // kernels behind the sum only once NCCL has launched it (queue_in_order).
   void enqueue(float* data, size_t count, float divisor) {
     cudaStream_t s = stream_->get();
     const auto n = static_cast<int64_t>(count);
+    OrderedCollective steps;
     if (options_.wire == Wire::fp32) {
-      NCCL_CHECK_QUEUED(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, s));
+      steps.collective = [=] {
+        return NCCL_QUEUED(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, s));
+      };
     } else {
       auto* wire = static_cast<uint16_t*>(staging_.reserve(count * sizeof(uint16_t)));
       const bool bf16 = options_.wire == Wire::bf16;
@@ -169,20 +176,50 @@ class NcclAllreduce final : public Allreducer {
       // host wire's pre-divide, fp16_predivide.hpp); exact, as P is a power of two. bf16 has
       // fp32's range: nothing to do.
       const float predivide = bf16 ? 1.0f : fp16_predivide_;
-      if (predivide != 1.0f) backend::cuda::kernels::divide(data, n, predivide, s);
       divisor /= predivide;
-      if (bf16)
-        backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
-      else
-        backend::cuda::kernels::f32_to_f16(data, wire, n, s);
-      NCCL_CHECK_QUEUED(
-          ncclAllReduce(wire, wire, count, bf16 ? ncclBfloat16 : ncclHalf, ncclSum, nccl_, s));
-      if (bf16)
-        backend::cuda::kernels::bf16_to_f32(wire, data, n, s);
-      else
-        backend::cuda::kernels::f16_to_f32(wire, data, n, s);
+      steps.before = [=] {
+        if (predivide != 1.0f) backend::cuda::kernels::divide(data, n, predivide, s);
+        if (bf16)
+          backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
+        else
+          backend::cuda::kernels::f32_to_f16(data, wire, n, s);
+      };
+      steps.collective = [=] {
+        return NCCL_QUEUED(
+            ncclAllReduce(wire, wire, count, bf16 ? ncclBfloat16 : ncclHalf, ncclSum, nccl_, s));
+      };
+      steps.after = [=] {
+        if (bf16)
+          backend::cuda::kernels::bf16_to_f32(wire, data, n, s);
+        else
+          backend::cuda::kernels::f16_to_f32(wire, data, n, s);
+      };
     }
-    if (divisor != 1.0f) backend::cuda::kernels::divide(data, n, divisor, s);
+    auto after = std::move(steps.after);
+    steps.after = [=] {
+      if (after) after();
+      if (divisor != 1.0f) backend::cuda::kernels::divide(data, n, divisor, s);
+    };
+    DeviceWaitOps launched = poll_ops();
+    launched.finished = [this] { return nccl_state() != ncclInProgress; };
+    queue_in_order(str("nccl allreduce of ", count, " floats on ", where_),
+                   options_.stall_timeout_s, steps, launched);
+  }
+
+  // ncclCommFinalize polled to ncclSuccess within the stall timeout; false when it failed.
+  bool finalized() noexcept {
+    try {
+      if (!NCCL_QUEUED(ncclCommFinalize(nccl_))) {
+        DeviceWaitOps ops = poll_ops();
+        ops.abort = [] {};  // the destructor aborts
+        ops.finished = [this] { return nccl_state() == ncclSuccess; };
+        wait_for_device(str("nccl finalize on ", where_), options_.stall_timeout_s, ops);
+      }
+      return true;
+    } catch (const std::exception& e) {
+      log::warn(e.what());
+      return false;
+    }
   }
 
   // Until the stream has run everything queued, or NCCL fails, stalls or times out.
@@ -241,7 +278,7 @@ class NcclAllreduce final : public Allreducer {
     CollectiveSetupOps ops;
     ops.make_id = [] {
       ncclUniqueId id{};
-      NCCL_CHECK_QUEUED(ncclGetUniqueId(&id));
+      (void)NCCL_QUEUED(ncclGetUniqueId(&id));
       const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
       return std::vector<uint8_t>(bytes, bytes + sizeof id);
     };
@@ -255,7 +292,7 @@ class NcclAllreduce final : public Allreducer {
       std::memcpy(&id, bytes.data(), sizeof id);
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;  // returns at once; the wait below bounds how long it may take
-      NCCL_CHECK_QUEUED(ncclCommInitRankConfig(&nccl_, size, id, rank, &config));
+      (void)NCCL_QUEUED(ncclCommInitRankConfig(&nccl_, size, id, rank, &config));
     };
     ops.wait = poll_ops();
     ops.wait.finished = [this] { return nccl_state() == ncclSuccess; };
@@ -280,6 +317,36 @@ class NcclAllreduce final : public Allreducer {
 
 }  // namespace
 
+namespace {
+
+// Every rank's (host, bus id of its device), gathered on rank 0, checked there, and the verdict
+// broadcast: every rank refuses together, before any of them enters NCCL's set-up.
+void check_one_rank_per_gpu(const Communicator& comm, int device) {
+  const std::vector<std::string> ids = backend::cuda_visible_bus_ids();
+  const std::string mine =
+      device >= 0 && size_t(device) < ids.size() ? ids[size_t(device)] : str("device ", device);
+  const std::vector<std::string> records =
+      comm.gather_strings_to_root(str(comm.hostname(), '\n', mine));
+  std::string shared;
+  if (comm.rank() == 0) {
+    std::vector<backend::RankGpu> gpus;
+    for (const std::string& record : records) {
+      const size_t cut = record.find('\n');
+      gpus.push_back({record.substr(0, cut), record.substr(cut + 1)});
+    }
+    shared = backend::first_shared_gpu(gpus);
+  }
+  std::vector<uint8_t> bytes(shared.begin(), shared.end());
+  comm.broadcast(bytes, 0);
+  shared.assign(bytes.begin(), bytes.end());
+  RT_REQUIRE_INPUT(shared.empty(), "comm.algorithm = nccl: ", shared,
+                   ", and NCCL runs one rank per GPU; with train.share_gpus = true use "
+                   "comm.algorithm = auto or ring (they reduce through host memory), or launch "
+                   "one rank per GPU");
+}
+
+}  // namespace
+
 std::unique_ptr<Allreducer> make_nccl_allreducer(const Communicator& comm,
                                                  const AllreduceOptions& options) {
   // Every rank checks its GPU first and all agree, so no rank enters NCCL's set-up alone.
@@ -288,6 +355,7 @@ std::unique_ptr<Allreducer> make_nccl_allreducer(const Communicator& comm,
   RT_REQUIRE_INPUT(have_gpu, "comm.algorithm = nccl: no GPU visible (",
                    backend::cuda_device_status(), ")");
   RT_REQUIRE_INPUT(all_have_gpu, "comm.algorithm = nccl: another rank has no GPU visible");
+  check_one_rank_per_gpu(comm, options.cuda_device);
   return std::make_unique<NcclAllreduce>(comm, options);
 }
 

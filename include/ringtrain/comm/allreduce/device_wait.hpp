@@ -41,4 +41,22 @@ struct DeviceWaitOps {
 // `what` names the operation, the rank and the host.
 void wait_for_device(const std::string& what, double timeout_s, const DeviceWaitOps& ops);
 
+// A collective on a non-blocking communicator (NCCL with config.blocking = 0) may answer "in
+// progress": NCCL then puts it on its stream later, from its own thread, and whatever this
+// thread queues on that stream meanwhile runs first (the unpack and divide kernels would read
+// the buffer before the sum). So the steps run in this order: before() queued, the collective
+// queued, a wait until the library has launched it (when it answered "in progress"), after()
+// queued.
+struct OrderedCollective {
+  std::function<void()> before;      // queued ahead of the collective (pre-divide, pack)
+  std::function<bool()> collective;  // queues it: true when launched, false when "in progress"
+  std::function<void()> after;       // queued behind it (unpack, divide)
+};
+
+// Runs `steps` in that order; `launched` says when an "in progress" collective has left that
+// state (its `finished`), with wait_for_device's errors, stall and timeout. after() is never
+// queued when the launch failed.
+void queue_in_order(const std::string& what, double timeout_s, const OrderedCollective& steps,
+                    const DeviceWaitOps& launched);
+
 }  // namespace ringtrain::comm::allreduce
