@@ -14,14 +14,21 @@
 # for tf32), interleaved the same way; precisions fp32, bf16, fp16, tf32; no peak columns
 # (the peak is oneDNN's); threads are host threads only.
 #
-#   make bench-compute                       (PYTHON=... BIN=bin tools/bench-compute.sh)
+#   make bench-compute                       (PYTHON=... BIN=bin tools/bench-compute.sh; without
+#                                            PYTHON: /usr/bin/python3 or python3, whichever has torch)
 #   ROUNDS=5 CONFIGS="cnn_small:64:2:bf16" tools/bench-compute.sh
 #   DEVICE=cuda CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh
 # On cuda the rows whose precision is in COMPILE (default "bf16") also time PyTorch under
 # torch.compile, interleaved the same way (its compilation in the warm-up), as a third column.
 set -euo pipefail
 BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+# The python with torch: Debian's here, the python3 on PATH on machines whose torch came by pip.
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=/usr/bin/python3
+  for candidate in /usr/bin/python3 python3; do
+    if "$candidate" -c 'import torch' 2>/dev/null; then PYTHON=$(command -v "$candidate"); break; fi
+  done
+fi
 ROUNDS=${ROUNDS:-3}
 OUT_DIR=${OUT_DIR:-output/bench}
 DEVICE=${DEVICE:-cpu}

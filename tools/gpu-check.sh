@@ -92,7 +92,10 @@ if [ -n "$bundle" ]; then
   if [ -f "$bundle" ]; then
     unpacked=${TMPDIR:-/tmp}/ringtrain-gpu-check
     rm -rf "$unpacked" && mkdir -p "$unpacked"
-    tar -C "$unpacked" -xJf "$bundle" || { report FAIL unpack "tar -xJf $bundle"; finish; }
+    # Python's tarfile where tar has no xz (it reads .tar.xz with its own lzma).
+    tar -C "$unpacked" -xJf "$bundle" 2>/dev/null ||
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle" "$unpacked" || { report FAIL unpack "cannot unpack $bundle"; finish; }
     bundle=$unpacked/ringtrain
   fi
   [ -f "$bundle/env.sh" ] || { report FAIL bundle "no env.sh in $bundle"; finish; }
