@@ -119,8 +119,16 @@ LIB       := $(BUILD)/libringtrain.a
 TOOLS_LIB_OBJ := $(TOOLS_LIB_CPP:%.cpp=$(BUILD)/%.o)
 TOOLS_LIB := $(BUILD)/libringtrain_tools.a
 
-TOOL_SRC  := $(sort $(wildcard tools/rt-*.cpp))
+# rt-export alone links ONNX's library, protobuf and libzip (ONNX_ROOT, or Debian's libonnx-dev); built
+# where their headers are found.
+ONNX_ROOT ?=
+ONNX_H    := $(firstword $(wildcard $(if $(ONNX_ROOT),$(ONNX_ROOT)/include/onnx/onnx_pb.h) \
+                                     /usr/include/onnx/onnx_pb.h))
+ONNX_LIBS ?= $(if $(ONNX_ROOT),$(call link_from,$(ONNX_ROOT))) -lonnx -lonnx_proto -lprotobuf -lzip
+TOOL_SRC  := $(sort $(filter-out $(if $(ONNX_H),,tools/rt-export.cpp),$(wildcard tools/rt-*.cpp)))
 TOOLS     := $(TOOL_SRC:tools/%.cpp=$(BIN)/%)
+EXPORT_CPP := $(sort $(wildcard tools/export/*.cpp))
+EXPORT_OBJ := $(EXPORT_CPP:%.cpp=$(BUILD)/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.cpp))
 UNIT_BIN  := $(BIN)/tests/unit
 MPI_SRC   := $(sort $(wildcard tests/mpi/*.cpp))
@@ -193,6 +201,13 @@ $(BIN)/rt-%: $(BUILD)/tools/rt-%.o $(TOOLS_LIB) $(LIB)
 	@$(if $(Q),echo "  LINK  $@")
 	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS)
 
+$(EXPORT_OBJ) $(BUILD)/tools/rt-export.o: CXXFLAGS += -DONNX_NAMESPACE=onnx -DONNX_ML=1 \
+  $(if $(ONNX_ROOT),-I$(ONNX_ROOT)/include)
+$(BIN)/rt-export: $(BUILD)/tools/rt-export.o $(EXPORT_OBJ) $(TOOLS_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LINK  $@")
+	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) $(ONNX_LIBS)
+
 $(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/%.o) $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
@@ -239,5 +254,5 @@ format:
 clean:
 	rm -rf $(BUILD) $(BIN) $(BUNDLE) $(BUNDLE).tar.xz
 
--include $(LIB_OBJ:.o=.d) $(TOOLS_LIB_OBJ:.o=.d) $(BUILD)/src/main.d $(TOOL_SRC:%.cpp=$(BUILD)/%.d) \
+-include $(LIB_OBJ:.o=.d) $(TOOLS_LIB_OBJ:.o=.d) $(EXPORT_OBJ:.o=.d) $(BUILD)/src/main.d $(TOOL_SRC:%.cpp=$(BUILD)/%.d) \
          $(UNIT_SRC:%.cpp=$(BUILD)/%.d) $(MPI_SRC:%.cpp=$(BUILD)/%.d)

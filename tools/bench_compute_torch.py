@@ -19,6 +19,7 @@
 # gives the peak memory PyTorch's allocator held (torch.cuda.max_memory_allocated).
 import argparse
 import json
+from collections import OrderedDict
 import os
 import resource
 import statistics
@@ -31,12 +32,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# The models of src/nn/zoo.cpp with its layer names, so a state_dict's keys are ringtrain's
+# parameter names ("layer2.0.conv1.weight", "fc.bias"): rt-export --torch writes one that these
+# load with strict=True.
 def cnn_small(c, h, w, classes):
-    return nn.Sequential(
-        nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 128), nn.ReLU(),
-        nn.Linear(128, classes))
+    return nn.Sequential(OrderedDict([
+        ("conv1", nn.Conv2d(c, 32, 3, padding=1)), ("pool1", nn.MaxPool2d(2)),
+        ("relu1", nn.ReLU()), ("conv2", nn.Conv2d(32, 64, 3, padding=1)),
+        ("pool2", nn.MaxPool2d(2)), ("relu2", nn.ReLU()), ("flatten", nn.Flatten()),
+        ("fc1", nn.Linear(64 * (h // 4) * (w // 4), 128)), ("relu3", nn.ReLU()),
+        ("fc2", nn.Linear(128, classes))]))
 
 
 class BasicBlock(nn.Module):
@@ -58,16 +63,20 @@ class BasicBlock(nn.Module):
 
 
 def resnet(c, widths, blocks, classes, stem, maxpool):
-    layers = [nn.Conv2d(c, stem, 3, 1, 1, bias=False), nn.BatchNorm2d(stem), nn.ReLU()]
+    layers = [("conv1", nn.Conv2d(c, stem, 3, 1, 1, bias=False)), ("bn1", nn.BatchNorm2d(stem)),
+              ("relu", nn.ReLU())]
     if maxpool:
-        layers.append(nn.MaxPool2d(2))
+        layers.append(("maxpool", nn.MaxPool2d(2)))
     cin = stem
     for s, (width, n) in enumerate(zip(widths, blocks)):
+        stage = []
         for b in range(n):
-            layers.append(BasicBlock(cin, width, 2 if s > 0 and b == 0 else 1))
+            stage.append(BasicBlock(cin, width, 2 if s > 0 and b == 0 else 1))
             cin = width
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
-    return nn.Sequential(*layers)
+        layers.append((f"layer{s + 1}", nn.Sequential(*stage)))
+    layers += [("avgpool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten()),
+               ("fc", nn.Linear(cin, classes))]
+    return nn.Sequential(OrderedDict(layers))
 
 
 def make_model(name, c, h, w, classes):

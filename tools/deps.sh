@@ -25,6 +25,10 @@ build_pkgs=(
   "python3-numpy:numpy:python"
   "dataset-fashion-mnist:Fashion-MNIST data:-"
   "xz-utils:xz (the bundle's tarball):-"
+  "libonnx-dev:ONNX (rt-export):onnx"
+  "libprotobuf-dev:protobuf (ONNX's):protobuf"
+  "libzip-dev:libzip (rt-export --torch):libzip"
+  "python3-onnx:ONNX checker (export tests):python"
 )
 bench_pkgs=(
   "python3-torch:PyTorch (benchmark peer):pytorch"

@@ -89,7 +89,12 @@ void Conv2d::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>&)
 
 BatchNorm2d::BatchNorm2d(std::string name, Backend& be, int channels, bool fuse_relu,
                          float momentum, float eps)
-    : Layer(std::move(name)), be_(be), channels_(channels), momentum_(momentum) {
+    : Layer(std::move(name)),
+      be_(be),
+      channels_(channels),
+      momentum_(momentum),
+      eps_(eps),
+      fuse_relu_(fuse_relu) {
   op_ = be.make_batch_norm({channels, eps, fuse_relu});
   gamma_ = make_param(be, name_ + ".weight", {channels}, ParamRole::kNormScale, 0);
   beta_ = make_param(be, name_ + ".bias", {channels}, ParamRole::kNormShift, 0);

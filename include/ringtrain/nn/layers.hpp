@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/nn/graph.hpp"
 #include "ringtrain/nn/parameter.hpp"
 
 namespace ringtrain::nn {
@@ -47,6 +48,9 @@ class Layer {
   virtual void collect_backward_order(std::vector<Parameter*>& order);
   virtual void set_stat_reducer(const backend::StatReducer& reducer) { (void)reducer; }
   virtual void set_needs_input_grad(bool needed) { needs_input_grad_ = needed; }
+  // Appends what the layer computes in inference to graph, reading value `input`; returns the
+  // name of its output value (graph.hpp).
+  virtual std::string trace(Graph& graph, const std::string& input) const = 0;
 
  protected:
   std::string name_;
@@ -63,6 +67,7 @@ class Conv2d : public Layer {
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  std::string trace(Graph& graph, const std::string& input) const override;
   Parameter& weight() { return weight_; }
   Parameter* bias() { return spec_.bias ? &bias_ : nullptr; }
 
@@ -91,11 +96,14 @@ class BatchNorm2d : public Layer {
   void set_stat_reducer(const backend::StatReducer& reducer) override { reducer_ = reducer; }
   Tensor& running_mean() { return running_mean_; }
   Tensor& running_var() { return running_var_; }
+  std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
   Backend& be_;
   int channels_;
   float momentum_;
+  float eps_;
+  bool fuse_relu_;
   std::unique_ptr<backend::BatchNormOp> op_;
   Parameter gamma_, beta_;
   Tensor running_mean_, running_var_, batch_mean_, batch_var_;
@@ -111,6 +119,7 @@ class ReLU : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
   std::unique_ptr<backend::ReluOp> op_;
@@ -125,6 +134,7 @@ class Pool2d : public Layer {
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
+  std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
   backend::PoolSpec spec_;
@@ -145,6 +155,7 @@ class Flatten : public Layer {
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool) override { return x; }
   const Tensor& backward(const Tensor& dy, const GradReady&) override { return dy; }
+  std::string trace(Graph& graph, const std::string& input) const override;
 };
 
 class Linear : public Layer {
@@ -155,6 +166,7 @@ class Linear : public Layer {
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
+  std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
   Backend& be_;
@@ -180,6 +192,7 @@ class Sequential : public Layer {
   void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
   void set_needs_input_grad(bool needed) override;
+  std::string trace(Graph& graph, const std::string& input) const override;
   // Called after each child's forward or backward with its name and seconds.
   using LayerTimer = std::function<void(const std::string& layer, bool backward, double seconds)>;
   void set_layer_timer(LayerTimer timer) { timer_ = std::move(timer); }
@@ -202,6 +215,7 @@ class BasicBlock : public Layer {
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
+  std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
   Conv2d conv1_;

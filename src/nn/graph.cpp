@@ -1,0 +1,100 @@
+// graph.cpp — Graph, and each layer's trace(): the inference forward pass, node by node, as
+// forward() computes it (fused ReLUs as their own nodes).
+#include "ringtrain/nn/graph.hpp"
+
+#include "ringtrain/nn/layers.hpp"
+
+namespace ringtrain::nn {
+
+std::string Graph::add(GraphNode node) {
+  node.output = node.layer + ":" + std::to_string(nodes_.size());
+  nodes_.push_back(std::move(node));
+  return nodes_.back().output;
+}
+
+namespace {
+
+std::string unary(Graph& graph, GraphOp op, const std::string& layer, const std::string& input) {
+  GraphNode node;
+  node.op = op;
+  node.layer = layer;
+  node.inputs = {input};
+  return graph.add(std::move(node));
+}
+
+}  // namespace
+
+std::string Conv2d::trace(Graph& graph, const std::string& input) const {
+  GraphNode node;
+  node.op = GraphOp::kConv;
+  node.layer = name_;
+  node.inputs = {input};
+  node.kernel = spec_.kernel;
+  node.stride = spec_.stride;
+  node.padding = spec_.padding;
+  node.bias = spec_.bias;
+  const std::string out = graph.add(std::move(node));
+  return spec_.fuse_relu ? unary(graph, GraphOp::kRelu, name_, out) : out;
+}
+
+std::string BatchNorm2d::trace(Graph& graph, const std::string& input) const {
+  GraphNode node;
+  node.op = GraphOp::kBatchNorm;
+  node.layer = name_;
+  node.inputs = {input};
+  node.eps = eps_;
+  const std::string out = graph.add(std::move(node));
+  return fuse_relu_ ? unary(graph, GraphOp::kRelu, name_, out) : out;
+}
+
+std::string ReLU::trace(Graph& graph, const std::string& input) const {
+  return unary(graph, GraphOp::kRelu, name_, input);
+}
+
+std::string Pool2d::trace(Graph& graph, const std::string& input) const {
+  GraphNode node;
+  node.op = spec_.global                            ? GraphOp::kGlobalAvgPool
+            : spec_.kind == backend::PoolKind::kMax ? GraphOp::kMaxPool
+                                                    : GraphOp::kAvgPool;
+  node.layer = name_;
+  node.inputs = {input};
+  node.kernel = spec_.kernel;
+  node.stride = spec_.stride;
+  node.padding = spec_.padding;
+  return graph.add(std::move(node));
+}
+
+std::string Flatten::trace(Graph& graph, const std::string& input) const {
+  return unary(graph, GraphOp::kFlatten, name_, input);
+}
+
+std::string Linear::trace(Graph& graph, const std::string& input) const {
+  GraphNode node;
+  node.op = GraphOp::kLinear;
+  node.layer = name_;
+  node.inputs = {input};
+  node.bias = spec_.bias;
+  return graph.add(std::move(node));
+}
+
+std::string Sequential::trace(Graph& graph, const std::string& input) const {
+  std::string value = input;
+  for (const auto& layer : layers_) value = layer->trace(graph, value);
+  return value;
+}
+
+std::string BasicBlock::trace(Graph& graph, const std::string& input) const {
+  std::string main = conv1_.trace(graph, input);
+  main = bn1_.trace(graph, main);
+  main = conv2_.trace(graph, main);
+  main = bn2_.trace(graph, main);
+  std::string shortcut = input;
+  if (down_conv_) shortcut = down_bn_->trace(graph, down_conv_->trace(graph, input));
+  GraphNode add;
+  add.op = GraphOp::kAdd;
+  add.layer = name_;
+  add.inputs = {main, shortcut};
+  return unary(graph, GraphOp::kRelu, name_, graph.add(std::move(add)));
+}
+
+}  // namespace ringtrain::nn
