@@ -14,21 +14,22 @@ std::string Graph::add(GraphNode node) {
 
 namespace {
 
-std::string unary(Graph& graph, GraphOp op, const std::string& layer, const std::string& input) {
+GraphNode node_of(GraphOp op, const std::string& layer, const std::string& input) {
   GraphNode node;
   node.op = op;
   node.layer = layer;
   node.inputs = {input};
-  return graph.add(std::move(node));
+  return node;
+}
+
+std::string unary(Graph& graph, GraphOp op, const std::string& layer, const std::string& input) {
+  return graph.add(node_of(op, layer, input));
 }
 
 }  // namespace
 
 std::string Conv2d::trace(Graph& graph, const std::string& input) const {
-  GraphNode node;
-  node.op = GraphOp::kConv;
-  node.layer = name_;
-  node.inputs = {input};
+  GraphNode node = node_of(GraphOp::kConv, name_, input);
   node.kernel = spec_.kernel;
   node.stride = spec_.stride;
   node.padding = spec_.padding;
@@ -38,10 +39,7 @@ std::string Conv2d::trace(Graph& graph, const std::string& input) const {
 }
 
 std::string BatchNorm2d::trace(Graph& graph, const std::string& input) const {
-  GraphNode node;
-  node.op = GraphOp::kBatchNorm;
-  node.layer = name_;
-  node.inputs = {input};
+  GraphNode node = node_of(GraphOp::kBatchNorm, name_, input);
   node.eps = eps_;
   const std::string out = graph.add(std::move(node));
   return fuse_relu_ ? unary(graph, GraphOp::kRelu, name_, out) : out;
@@ -52,12 +50,10 @@ std::string ReLU::trace(Graph& graph, const std::string& input) const {
 }
 
 std::string Pool2d::trace(Graph& graph, const std::string& input) const {
-  GraphNode node;
-  node.op = spec_.global                            ? GraphOp::kGlobalAvgPool
-            : spec_.kind == backend::PoolKind::kMax ? GraphOp::kMaxPool
-                                                    : GraphOp::kAvgPool;
-  node.layer = name_;
-  node.inputs = {input};
+  const GraphOp op = spec_.global                            ? GraphOp::kGlobalAvgPool
+                     : spec_.kind == backend::PoolKind::kMax ? GraphOp::kMaxPool
+                                                             : GraphOp::kAvgPool;
+  GraphNode node = node_of(op, name_, input);
   node.kernel = spec_.kernel;
   node.stride = spec_.stride;
   node.padding = spec_.padding;
@@ -69,10 +65,7 @@ std::string Flatten::trace(Graph& graph, const std::string& input) const {
 }
 
 std::string Linear::trace(Graph& graph, const std::string& input) const {
-  GraphNode node;
-  node.op = GraphOp::kLinear;
-  node.layer = name_;
-  node.inputs = {input};
+  GraphNode node = node_of(GraphOp::kLinear, name_, input);
   node.bias = spec_.bias;
   return graph.add(std::move(node));
 }
@@ -90,10 +83,8 @@ std::string BasicBlock::trace(Graph& graph, const std::string& input) const {
   main = bn2_.trace(graph, main);
   std::string shortcut = input;
   if (down_conv_) shortcut = down_bn_->trace(graph, down_conv_->trace(graph, input));
-  GraphNode add;
-  add.op = GraphOp::kAdd;
-  add.layer = name_;
-  add.inputs = {main, shortcut};
+  GraphNode add = node_of(GraphOp::kAdd, name_, main);
+  add.inputs.push_back(shortcut);
   return unary(graph, GraphOp::kRelu, name_, graph.add(std::move(add)));
 }
 
