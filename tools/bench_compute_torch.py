@@ -136,6 +136,9 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16", "tf32"], default="fp32")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--inference", action="store_true",
+                   help="time prediction: eval mode under torch.inference_mode, softmax "
+                        "probabilities copied to the host each batch (ringtrain predict's step)")
     a = p.parse_args()
     check_device(a.device, a.precision)
     set_tf32(a.device, a.precision)
@@ -151,7 +154,7 @@ def main():
     x = torch.randn(a.batch, c, h, w).to(a.device, memory_format=torch.channels_last)
     y = torch.randint(0, a.classes, (a.batch,)).to(a.device)
     loss_fn = nn.CrossEntropyLoss()
-    model.train()
+    model.train(not a.inference)
     if a.compile:
         model = torch.compile(model)
 
@@ -162,7 +165,15 @@ def main():
         if cuda:
             torch.cuda.synchronize()
 
+    def predict():
+        with torch.inference_mode(), torch.autocast(a.device, dtype=dtype, enabled=autocast):
+            probabilities = torch.softmax(model(x).float(), 1)
+        return probabilities.cpu()
+
     def step():
+        if a.inference:
+            predict()
+            return
         opt.zero_grad(set_to_none=True)
         with torch.autocast(a.device, dtype=dtype, enabled=autocast):
             loss = loss_fn(model(x), y)
@@ -187,6 +198,7 @@ def main():
     print(json.dumps({"tool": "pytorch-compile" if a.compile else "pytorch", "device": a.device,
                       "gpu": gpu, "gpu_peak_mib": peak_mib,
                       "model": a.model, "batch": a.batch,
+                      "mode": "inference" if a.inference else "train",
                       "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),
                       "windows": [round(r, 3) for r in rates],
