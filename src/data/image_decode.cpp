@@ -40,15 +40,23 @@ Format format_of(const std::string& path) {
   return Format::kUnknown;
 }
 
+void require_known_extension(const std::string& path) {
+  RT_REQUIRE_INPUT(format_of(path) != Format::kUnknown, path, ": unknown image extension '",
+                   std::filesystem::path(path).extension().string(),
+                   "' (expected .png, .jpg, .jpeg, .tif or .tiff)");
+}
+
 // Opens path for reading; an unopenable or 0-byte file is an InputError naming it.
 std::FILE* open_nonempty(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   RT_REQUIRE_INPUT(f, path, ": cannot open (", std::strerror(errno), ")");
   const bool empty = std::fgetc(f) == EOF;
   if (empty || std::fseek(f, 0, SEEK_SET) != 0) {
+    const bool failed = std::ferror(f) || !empty;  // a folder, an I/O error: not "empty"
+    const int why = errno;
     std::fclose(f);
-    RT_REQUIRE_INPUT(!empty, path, ": empty file (0 bytes)");
-    throw InputError(str(path, ": cannot read (", std::strerror(errno), ")"));
+    RT_REQUIRE_INPUT(failed, path, ": empty file (0 bytes)");
+    throw InputError(str(path, ": cannot read (", std::strerror(why), ")"));
   }
   return f;
 }
@@ -308,7 +316,13 @@ bool is_image_extension(const std::string& path) {
   return format_of(path) != Format::kUnknown;
 }
 
+void check_image_file(const std::string& path) {
+  require_known_extension(path);
+  std::fclose(open_nonempty(path));
+}
+
 Image decode_image(const std::string& path) {
+  require_known_extension(path);
   switch (format_of(path)) {
     case Format::kPng:
       return decode_png(path);
@@ -319,9 +333,7 @@ Image decode_image(const std::string& path) {
     case Format::kUnknown:
       break;
   }
-  throw InputError(str(path, ": unknown image extension '",
-                       std::filesystem::path(path).extension().string(),
-                       "' (expected .png, .jpg, .jpeg, .tif or .tiff)"));
+  throw Error(str(path, ": no decoder"));  // unreachable: the extension was checked
 }
 
 }  // namespace ringtrain::data

@@ -1,7 +1,8 @@
 // image_decode.hpp — PNG, JPEG and TIFF files into pixels (libpng, libjpeg-turbo, libtiff), and
 // pixels into a model's input (channels, 8 bit, resize and centre crop, planar CHW).
 //
-// defines: Image, is_image_extension(), decode_image(), fit_image(), FitPlan, plan_fit()
+// defines: Image, is_image_extension(), check_image_file(), decode_image(), fit_image(), FitPlan,
+//          plan_fit()
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,10 @@ struct Image {
 
 // True when path ends in .png .jpg .jpeg .tif or .tiff (any case).
 bool is_image_extension(const std::string& path);
+
+// The checks decode_image makes before decoding, without decoding: a known extension, a file
+// that opens and is not empty. Throws the same InputError as decode_image.
+void check_image_file(const std::string& path);
 
 // Decodes by extension. Throws ringtrain::InputError with one line naming the file: an unknown
 // extension, a file that cannot be opened, an empty (0-byte) file, a corrupt or truncated
