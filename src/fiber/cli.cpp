@@ -50,6 +50,10 @@ po::options_description describe(DatasetOptions& o, std::string& seed, std::stri
        "fraction of --count in the test split")
       ("png-grid", po::value(&o.png_grid)->value_name("FILE"),
        "also write a PNG contact sheet: 6 train images per class with class and PASS/FAIL")
+      ("png-dir", po::value(&o.png_dir)->value_name("DIR"),
+       "also write every image as an 8-bit grey PNG, DIR/<split>/<class>/<index>.png (torchvision's "
+       "ImageFolder layout), and DIR/<split>/labels.csv (path,label,multi_hot,pass,zone_pass) for "
+       "rt-shard images")
       ("threads", po::value(&o.threads)->value_name("T"),
        "rendering threads (default: the cores this process may use); output does not change");
   // clang-format on
@@ -96,6 +100,7 @@ int run_fibergen(int argc, const char* const argv[], std::ostream& out, std::ost
                options.size, "x", options.size, ", ", fiber_choice_name(options.fiber), ", seed ",
                options.seed, "), train mean ", s.mean, " std ", s.std, ", ", s.seconds, " s\n");
     if (!options.png_grid.empty()) out << "rt-fibergen: contact sheet " << options.png_grid << "\n";
+    if (!options.png_dir.empty()) out << "rt-fibergen: PNG folders in " << options.png_dir << "\n";
     return kExitOk;
   } catch (const Stopped& e) {
     err << "rt-fibergen: " << e.what() << "\n";

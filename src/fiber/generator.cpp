@@ -22,6 +22,7 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/fiber/png_folder.hpp"
 #include "ringtrain/fiber/png_grid.hpp"
 #include "ringtrain/io/h5.hpp"
 
@@ -278,6 +279,8 @@ class DatasetRun {
 
   void write_split(const SplitPlan& split, std::ostream* progress) {
     const Stopwatch clock;
+    std::unique_ptr<PngFolder> pngs;
+    if (!o_.png_dir.empty()) pngs = std::make_unique<PngFolder>(o_.png_dir, split.name);
     for (int s = 0; s < o_.shards; ++s) {
       const int64_t begin = shard_begin(split.samples, s, o_.shards);
       const int64_t end = shard_begin(split.samples, s + 1, o_.shards);
@@ -291,10 +294,13 @@ class DatasetRun {
         const int64_t n = std::min(kBlockImages, end - row);
         std::vector<Sample> block = render_range(o_.seed, split.id, row, n, render_, threads_);
         write_block(writers_.back(), row - begin, block, o_.size);
+        for (size_t i = 0; pngs && i < block.size(); ++i)
+          pngs->add(row + int64_t(i), block[i], o_.size);
         if (split.id == 0) keep_train(block);
       }
       writers_.back().close_datasets();  // frees their chunk caches; the file waits for its stats
     }
+    if (pngs) pngs->finish();
     if (progress)
       *progress << str("  ", split.name, ": ", split.samples, " images in ", o_.shards,
                        " shard(s), ", clock.seconds(), " s\n")
@@ -358,6 +364,7 @@ DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* pro
   require_disk_space(options);
   h5::require_writable_dir(options.output_dir, "--output");
   if (!options.png_grid.empty()) require_png_dir(options.png_grid);
+  if (!options.png_dir.empty()) h5::require_writable_dir(options.png_dir, "--png-dir");
   remove_stale_temp_files(options.output_dir);
 
   const Stopwatch clock;
