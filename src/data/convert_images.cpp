@@ -27,8 +27,8 @@ namespace {
 
 const char* const kSplitNames[3] = {"train", "val", "test"};
 constexpr size_t kWindowBytes = 64u << 20;  // fitted pixels held per window
-constexpr int64_t kProgressImages = 1000;   // progress shows past this many images ...
-constexpr double kProgressSeconds = 2.0;    // ... or this long
+constexpr int64_t kProgressImages = 1000;   // progress shows for a pass of this many images ...
+constexpr double kProgressSeconds = 2.0;    // ... or once a pass has run this long
 
 // Progress on stderr: a \r line on a terminal, else one line per 10%; silent for short runs.
 class Progress {
@@ -36,7 +36,7 @@ class Progress {
   Progress(std::ostream& err, const char* what, int64_t total)
       : err_(err), what_(what), total_(total), tty_(isatty(STDERR_FILENO)) {}
   void update(int64_t done) {
-    if (!shown_ && done < kProgressImages && clock_.seconds() < kProgressSeconds) return;
+    if (!shown_ && total_ < kProgressImages && clock_.seconds() < kProgressSeconds) return;
     shown_ = true;
     const int tenth = int(10 * done / std::max<int64_t>(total_, 1));
     if (tty_ ? clock_.seconds() - last_ < 0.2 && done < total_ : tenth == tenth_) return;
@@ -52,7 +52,7 @@ class Progress {
   const char* what_;
   int64_t total_;
   bool tty_, shown_ = false;
-  int tenth_ = -1;
+  int tenth_ = 0;  // the first line at 10%
   double last_ = -1;
   Stopwatch clock_;
 };
@@ -166,9 +166,12 @@ void Converter::list() {
   plan_.fiber_columns = listing.fiber_columns;
 }
 
+// Images decoded per step: at most kWindowBytes of fitted pixels, and a twentieth of the
+// dataset, so that progress moves in steps of 5% or less; at least one per thread.
 size_t Converter::window_items() const {
   const size_t bytes = size_t(std::max(plan_.channels, 1)) * plan_.side_w * plan_.side_h;
-  return std::clamp<size_t>(kWindowBytes / std::max<size_t>(bytes, 1), size_t(threads_), 4096);
+  const size_t most = std::min(kWindowBytes / std::max<size_t>(bytes, 1), plan_.items.size() / 20);
+  return std::max(most, size_t(threads_));
 }
 
 Reference Converter::find_reference() {

@@ -12,6 +12,18 @@ e2e_workdir shard-images
 "$BIN/rt-fibergen" --output "$work/fib" --count 300 --seed 5 --val-fraction 0 --test-fraction 0 \
   --png-dir "$work/png" >/dev/null
 [ -s "$work/png/train/labels.csv" ] || fail "rt-fibergen --png-dir wrote no labels.csv"
+# --png-dir keeps the generator deterministic: the same PNG bytes on 1 thread, and the same
+# shard datasets as a run without it.
+"$BIN/rt-fibergen" --output "$work/fib1" --count 300 --seed 5 --val-fraction 0 --test-fraction 0 \
+  --png-dir "$work/png1" --threads 1 >/dev/null
+diff -r "$work/png" "$work/png1" >/dev/null || fail "--png-dir wrote other bytes on 1 thread"
+"$BIN/rt-fibergen" --output "$work/fib0" --count 300 --seed 5 --val-fraction 0 --test-fraction 0 >/dev/null
+"$PYTHON" - "$work/fib/train-00000-of-00001.h5" "$work/fib0/train-00000-of-00001.h5" <<'PY' ||
+import sys, h5py
+a, b = (h5py.File(p, "r") for p in sys.argv[1:])
+assert sorted(a) == sorted(b) and all((a[k][()] == b[k][()]).all() for k in a), "datasets differ"
+PY
+  fail "--png-dir changed the shards"
 
 # check_shards OUT MODE VAL TEST: OUT's shards hold exactly the generator's 300 images, each with
 # its labels, split per class as documented, rows in path order, mean/std of the train split.
@@ -166,10 +178,15 @@ mkdir -p bin && ln -s "$OLDPWD/$BIN"/* bin/ && ln -s "$OLDPWD/inputs" inputs
 sed -n '/^## Your own images/,/^## /p' "$OLDPWD/README.md" | sed -n '/^```sh/,/^```/p' |
   grep '^bin/\|^mpirun' | head -3 >walk.sh
 [ "$(wc -l <walk.sh)" = 3 ] || fail "README: no three commands in 'Your own images': $(cat walk.sh)"
-sed -i 's/--count [0-9]*/--count 600/; s/^mpirun -np 2/rt_mpirun 2/; s/$/ /; /ringtrain --deck/s/ $/ --train.epochs=1 --train.log_interval=1000/' walk.sh
+sed -i 's/--count [0-9]*/--count 1250/; s/^mpirun -np 2/rt_mpirun 2/; s/$/ /; /ringtrain --deck/s/ $/ --train.epochs=1 --train.log_interval=1000/' walk.sh
 cat walk.sh
 source ./walk.sh >walk.log 2>&1 || { cat walk.log; fail "the README walk"; }
 ls data/*/train-00000-of-00001.h5 >/dev/null || fail "the walk wrote no shards"
+# 1000 train PNGs: progress on stderr (not a terminal here), a line per 10% in each pass.
+for pass in checked wrote; do
+  [ "$(grep -c "^rt-shard: $pass [0-9]*/1000 images ([0-9]*0%)$" walk.log)" = 10 ] ||
+    fail "progress: $(grep "^rt-shard: $pass" walk.log)"
+done
 ckpt=$(ls output/*.ckpt.h5 | head -1)
 [ -n "$ckpt" ] || fail "the walk's training wrote no checkpoint"
 results=${ckpt%.ckpt.h5}.h5
