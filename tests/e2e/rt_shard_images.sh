@@ -157,6 +157,15 @@ expect_bad sizes \
 "$BIN/rt-shard" images --input "$in" --output "$work/sized" --size 64 --val-fraction 0 \
   --test-fraction 0 >/dev/null || fail "--size 64 did not take the mixed sizes"
 
+# A failed run into a folder of earlier shards leaves them as they were, and nothing else.
+listing() { (cd "$1" && ls -A && md5sum -- *); }
+before=$(listing "$work/folder")
+case_dir existing; head -c 100 "$base/a/a1.png" >"$in/a/a1.png"
+status=0
+"$BIN/rt-shard" images --input "$in" --output "$work/folder" --shards 1 2>/dev/null || status=$?
+[ "$status" = 2 ] || fail "a corrupt image into an existing folder: exit $status"
+[ "$(listing "$work/folder")" = "$before" ] || fail "a failed run changed $work/folder"
+
 # --skip-bad: every defect at once is left out, listed and counted; the rest is written.
 case_dir skip
 head -c 100 "$base/a/a1.png" >"$in/a/a1.png"
