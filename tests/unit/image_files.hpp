@@ -6,6 +6,7 @@
 #include <png.h>
 #include <tiffio.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,59 @@ inline void write_png_file(const std::string& path, const TestImage& im) {
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
   std::fclose(f);
+}
+
+// Packed PNG samples written from one byte each (png_set_packing): a palette image (indices
+// into `palette`, RGB triples) or grey of 1, 2 or 4 bits.
+inline void write_png_packed(const std::string& path, int width, int height, int depth,
+                             const std::vector<uint8_t>& values,
+                             const std::vector<png_color>& palette) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot create " + path);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  if (setjmp(png_jmpbuf(png))) throw std::runtime_error("libpng failed on " + path);
+  png_init_io(png, f);
+  png_set_IHDR(png, info, png_uint_32(width), png_uint_32(height), depth,
+               palette.empty() ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_PALETTE, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  if (!palette.empty()) png_set_PLTE(png, info, palette.data(), int(palette.size()));
+  png_write_info(png, info);
+  png_set_packing(png);
+  std::vector<uint8_t> row(static_cast<size_t>(width));
+  for (int y = 0; y < height; ++y) {
+    std::copy(values.begin() + y * width, values.begin() + (y + 1) * width, row.begin());
+    png_write_row(png, row.data());
+  }
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(f);
+}
+
+// A grey 8-bit TIFF in 16 x 16 tiles: libtiff's RGBA reader, not the scanline path.
+inline void write_tiled_tiff(const std::string& path, int width, int height,
+                             const std::vector<uint8_t>& grey) {
+  TIFF* t = TIFFOpen(path.c_str(), "w");
+  if (!t) throw std::runtime_error("cannot create " + path);
+  TIFFSetField(t, TIFFTAG_IMAGEWIDTH, uint32_t(width));
+  TIFFSetField(t, TIFFTAG_IMAGELENGTH, uint32_t(height));
+  TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, uint16_t(1));
+  TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, uint16_t(8));
+  TIFFSetField(t, TIFFTAG_PHOTOMETRIC, uint16_t(PHOTOMETRIC_MINISBLACK));
+  TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+  TIFFSetField(t, TIFFTAG_TILEWIDTH, uint32_t(16));
+  TIFFSetField(t, TIFFTAG_TILELENGTH, uint32_t(16));
+  std::vector<uint8_t> tile(16 * 16);
+  for (int ty = 0; ty < height; ty += 16)
+    for (int tx = 0; tx < width; tx += 16) {
+      for (int y = 0; y < 16; ++y)
+        for (int x = 0; x < 16; ++x)
+          tile[size_t(y * 16 + x)] =
+              ty + y < height && tx + x < width ? grey[size_t((ty + y) * width + tx + x)] : 0;
+      if (TIFFWriteTile(t, tile.data(), uint32_t(tx), uint32_t(ty), 0, 0) < 0)
+        throw std::runtime_error("tiff tile " + path);
+    }
+  TIFFClose(t);
 }
 
 inline void write_jpeg_file(const std::string& path, const TestImage& im, int quality) {

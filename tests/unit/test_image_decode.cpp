@@ -110,6 +110,24 @@ BOOST_AUTO_TEST_CASE(tiff_grey_8bit_rgb_16bit_exact_min_is_white_inverted) {
   check_exact(decode_image(dir + "/w.tif"), inverted, 1);
 }
 
+// A palette becomes RGB, 2-bit grey is widened to 8 bit (0, 85, 170, 255), tiles read exactly.
+BOOST_AUTO_TEST_CASE(palette_low_bit_grey_and_tiled_tiff) {
+  const std::string dir = rt_test::temp_dir("png-packed");
+  const std::vector<png_color> palette{{10, 20, 30}, {200, 100, 0}, {7, 8, 9}};
+  rt_test::write_png_packed(dir + "/p.png", 3, 2, 8, {0, 1, 2, 2, 1, 0}, palette);
+  const TestImage rgb{
+      3, 2, 3, 8, {10, 20, 30, 200, 100, 0, 7, 8, 9, 7, 8, 9, 200, 100, 0, 10, 20, 30}};
+  check_exact(decode_image(dir + "/p.png"), rgb, 3);
+  rt_test::write_png_packed(dir + "/g.png", 4, 1, 2, {0, 1, 2, 3}, {});
+  check_exact(decode_image(dir + "/g.png"), TestImage{4, 1, 1, 8, {0, 85, 170, 255}}, 1);
+  std::vector<uint8_t> grey;
+  TestImage want{20, 18, 1, 8, {}};
+  for (int i = 0; i < 20 * 18; ++i) grey.push_back(uint8_t(i * 7 % 256));
+  want.pixels.assign(grey.begin(), grey.end());
+  rt_test::write_tiled_tiff(dir + "/t.tif", 20, 18, grey);
+  check_exact(decode_image(dir + "/t.tif"), want, 1);
+}
+
 BOOST_AUTO_TEST_CASE(bad_files_one_line_naming_the_file) {
   const std::string dir = rt_test::temp_dir("decode-bad");
   rt_test::write_bytes(dir + "/empty.png", "");
