@@ -1,11 +1,16 @@
 // test_convert_images.cpp — rt-shard images before any pixel: the stratified split's exact
 // counts and determinism, the label CSV's one-line errors, and the class list.
 #include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "image_files.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert_images.hpp"
+#include "ringtrain/data/image_decode.hpp"
+#include "ringtrain/io/h5.hpp"
 #include "temp_dir.hpp"
 
 using namespace ringtrain;
@@ -120,6 +125,60 @@ BOOST_AUTO_TEST_CASE(classes_sorted_or_given_and_labels_checked) {
   BOOST_TEST(listing.items.size() == 2u);
   BOOST_TEST(skipped.size() == 1u);
   BOOST_TEST(listing.items[1].class_index == 0);  // c.png, dog
+}
+
+// PNG, TIFF and JPEG of different sizes, grey and RGB, 8 and 16 bit, in one ImageFolder with
+// --size 8 --channels 3: one shard whose rows (in path order) are fit_image's output for each
+// file, with the labels, the shape and the per-channel mean/std of those rows.
+BOOST_AUTO_TEST_CASE(mixed_formats_resized_to_rgb_rows_in_path_order) {
+  const std::string dir = rt_test::temp_dir("images-mixed");
+  std::filesystem::create_directories(dir + "/in/cat");
+  std::filesystem::create_directories(dir + "/in/dog");
+  auto pattern = [](int w, int h, int c, int depth) {
+    rt_test::TestImage im{w, h, c, depth, {}};
+    for (int i = 0; i < w * h * c; ++i)
+      im.pixels.push_back(uint16_t(depth == 8 ? (i * 29 + 3) % 256 : (i * 7919 + 11) % 65536));
+    return im;
+  };
+  rt_test::write_png_file(dir + "/in/cat/x.png", pattern(16, 8, 3, 8));
+  rt_test::write_tiff_file(dir + "/in/cat/y.tif", pattern(8, 8, 3, 16), PHOTOMETRIC_RGB);
+  rt_test::write_png_file(dir + "/in/dog/w.png", pattern(8, 8, 1, 8));
+  rt_test::write_jpeg_file(dir + "/in/dog/z.jpg", pattern(8, 16, 1, 8), 90);
+  shard::ImagesOptions o;
+  o.input_dir = dir + "/in";
+  o.output_dir = dir + "/out";
+  o.size = 8;
+  o.channels = 3;
+  o.val_fraction = o.test_fraction = 0;
+  std::ostringstream out, err;
+  const auto files = shard::convert_images(o, out, err);
+  BOOST_TEST_REQUIRE(files.size() == 1u);
+  std::vector<uint8_t> want;
+  for (const char* name : {"cat/x.png", "cat/y.tif", "dog/w.png", "dog/z.jpg"}) {
+    const auto rows = data::fit_image(data::decode_image(dir + "/in/" + name), 3, 8);
+    want.insert(want.end(), rows.begin(), rows.end());
+  }
+  h5::File f = h5::File::open_read(files[0]);
+  const h5::Dataset images = f.root().open_dataset("images");
+  BOOST_TEST((images.dims() == h5::Dims{4, 3, 8, 8}));
+  BOOST_TEST(images.read_all<uint8_t>() == want, boost::test_tools::per_element());
+  const std::vector<int32_t> labels{0, 0, 1, 1};
+  BOOST_TEST(f.root().open_dataset("labels").read_all<int32_t>() == labels,
+             boost::test_tools::per_element());
+  const auto mean = f.root().attr_vector<float>("mean"), std = f.root().attr_vector<float>("std");
+  BOOST_TEST_REQUIRE(mean.size() == 3u);
+  for (size_t c = 0; c < 3; ++c) {
+    double s = 0, q = 0;
+    for (size_t r = 0; r < 4; ++r)
+      for (size_t i = 0; i < 64; ++i) {
+        const double v = want[(r * 3 + c) * 64 + i];
+        s += v, q += v * v;
+      }
+    const double m = s / 256;
+    BOOST_TEST(mean[c] == m / 255, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(std[c] == std::sqrt(q / 256 - m * m) / 255, boost::test_tools::tolerance(1e-5));
+  }
+  BOOST_TEST(err.str() == "");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
