@@ -17,6 +17,10 @@ e2e_workdir shard-images
 "$BIN/rt-fibergen" --output "$work/fib1" --count 300 --seed 5 --val-fraction 0 --test-fraction 0 \
   --png-dir "$work/png1" --threads 1 >/dev/null
 diff -r "$work/png" "$work/png1" >/dev/null || fail "--png-dir wrote other bytes on 1 thread"
+# Without --output, the same PNGs and no shard.
+"$BIN/rt-fibergen" --count 300 --seed 5 --val-fraction 0 --test-fraction 0 --png-dir "$work/png2" >/dev/null
+diff -r "$work/png" "$work/png2" >/dev/null || fail "--png-dir alone wrote other PNGs"
+[ -z "$(find "$work/png2" -name '*.h5')" ] || fail "--png-dir alone wrote shards"
 "$BIN/rt-fibergen" --output "$work/fib0" --count 300 --seed 5 --val-fraction 0 --test-fraction 0 >/dev/null
 "$PYTHON" - "$work/fib/train-00000-of-00001.h5" "$work/fib0/train-00000-of-00001.h5" <<'PY' ||
 import sys, h5py
