@@ -2,12 +2,15 @@
 // statistics), then decode again a window at a time and write the shards, all-or-nothing.
 #include "ringtrain/data/convert_images.hpp"
 
+#include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <ostream>
@@ -189,7 +192,7 @@ Reference Converter::find_reference() {
     if (!f.input_error) throw Error(f.error);
     bad(f.error);
   }
-  throw InputError(str("no readable image among the ", plan_.skipped.size(), " listed"));
+  throw InputError(str("no usable image: all ", plan_.skipped.size(), " listed were bad"));
 }
 
 void Converter::check_all(const Reference& ref) {
@@ -391,6 +394,15 @@ void remove_other_shards(const std::string& dir, const std::vector<std::string>&
   }
 }
 
+// Makes the renames into dir durable (a crash after we report success keeps the files).
+void sync_folder(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  const bool ok = fd >= 0 && fsync(fd) == 0;
+  const int why = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) throw Error(str(dir, ": cannot sync the folder (", std::strerror(why), ")"));
+}
+
 std::vector<std::string> Converter::write_all() {
   StagingFolder staging(o_.output_dir);
   Progress progress(progress_, "wrote", int64_t(plan_.items.size()));
@@ -406,6 +418,7 @@ std::vector<std::string> Converter::write_all() {
     for (size_t i = 0; i + 1 < paths.size(); ++i) std::remove(paths[i].c_str());
     throw Error(str(paths.back(), ": cannot move into place (", ec.message(), ")"));
   }
+  sync_folder(o_.output_dir);
   remove_other_shards(o_.output_dir, names);
   return paths;
 }
@@ -414,12 +427,17 @@ void Converter::report(double check_s, double write_s) const {
   for (const std::string& line : plan_.skipped) progress_ << "rt-shard: skipped " << line << "\n";
   if (o_.skip_bad) progress_ << "rt-shard: skipped " << plan_.skipped.size() << " bad images\n";
   const double n = double(plan_.items.size());
+  auto seconds = [](double s) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f s", s);
+    return std::string(text);
+  };
   out_ << str("rt-shard: images: train ", plan_.splits[0].size(), ", val ", plan_.splits[1].size(),
               ", test ", plan_.splits[2].size(), "; ", plan_.class_names.size(), " classes; ",
               plan_.channels, "x", plan_.side_h, "x", plan_.side_w, "; skipped ",
-              plan_.skipped.size(), "; ", threads_, " threads: checked in ", check_s, " s (",
-              std::lround(n / std::max(check_s, 1e-9)), " images/s), wrote in ", write_s, " s (",
-              std::lround(n / std::max(write_s, 1e-9)), " images/s)\n");
+              plan_.skipped.size(), "; ", threads_, " threads: checked in ", seconds(check_s), " (",
+              std::lround(n / std::max(check_s, 1e-9)), " images/s), wrote in ", seconds(write_s),
+              " (", std::lround(n / std::max(write_s, 1e-9)), " images/s)\n");
 }
 
 std::vector<std::string> Converter::run() {
