@@ -200,6 +200,17 @@ for pass in checked wrote; do
   [ "$(grep -c "^rt-shard: $pass [0-9]*/1000 images ([0-9]*0%)$" walk.log)" = 10 ] ||
     fail "progress: $(grep "^rt-shard: $pass" walk.log)"
 done
+# On a terminal (script(1) gives one): \r lines, a newline only after each pass's 100%.
+if command -v script >/dev/null; then
+  script -qec "bin/rt-shard images --input data/fiber-png/train --output data/tty >/dev/null" /dev/null >tty.log
+  "$PYTHON" - tty.log <<'PY' || fail "terminal progress: $(od -c tty.log | head -5)"
+import sys
+s = open(sys.argv[1], newline="").read().replace("\r\n", "\n")  # the terminal's ONLCR
+for p in ["checked", "wrote"]:
+    assert f"\rrt-shard: {p} 1000/1000 images (100%)\n" in s, p
+assert s.count("\n") == 2 and s.count("\r") >= 2, repr(s)
+PY
+fi
 ckpt=$(ls output/*.ckpt.h5 | head -1)
 [ -n "$ckpt" ] || fail "the walk's training wrote no checkpoint"
 results=${ckpt%.ckpt.h5}.h5
