@@ -141,6 +141,7 @@ class Converter {
   Reference find_reference();
   void check_all(const Reference& ref);
   void split_and_stats(const std::vector<ChannelSums>& sums);
+  void require_split_sizes(const std::vector<int>& split) const;
   void bad(const std::string& line);
   size_t window_items() const;
   std::string write_shard(const std::string& staging, int split, int shard, Progress& progress);
@@ -230,6 +231,18 @@ void Converter::check_all(const Reference& ref) {
   split_and_stats(kept_sums);
 }
 
+// A train split, and every split that is not empty at least one image per shard.
+void Converter::require_split_sizes(const std::vector<int>& split) const {
+  size_t count[3] = {0, 0, 0};
+  for (int s : split) ++count[s];
+  RT_REQUIRE_INPUT(count[0] > 0, "--val-fraction ", o_.val_fraction, " and --test-fraction ",
+                   o_.test_fraction, " leave no training images");
+  for (int s = 0; s < 3; ++s)
+    RT_REQUIRE_INPUT(count[s] == 0 || count[s] >= size_t(o_.shards), "--shards ", o_.shards,
+                     ": the ", kSplitNames[s], " split has only ", count[s],
+                     " images (every shard needs one)");
+}
+
 // Mean and (population) std per channel over the train split, in pixel/255 units.
 void Converter::split_and_stats(const std::vector<ChannelSums>& sums) {
   const std::vector<int> split = stratified_split(plan_.items, int(plan_.class_names.size()),
@@ -243,12 +256,7 @@ void Converter::split_and_stats(const std::vector<ChannelSums>& sums) {
       train.sum_sq[c] += sums[i].sum_sq[c];
     }
   }
-  RT_REQUIRE_INPUT(!plan_.splits[0].empty(), "--val-fraction ", o_.val_fraction,
-                   " and --test-fraction ", o_.test_fraction, " leave no training images");
-  for (int s = 0; s < 3; ++s)
-    RT_REQUIRE_INPUT(plan_.splits[s].empty() || plan_.splits[s].size() >= size_t(o_.shards),
-                     "--shards ", o_.shards, ": the ", kSplitNames[s], " split has only ",
-                     plan_.splits[s].size(), " images (every shard needs one)");
+  require_split_sizes(split);
   const double count = double(plan_.splits[0].size()) * plan_.side_w * plan_.side_h;
   for (size_t c = 0; c < size_t(plan_.channels); ++c) {
     const double m = double(train.sum[c]) / count;
@@ -444,6 +452,11 @@ std::vector<std::string> Converter::run() {
   OutputDirectory output(o_.output_dir, "--output");
   const Stopwatch clock;
   list();
+  // Without --skip-bad the listed images are the ones written (any bad one stops the run), so
+  // the split's sizes are known before anything is decoded.
+  if (!o_.skip_bad)
+    require_split_sizes(stratified_split(plan_.items, int(plan_.class_names.size()),
+                                         o_.val_fraction, o_.test_fraction, o_.seed));
   check_all(find_reference());
   const double check_s = clock.seconds();
   std::vector<std::string> files = write_all();

@@ -161,6 +161,9 @@ expect_bad sizes \
 "$BIN/rt-shard" images --input "$in" --output "$work/sized" --size 64 --val-fraction 0 \
   --test-fraction 0 >/dev/null || fail "--size 64 did not take the mixed sizes"
 
+expect_bad shards "rt-shard: --shards 9: the train split has only 8 images (every shard needs one)" \
+  --input "$base" --shards 9 --val-fraction 0 --test-fraction 0
+
 # A failed run into a folder of earlier shards leaves them as they were, and nothing else.
 listing() { (cd "$1" && ls -A && md5sum -- *); }
 before=$(listing "$work/folder")
