@@ -82,7 +82,7 @@ OPT_FLAGS := $(if $(filter 1,$(DEBUG)),-O0 -g -fno-omit-frame-pointer,-O3 -g1 -D
 CXXFLAGS  ?=
 CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -pthread $(OPT_FLAGS) -MMD -MP -DOMPI_SKIP_MPICXX \
              -Iinclude -I$(BUILD)/include $(HDF5_CFLAGS) $(ROOT_CFLAGS)
-LDLIBS    += $(BUNDLE_RPATH) $(HDF5_LIBS) $(ROOT_LIBS) -ldnnl -lboost_program_options -lz -lpng \
+LDLIBS    += $(BUNDLE_RPATH) $(HDF5_LIBS) $(ROOT_LIBS) -ldnnl -lboost_program_options -lz -lpng -ljpeg -ltiff \
              -fopenmp -pthread
 
 ifeq ($(HAVE_CUDA),1)

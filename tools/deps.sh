@@ -20,6 +20,8 @@ build_pkgs=(
   "libdnnl-dev:oneDNN:onednn"
   "zlib1g-dev:zlib:-"
   "libpng-dev:libpng:libpng"
+  "libjpeg62-turbo-dev:libjpeg-turbo:libjpeg-turbo"
+  "libtiff-dev:libtiff:libtiff"
   "python3-h5py:h5py:python"
   "python3-matplotlib:matplotlib:python"
   "python3-numpy:numpy:python"

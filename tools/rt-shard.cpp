@@ -1,14 +1,18 @@
-// rt-shard.cpp — converts CIFAR-10 binary batches and IDX files into ringtrain's shards.
+// rt-shard.cpp — converts CIFAR-10 binary batches, IDX files and folders of PNG/JPEG/TIFF images
+// into ringtrain's shards.
 //
 // Bad input: one line on stderr, exit code 2, no output file, and no output directory left
 // behind that this run created.
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/convert.hpp"
+#include "ringtrain/data/convert_images.hpp"
 
 namespace po = boost::program_options;
 using namespace ringtrain;
@@ -20,7 +24,37 @@ const char* kUsage =
     "       rt-shard idx --images F --labels F --output DIR [--split train|val|test]\n"
     "                [--shards N] [--val-count K] [--dataset NAME] [--class-names a,b,...]\n"
     "                [--mean M --std S]\n"
-    "       rt-shard fashion-mnist --output DIR [--input DIR] [--shards N] [--val-count K]\n";
+    "       rt-shard fashion-mnist --output DIR [--input DIR] [--shards N] [--val-count K]\n"
+    "       rt-shard images (--input DIR | --labels FILE.csv) --output DIR [--size PX] [...]\n"
+    "                (rt-shard images --help: every option)\n";
+
+const char* kImagesHelp =
+    "rt-shard images: your own PNG (8/16 bit), JPEG or TIFF images, grey or RGB, into shards\n"
+    "  rt-shard images --input DIR --output DIR [options]        DIR/<class>/<image> "
+    "(ImageFolder)\n"
+    "  rt-shard images --labels FILE.csv --output DIR [options]  a CSV of path,label\n"
+    "\n"
+    "The classes are the sorted folder names (or sorted distinct CSV labels), or --classes in its\n"
+    "order. The CSV's header is 'path,label' or 'path,label,multi_hot,pass,zone_pass' (paths\n"
+    "relative to the CSV's folder; multi_hot one 0/1 per class and zone_pass four (A to D),\n"
+    "'|'-separated, pass 0/1): with those columns the shards also get /multi_hot, /pass and\n"
+    "/zone_pass as rt-fibergen writes them. Plain CSV: no quoted fields, so no ',' in a path.\n"
+    "Names starting with '.' are ignored.\n"
+    "Each image becomes --channels (1: ITU-R BT.601 luma; 3: RGB, grey replicated), 8 bit\n"
+    "(16-bit scaled by 255/65535, rounded); with --size, resized so the shorter side is PX (area\n"
+    "average, a box filter, when shrinking; bilinear when enlarging) and centre-cropped to PX x "
+    "PX.\n"
+    "Without --size every image must have the first one's size.\n"
+    "Split: per class, the files sorted by path, shuffled by --seed; the first\n"
+    "round(n * test-fraction) go to test, the next round(n * val-fraction) to val, the rest to\n"
+    "train. mean/std (per channel, pixel/255) are over the train split, from a first pass that\n"
+    "decodes every image on all cores and checks it; a second pass decodes again, a window at a\n"
+    "time, and writes. Each shard is built in memory (--shards bounds its size) and all are "
+    "renamed\n"
+    "into place at the end. Bad input (unreadable, corrupt or 0-byte file, unknown extension, a\n"
+    "label not in the class list, mixed sizes without --size): one line naming the file, exit 2,\n"
+    "nothing written; with --skip-bad such files are left out, listed and counted on stderr.\n"
+    "Progress goes to stderr on runs past 1000 images or 2 s.\n";
 
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
@@ -86,6 +120,49 @@ std::vector<std::string> run_fashion_mnist(const std::vector<std::string>& args)
   return shard::convert_fashion_mnist(o);
 }
 
+uint64_t parse_seed(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
+  RT_REQUIRE_INPUT(!text.empty() && text[0] != '-' && *end == '\0' && errno == 0, "--seed ", text,
+                   ": must be an integer in [0, 2^64)");
+  return v;
+}
+
+std::vector<std::string> run_images(const std::vector<std::string>& args) {
+  shard::ImagesOptions o;
+  std::string classes, seed = "0";
+  po::options_description desc("options", 100, 50);
+  // clang-format off
+  desc.add_options()
+      ("help,h", "print this help and exit")
+      ("input", po::value(&o.input_dir)->value_name("DIR"), "one folder per class")
+      ("labels", po::value(&o.labels_csv)->value_name("FILE.csv"), "path,label[,multi_hot,pass,zone_pass]")
+      ("output", po::value(&o.output_dir)->value_name("DIR"), "shard directory (required)")
+      ("name", po::value(&o.dataset)->default_value(o.dataset)->value_name("NAME"), "the shards' dataset name")
+      ("classes", po::value(&classes)->value_name("a,b,c"), "the class list, in label order")
+      ("size", po::value(&o.size)->default_value(0)->value_name("PX"), "resize + centre crop to PX x PX (0: keep)")
+      ("channels", po::value(&o.channels)->value_name("C"), "1 (grey) or 3 (RGB); default: the first image's")
+      ("val-fraction", po::value(&o.val_fraction)->default_value(0.1, "0.1")->value_name("F"), "of each class to val")
+      ("test-fraction", po::value(&o.test_fraction)->default_value(0.1, "0.1")->value_name("F"), "of each class to test")
+      ("seed", po::value(&seed)->default_value("0")->value_name("S"), "the split's shuffle")
+      ("shards", po::value(&o.shards)->default_value(1)->value_name("N"), "shard files per split")
+      ("threads", po::value(&o.threads)->value_name("T"), "decoding threads (default: all cores)")
+      ("skip-bad", po::bool_switch(&o.skip_bad), "leave bad images out (listed and counted)");
+  // clang-format on
+  auto vm = parse(desc, args);
+  if (vm.count("help")) {
+    std::cout << kImagesHelp << "\n" << desc << "\n";
+    return {};
+  }
+  RT_REQUIRE_INPUT(vm.count("output"), "--output is required (the shard directory)");
+  if (vm.count("threads"))
+    RT_REQUIRE_INPUT(o.threads >= 1, "--threads ", o.threads, ": must be at least 1");
+  o.seed = parse_seed(seed);
+  if (!classes.empty()) o.classes = split_commas(classes);
+  return shard::convert_images(o, std::cout, std::cerr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,8 +181,11 @@ int main(int argc, char** argv) {
       written = run_idx(args);
     else if (command == "fashion-mnist")
       written = run_fashion_mnist(args);
+    else if (command == "images")
+      written = run_images(args);
     else
-      throw InputError(str("unknown command '", command, "' (use cifar10, idx or fashion-mnist)"));
+      throw InputError(
+          str("unknown command '", command, "' (use cifar10, idx, fashion-mnist or images)"));
     for (const auto& path : written) std::printf("wrote %s\n", path.c_str());
     return kExitOk;
   } catch (const po::error& e) {

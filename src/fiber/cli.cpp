@@ -35,7 +35,8 @@ po::options_description describe(DatasetOptions& o, std::string& seed, std::stri
   desc.add_options()
       ("help,h", "print this help and exit")
       ("output", po::value(&o.output_dir)->value_name("DIR"),
-       "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required)")
+       "directory for the shards <split>-<i>-of-<k>.h5 (created if missing; required unless "
+       "--png-dir is given, which then writes PNGs only)")
       ("count", po::value(&o.count)->value_name("N"), count_help.c_str())
       ("seed", po::value(&seed)->value_name("S"),
        "generator seed; image i of a split depends only on (seed, split, i) (required)")
@@ -50,6 +51,10 @@ po::options_description describe(DatasetOptions& o, std::string& seed, std::stri
        "fraction of --count in the test split")
       ("png-grid", po::value(&o.png_grid)->value_name("FILE"),
        "also write a PNG contact sheet: 6 train images per class with class and PASS/FAIL")
+      ("png-dir", po::value(&o.png_dir)->value_name("DIR"),
+       "also (or, without --output, only) write every image as an 8-bit grey PNG, DIR/<split>/<class>/<index>.png (torchvision's "
+       "ImageFolder layout), and DIR/<split>/labels.csv (path,label,multi_hot,pass,zone_pass) for "
+       "rt-shard images")
       ("threads", po::value(&o.threads)->value_name("T"),
        "rendering threads (default: the cores this process may use); output does not change");
   // clang-format on
@@ -72,7 +77,8 @@ DatasetOptions parse(int argc, const char* const argv[], std::ostream& out, bool
     out << desc << "\n";
     return o;
   }
-  RT_REQUIRE_INPUT(vm.count("output"), "--output is required (the directory for the shards)");
+  RT_REQUIRE_INPUT(vm.count("output") || vm.count("png-dir"),
+                   "--output is required (the directory for the shards)");
   RT_REQUIRE_INPUT(vm.count("count"), "--count is required (images over all splits)");
   RT_REQUIRE_INPUT(vm.count("seed"), "--seed is required (the generator seed)");
   o.seed = parse_seed(seed);
@@ -92,10 +98,12 @@ int run_fibergen(int argc, const char* const argv[], std::ostream& out, std::ost
     if (help) return kExitOk;
     options.stop_signal = StopSignals::stop_signal;  // 0 unless main has a StopSignals
     DatasetSummary s = generate_dataset(options, &out);
-    out << str("rt-fibergen: ", s.files.size(), " shard files in ", options.output_dir, " (",
+    out << str("rt-fibergen: ", s.files.size(), " shard files in ",
+               options.output_dir.empty() ? "(none: --png-dir only)" : options.output_dir, " (",
                options.size, "x", options.size, ", ", fiber_choice_name(options.fiber), ", seed ",
                options.seed, "), train mean ", s.mean, " std ", s.std, ", ", s.seconds, " s\n");
     if (!options.png_grid.empty()) out << "rt-fibergen: contact sheet " << options.png_grid << "\n";
+    if (!options.png_dir.empty()) out << "rt-fibergen: PNG folders in " << options.png_dir << "\n";
     return kExitOk;
   } catch (const Stopped& e) {
     err << "rt-fibergen: " << e.what() << "\n";

@@ -22,6 +22,7 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/fiber/png_folder.hpp"
 #include "ringtrain/fiber/png_grid.hpp"
 #include "ringtrain/io/h5.hpp"
 
@@ -210,7 +211,8 @@ std::vector<SplitPlan> plan_splits(const DatasetOptions& o) {
 }
 
 void validate(const DatasetOptions& o) {
-  RT_REQUIRE_INPUT(!o.output_dir.empty(), "--output: missing (the directory for the shards)");
+  RT_REQUIRE_INPUT(!o.output_dir.empty() || !o.png_dir.empty(),
+                   "--output: missing (the directory for the shards)");
   RT_REQUIRE_INPUT(o.count >= 1, "--count ", o.count, ": must be at least 1");
   RT_REQUIRE_INPUT(o.count <= kMaxCount, "--count ", o.count, ": must be at most ", kMaxCount,
                    " (write a larger set as several runs, each with its own --seed and --output)");
@@ -278,23 +280,28 @@ class DatasetRun {
 
   void write_split(const SplitPlan& split, std::ostream* progress) {
     const Stopwatch clock;
+    std::unique_ptr<PngFolder> pngs;
+    if (!o_.png_dir.empty()) pngs = std::make_unique<PngFolder>(o_.png_dir, split.name);
     for (int s = 0; s < o_.shards; ++s) {
       const int64_t begin = shard_begin(split.samples, s, o_.shards);
       const int64_t end = shard_begin(split.samples, s + 1, o_.shards);
       const std::string path =
           (std::filesystem::path(o_.output_dir) / shard::file_name(split.name, s, o_.shards))
               .string();
-      writers_.push_back(open_shard(path, end - begin, o_.size));
-      summary_.files.push_back(path);
+      if (shards_) writers_.push_back(open_shard(path, end - begin, o_.size));
+      if (shards_) summary_.files.push_back(path);
       for (int64_t row = begin; row < end; row += kBlockImages) {
         throw_if_stopped();
         const int64_t n = std::min(kBlockImages, end - row);
         std::vector<Sample> block = render_range(o_.seed, split.id, row, n, render_, threads_);
-        write_block(writers_.back(), row - begin, block, o_.size);
+        if (shards_) write_block(writers_.back(), row - begin, block, o_.size);
+        for (size_t i = 0; pngs && i < block.size(); ++i)
+          pngs->add(row + int64_t(i), block[i], o_.size);
         if (split.id == 0) keep_train(block);
       }
-      writers_.back().close_datasets();  // frees their chunk caches; the file waits for its stats
+      if (shards_) writers_.back().close_datasets();  // frees their chunk caches until commit
     }
+    if (pngs) pngs->finish();
     if (progress)
       *progress << str("  ", split.name, ": ", split.samples, " images in ", o_.shards,
                        " shard(s), ", clock.seconds(), " s\n")
@@ -314,6 +321,7 @@ class DatasetRun {
     throw_if_stopped();
     summary_.mean = stats_.mean();
     summary_.std = stats_.std();
+    if (!shards_) return;
     size_t w = 0;
     for (const SplitPlan& split : summary_.splits)
       for (int s = 0; s < o_.shards; ++s, ++w)
@@ -347,18 +355,22 @@ class DatasetRun {
   const int threads_;
   DatasetSummary summary_;
   PixelStats stats_;
-  std::vector<std::vector<GridTile>> grid_;  // the first train images of each class
-  std::vector<ShardWriter> writers_;         // all stay open (as temp files) until commit_all
+  std::vector<std::vector<GridTile>> grid_;     // the first train images of each class
+  std::vector<ShardWriter> writers_;            // all stay open (as temp files) until commit_all
+  const bool shards_ = !o_.output_dir.empty();  // false: --png-dir alone, PNGs only
 };
 
 }  // namespace
 
 DatasetSummary generate_dataset(const DatasetOptions& options, std::ostream* progress) {
   validate(options);
-  require_disk_space(options);
-  h5::require_writable_dir(options.output_dir, "--output");
+  if (!options.output_dir.empty()) {
+    require_disk_space(options);
+    h5::require_writable_dir(options.output_dir, "--output");
+  }
   if (!options.png_grid.empty()) require_png_dir(options.png_grid);
-  remove_stale_temp_files(options.output_dir);
+  if (!options.png_dir.empty()) h5::require_writable_dir(options.png_dir, "--png-dir");
+  if (!options.output_dir.empty()) remove_stale_temp_files(options.output_dir);
 
   const Stopwatch clock;
   DatasetRun run(options);

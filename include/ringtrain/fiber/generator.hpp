@@ -30,7 +30,10 @@ struct DatasetOptions {
   double val_fraction = 0.1;
   double test_fraction = 0.1;
   std::string png_grid;  // empty: none
-  int threads = 0;       // 0: the cores this process may use
+  // Also every image as DIR/<split>/<class>/<index>.png plus DIR/<split>/labels.csv (empty: none);
+  // with output_dir empty, only these (no shards).
+  std::string png_dir;
+  int threads = 0;  // 0: the cores this process may use
   // Polled between blocks of images: the stop signal received so far, 0 while none (rt-fibergen
   // passes StopSignals::stop_signal). Empty: the run is never stopped.
   std::function<int()> stop_signal;
