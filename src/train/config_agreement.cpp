@@ -68,8 +68,8 @@ int refuse_mismatch(const comm::Communicator& comm, const std::string& text) {
       str("ranks disagree on ", f.substr(0, at_a), ": rank ", differing.front(), " has ",
           shown(f.substr(at_a + 1, at_b - at_a - 1)), ", rank 0 has ", shown(f.substr(at_b + 1)));
   if (differing.size() > 1)
-    line +=
-        str("; ", ranks_text({differing.begin() + 1, differing.end()}), " differ from rank 0 too");
+    line += str("; ", ranks_text({differing.begin() + 1, differing.end()}),
+                differing.size() > 2 ? " differ" : " differs", " from rank 0 too");
   log::error_for_ranks(line + " (every rank must read the same deck)");
   return kExitBadInput;
 }
