@@ -114,9 +114,9 @@ std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
   }
 
   if (options_.stall_timeout_s > 0)
-    inspector_ =
-        std::make_unique<StallInspector>(plan_comm_->get(), options_.stall_timeout_s, specs_,
-                                         buckets_, [this] { return stall_state(); });
+    inspector_ = std::make_unique<StallInspector>(
+        plan_comm_->get(), options_.stall_timeout_s, specs_, buckets_,
+        [this] { return stall_state(); }, options_.progress);
   comm_thread_ = std::thread([this] { comm_loop(); });
   pthread_setname_np(comm_thread_.native_handle(), "rt-comm");
 

@@ -43,6 +43,10 @@ class AutoAllreduce final : public Allreducer {
   std::shared_ptr<float> shared_buffers(size_t bytes) override {
     return ring_->shared_buffers(bytes);
   }
+  // The sum of the algorithms' (Allreducer::progress).
+  uint64_t progress() const override;
+  // "auto chose ring: " and the chosen algorithm's own report.
+  std::string on_stall() override;
 
  private:
   Allreducer& chosen_for(const float* data, size_t count);
@@ -54,6 +58,7 @@ class AutoAllreduce final : public Allreducer {
   std::unique_ptr<HalvingDoubling> rhd_;
   std::unique_ptr<HierarchicalAllreduce> hierarchical_;  // only where auto may choose it
   std::mutex mutex_;
+  std::atomic<Allreducer*> running_{nullptr};  // the call in progress, for on_stall()
 };
 
 }  // namespace ringtrain::comm::allreduce

@@ -17,6 +17,8 @@ class MpiAllreduce final : public Allreducer {
   MpiAllreduce(const Communicator& comm, const AllreduceOptions& options);
   void sum(float* data, size_t count) override;
   std::string name() const override { return "mpi"; }
+  // MPI_Allreduce does not say whom it waits for: the report can only say where.
+  std::string on_stall() override { return "mpi waits inside MPI_Allreduce"; }
 
  private:
   CommHandle comm_;

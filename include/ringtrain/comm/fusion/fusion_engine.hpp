@@ -85,6 +85,9 @@ struct FusionOptions {
   // Called on the stall watchdog's thread when it fires, while a reduction may be in progress
   // (Allreducer::on_stall): its text joins this rank's stall report. Optional.
   std::function<std::string()> on_stall;
+  // Messages the reduction has completed, ever (Allreducer::progress); called on the watchdog's
+  // thread at its deadline: a count that moves means bytes move, and no stall. Optional.
+  std::function<uint64_t()> progress;
 };
 
 // One bucket reduction; start_s is relative to the engine's construction.
