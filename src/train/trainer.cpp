@@ -370,8 +370,7 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
-  pending_losses_.back().push_back(
-      model_->loss_later(batch.labels.data(), loss_gradient_scale()));
+  pending_losses_.back().push_back(model_->loss_later(batch.labels.data(), loss_gradient_scale()));
   double t1 = comm::fusion::Timeline::now();
   parallel_->backward(micro);
   double t2 = comm::fusion::Timeline::now();
@@ -739,6 +738,8 @@ void Trainer::run() {
   if (timeline_->enabled()) {
     enter_phase(Phase::kTimeline);
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
+    // Its barrier, gathers and sends are collectives like the others: watched.
+    comm::WatchedCollective watched(watch_);
     timeline_->write_chrome_trace(comm_, path);
     log::info(str("timeline: ", path, " (chrome://tracing or ui.perfetto.dev)"));
   }
