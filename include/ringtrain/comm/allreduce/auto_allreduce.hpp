@@ -38,6 +38,8 @@ class AutoAllreduce final : public Allreducer {
   void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
   void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
+  // What choose_automatic decides from: the same on every rank (one MPI_MAX at construction).
+  const Topology& topology() const { return topology_; }
   void set_spin_hint(const std::atomic<bool>* hint) override;
   // The ring's (one node, fp32 wire): calls on data in them go to the ring at every size.
   std::shared_ptr<float> shared_buffers(size_t bytes) override {
