@@ -394,8 +394,8 @@ BOOST_AUTO_TEST_CASE(different_fusion_sizes_are_named_on_every_rank) {
   if (rt_test::world_rank() == 1) options.fusion_mib = 2;
   FusionEngine engine(world_comm(), sum.fn(), options);
   expect_on_every_rank(error_of([&] { engine.plan(model_specs()); }),
-                       "fusion options differ across ranks: rank 1 has comm.fusion_mib = 2 but "
-                       "rank 0 has 0.5 (every rank must read the same deck)");
+                       "ranks disagree on comm.fusion_mib: rank 1 has 2, rank 0 has 0.5 (every "
+                       "rank must read the same deck)");
 }
 
 // One rank sleeping at the gate for a peer that never arrives there would hang the job.
@@ -405,8 +405,8 @@ BOOST_AUTO_TEST_CASE(a_different_local_gate_setting_is_named_on_every_rank) {
   if (rt_test::world_rank() == 1) options.local_gate = false;
   FusionEngine engine(world_comm(), sum.fn(), options);
   expect_on_every_rank(error_of([&] { engine.plan(model_specs()); }),
-                       "fusion options differ across ranks: rank 1 has comm.local_gate = 0 but "
-                       "rank 0 has 1 (every rank must read the same deck)");
+                       "ranks disagree on comm.local_gate: rank 1 has 0, rank 0 has 1 (every rank "
+                       "must read the same deck)");
 }
 
 BOOST_AUTO_TEST_CASE(a_gradient_enqueued_twice_is_named_and_the_step_still_completes) {
