@@ -100,7 +100,7 @@ uint64_t AutoAllreduce::progress() const {
 
 std::string AutoAllreduce::on_stall() {
   Allreducer* running = running_.load();
-  if (!running) return name() + " is between calls";
+  if (!running) return "";  // between calls: nothing to add
   const std::string inner = running->on_stall();
   // The inner report starts with the inner algorithm's name.
   return str(name(), " chose ", inner.empty() ? running->name() : inner);

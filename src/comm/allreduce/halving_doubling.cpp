@@ -192,7 +192,7 @@ uint64_t HalvingDoubling::progress() const {
 
 std::string HalvingDoubling::on_stall() {
   const int partner = partner_.load(std::memory_order_relaxed);
-  if (partner < 0) return name() + " is between exchanges";
+  if (partner < 0) return "";  // between exchanges: nothing to add
   return str(name(), " waits for rank ", partner, " (", wait_text(progress_, partner, partner),
              ")");
 }

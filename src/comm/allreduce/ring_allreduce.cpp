@@ -116,7 +116,7 @@ uint64_t RingAllreduce::progress() const {
 
 std::string RingAllreduce::on_stall() {
   const Phase phase = phase_.load(std::memory_order_relaxed);
-  if (phase == Phase::idle) return name() + " is between calls";
+  if (phase == Phase::idle) return "";  // between calls: nothing to add
   if (phase == Phase::shared) return name() + " " + buckets_->describe_wait();
   // Receives come from the left, sends go to the right: once every receive is in, only a send
   // is outstanding.
