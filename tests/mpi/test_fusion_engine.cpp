@@ -767,7 +767,7 @@ BOOST_AUTO_TEST_CASE(a_slow_reduction_that_moves_is_not_a_stall) {
   MpiSum sum;
   auto specs = model_specs();
   FusionOptions options = small_buckets();
-  options.stall_timeout_s = 0.3;
+  options.stall_timeout_s = 0.5;  // the reduction below takes 2 of them, moving every 50 ms
   std::atomic<uint64_t> moved{0};
   options.progress = [&] { return moved.load(); };
   bool slow = true;  // the first bucket only: the test takes about a second

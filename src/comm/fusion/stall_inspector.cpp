@@ -151,13 +151,14 @@ void StallInspector::watch() {
       continue;
     }
     const double factor = collectives_ > 0 && phase_io_ ? kIoPhaseTimeoutFactor : 1.0;
-    const auto deadline = last_progress_ + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(timeout_s_ * factor));
-    if (Clock::now() >= deadline && bytes_moved()) {
-      last_progress_ = Clock::now();  // a long reduction that moves is no stall
-      continue;
-    }
-    if (Clock::now() >= deadline) {
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(timeout_s_ * factor));
+    const auto now = Clock::now();
+    // A reduction that moves is no stall; looked at every eighth of the timeout, so a stall is
+    // reported at most that late after the last byte moved.
+    if (bytes_moved()) last_progress_ = now;
+    const auto deadline = last_progress_ + timeout;
+    if (now >= deadline) {
       const bool in_collective = collectives_ > 0;
       const std::string phase = phase_;
       const int64_t phase_step = phase_step_;
@@ -171,13 +172,13 @@ void StallInspector::watch() {
       }
       exchange_report_and_abort(mine);
     }
-    cv_.wait_until(lock, deadline);
+    const bool poll = progress_ && armed_ && collectives_ == 0;
+    cv_.wait_until(lock, poll ? std::min(deadline, now + timeout / 8) : deadline);
   }
 }
 
-// Called with the lock held, at the deadline: did the engine's reduction complete any message
-// (or stage) since the last look? Only the engine's step has such a sign; a collective outside
-// it has none.
+// Called with the lock held: did the engine's reduction complete any message (or stage) since
+// the last look? Only the engine's step has such a sign; a collective outside it has none.
 bool StallInspector::bytes_moved() {
   if (!armed_ || collectives_ > 0 || !progress_) return false;
   const uint64_t now = progress_();

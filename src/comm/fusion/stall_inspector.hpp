@@ -51,8 +51,9 @@ class StallInspector final : public StallWatch {
   // Collective over comm (duplicates it). specs and buckets are the engine's plan and must
   // outlive the inspector. snapshot returns this rank's state; it is called on the watchdog
   // thread, without the inspector's lock held, only when the inspector fires. progress
-  // (optional) counts what the engine's reduction has moved (Allreducer::progress): at the
-  // deadline of an engine step, a count that moved since the last look moves the deadline, so
+  // (optional) counts what the engine's reduction has moved (Allreducer::progress): while an
+  // engine step is open the watchdog looks at it every eighth of the timeout (the only wake-ups
+  // besides the deadline), and a count that moved since the last look moves the deadline, so
   // only a reduction that moves no byte for the timeout is a stall. It is called on the
   // watchdog thread with the inspector's lock held, and must be cheap.
   StallInspector(MPI_Comm comm, double timeout_s, const std::vector<GradSpec>& specs,
