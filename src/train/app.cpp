@@ -56,9 +56,9 @@ int run_app(int argc, char** argv) {
     return kExitFailure;
   }
   const StartRequest request = configure(argc, argv, *comm);
-  const int code = agree_on_start(*comm, request);
-  if (code >= 0) return code;
   try {
+    const int code = agree_on_start(*comm, request);
+    if (code >= 0) return code;
     train(request.config, *comm);
     return kExitOk;
   } catch (const PeerFailed& e) {
