@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stall_phases.sh — one watchdog for every collective: a rank stopped (SIGSTOP, as a hung or
 # descheduled rank would be) where the ranks meet outside the fusion engine — the step's stop
-# check, the metric reduction, evaluation, the checkpoint, the results file, the timeline — makes every other
+# check, the metric reduction, evaluation, the checkpoint, the results file, the timeline, and
+# the set-up before the engine's watchdog exists (data, model, buckets) — makes every other
 # rank print one line naming the phase, the step and the silent rank, and the job exits
 # non-zero within the stall deadline + 10 s, leaving no process behind. The stop comes from
 # RINGTRAIN_STOP_AT=PHASE@RANK (core/fault.hpp). I/O phases wait 10 x the timeout.
@@ -62,6 +63,7 @@ case_ 3 metrics@2 1 "stall: after 1 s, ranks 0, 1 wait in the loss and accuracy 
 case_ 2 evaluation@0 1 "stall: after 1 s, rank 1 waits in evaluation at step 20; rank 0 $silent"
 case_ 2 checkpoint@1 10 "stall: after 10 s, rank 0 waits in the checkpoint at step 20; rank 1 $silent"
 case_ 3 results@0 10 "stall: after 10 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
+case_ 2 set-up@1 10 "stall: after 10 s, rank 0 waits in the set-up (data, model, buckets) at step 0; rank 1 $silent"
 extra_args=--output.timeline=true case_ 2 timeline@0 10 "stall: after 10 s, rank 1 waits in the timeline at step 20; rank 0 $silent"
 [ "$failures" = 0 ] || exit 1
 echo "stall phases: all passed"

@@ -105,6 +105,27 @@ struct BucketRecord {
   double cpu_seconds;
 };
 
+// The job's watchdog before any engine exists (the trainer's set-up: opening the data, building
+// the model, the allreducers and the engine's plan): a collective entered through it that
+// waits past the timeout ends the job with the stall inspector's report by phase, as the
+// engine's watchdog does later. Collective over comm (duplicates its communicator); a timeout
+// of 0 watches nothing.
+class PhaseWatch final : public StallWatch {
+ public:
+  PhaseWatch(const Communicator& comm, double timeout_s);
+  ~PhaseWatch();  // stops and joins the watchdog; never throws
+  PhaseWatch(const PhaseWatch&) = delete;
+  PhaseWatch& operator=(const PhaseWatch&) = delete;
+  void set_phase(const std::string& phase, int64_t step, bool io) override;
+  void enter_collective() override;
+  void leave_collective() override;
+
+ private:
+  std::vector<GradSpec> no_specs_;
+  std::vector<BucketLayout> no_buckets_;
+  std::unique_ptr<StallInspector> inspector_;  // null when timeout_s is 0
+};
+
 class FusionEngine {
  public:
   // Collective over comm's ranks (duplicates its communicator). The Communicator guarantees
