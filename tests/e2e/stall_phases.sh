@@ -63,7 +63,8 @@ case_ 3 metrics@2 1 "stall: after 1 s, ranks 0, 1 wait in the loss and accuracy 
 case_ 2 evaluation@0 1 "stall: after 1 s, rank 1 waits in evaluation at step 20; rank 0 $silent"
 case_ 2 checkpoint@1 10 "stall: after 10 s, rank 0 waits in the checkpoint at step 20; rank 1 $silent"
 case_ 3 results@0 10 "stall: after 10 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
-case_ 2 set-up@1 10 "stall: after 10 s, rank 0 waits in the set-up (data, model, buckets) at step 0; rank 1 $silent"
+# Nothing trains here, so a shorter timeout cannot fire early: 10 x 0.5 s.
+extra_args=--comm.stall_timeout_s=0.5 case_ 2 set-up@1 5 "stall: after 5 s, rank 0 waits in the set-up (data, model, buckets) at step 0; rank 1 $silent"
 extra_args=--output.timeline=true case_ 2 timeline@0 10 "stall: after 10 s, rank 1 waits in the timeline at step 20; rank 0 $silent"
 [ "$failures" = 0 ] || exit 1
 echo "stall phases: all passed"
