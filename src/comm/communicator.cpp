@@ -157,6 +157,15 @@ void Communicator::allreduce_sum(double* values, size_t n) const {
   }
 }
 
+void Communicator::allreduce_max(uint64_t* values, size_t n) const {
+  WatchedCollective watched(watch_);
+  for (size_t done = 0; done < n; done += kMaxMpiPiece) {
+    const int piece = static_cast<int>(std::min(kMaxMpiPiece, n - done));
+    MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, values + done, piece, MPI_UINT64_T, MPI_MAX, world_.get()));
+  }
+}
+
 std::vector<double> Communicator::gather_to_root(const std::vector<double>& mine) const {
   WatchedCollective watched(watch_);
   long long range[2] = {static_cast<long long>(mine.size()), -static_cast<long long>(mine.size())};

@@ -1,5 +1,6 @@
 // fault.cpp — the RINGTRAIN_FAULT kill points, RINGTRAIN_STOP_AT stop points and
-// RINGTRAIN_NONFINITE_AT poisoned gradients (core/fault.hpp).
+// RINGTRAIN_NONFINITE_AT poisoned gradients, RINGTRAIN_DROP_MESSAGE lost messages
+// (core/fault.hpp).
 #include "ringtrain/core/fault.hpp"
 
 #include <signal.h>
@@ -46,6 +47,13 @@ bool nonfinite_fault_at(int64_t step, int rank) {
   static const PointSpec poison_at("RINGTRAIN_NONFINITE_AT", -1);  // STEP@RANK
   return !poison_at.name.empty() && poison_at.number == rank &&
          std::strtol(poison_at.name.c_str(), nullptr, 10) == step;
+}
+
+bool drop_message_fault(int rank) {
+  static const PointSpec drop_at("RINGTRAIN_DROP_MESSAGE", -1);  // N@RANK
+  if (drop_at.name.empty() || drop_at.number != rank) return false;
+  static std::atomic<long> sent{0};
+  return ++sent == std::strtol(drop_at.name.c_str(), nullptr, 10);
 }
 
 }  // namespace ringtrain

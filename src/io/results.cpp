@@ -147,6 +147,11 @@ const std::vector<std::string>& timing_phases() {
   return phases;
 }
 
+std::string build_identity() {
+  return str("ringtrain ", RINGTRAIN_VERSION, ", commit ", RINGTRAIN_GIT_COMMIT, ", ",
+             RINGTRAIN_HAS_CUDA ? "CUDA" : "CPU", " build");
+}
+
 void write_results(const std::string& path, const Results& r) {
   h5::AtomicFile out(path);
   h5::Group& root = out.root();

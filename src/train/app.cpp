@@ -1,7 +1,8 @@
 // app.cpp — the program behind main(): MPI start-up, the command line, exit codes.
 //
-// Errors every rank meets alike (the deck, the world size) are printed once, by rank 0,
-// and every rank exits 2. Set-up errors go through agree(): rank 0 prints each distinct
+// The command line is parsed on every rank and agreed (config_agreement.hpp): a parse error
+// or a configuration that differs from rank 0's is printed once, by rank 0, and every rank
+// exits 2. Set-up errors go through agree(): rank 0 prints each distinct
 // message once with the ranks that raised it, and every rank exits non-zero. An error inside a
 // step, where the other ranks may be waiting in a collective, is printed by its rank, which then
 // aborts the job so that nothing hangs.
@@ -13,30 +14,35 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/config_agreement.hpp"
 #include "ringtrain/train/trainer.hpp"
 
 namespace ringtrain::train {
 namespace {
 
-// Parses the command line; errors here are the same on every rank.
-int configure(int argc, char** argv, const comm::Communicator& comm, Config& config) {
+// Parses the command line. What a rank finds here it does not act on alone: the ranks agree
+// first (agree_on_start), since in an MPMD launch or with per-node decks they may differ.
+StartRequest configure(int argc, char** argv, const comm::Communicator& comm) {
+  StartRequest request;
   try {
     CommandLine cl = parse_command_line(argc, argv);
     if (cl.help) {
-      log::info(cl.help_text);
-      return kExitOk;
+      request.kind = StartRequest::kPrint;
+      request.text = cl.help_text;
+      return request;
     }
     validate_for_world(cl.config, comm.size());
     if (cl.print_deck) {
-      log::info(cl.config.effective_deck);
-      return kExitOk;
+      request.kind = StartRequest::kPrint;
+      request.text = cl.config.effective_deck;
+      return request;
     }
-    config = cl.config;
-    return -1;  // go on and train
+    request.config = cl.config;
   } catch (const InputError& e) {
-    if (comm.rank() == 0) log::error_for_ranks(e.what());
-    return kExitBadInput;
+    request.kind = StartRequest::kBadInput;
+    request.text = e.what();
   }
+  return request;
 }
 
 }  // namespace
@@ -49,11 +55,11 @@ int run_app(int argc, char** argv) {
     log::error(e.what());
     return kExitFailure;
   }
-  Config config;
-  int code = configure(argc, argv, *comm, config);
-  if (code >= 0) return code;
+  const StartRequest request = configure(argc, argv, *comm);
   try {
-    train(config, *comm);
+    const int code = agree_on_start(*comm, request);
+    if (code >= 0) return code;
+    train(request.config, *comm);
     return kExitOk;
   } catch (const PeerFailed& e) {
     return e.code();

@@ -64,6 +64,8 @@ DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
   }
   // A reduction stuck on a device gives up, and says why, when the stall watchdog fires.
   options.on_stall = [reducer] { return reducer->on_stall(); };
+  // A reduction that moves bytes, however slowly, is not a stall.
+  options.progress = [reducer] { return reducer->progress(); };
   // The engine divides by the world size; the buckets hold the sum of K micro-batches too,
   // scaled by the loss scale, and one division by world x K x scale rounds once, like the mean
   // of a single unscaled batch (a power-of-two scale leaves every bit as without it).

@@ -14,6 +14,7 @@ const PhaseInfo& phase_info(Phase phase) {
       {"evaluation", "evaluation", false},
       {"results", "the results file", true},
       {"timeline", "the timeline", true},
+      {"set-up", "the set-up (data, model, buckets)", true},
   };
   return table[static_cast<int>(phase)];
 }

@@ -58,6 +58,8 @@ class Trainer {
 
  private:
   void set_up();
+  void watch_set_up();
+  void agree_watched(const std::function<void()>& phase);
   void open_data();
   void build_model();
   void build_comm();
@@ -92,8 +94,10 @@ class Trainer {
   std::unique_ptr<comm::allreduce::Allreducer> grad_reducer_, stat_reducer_;
   std::unique_ptr<comm::fusion::Timeline> timeline_;
   std::unique_ptr<DataParallel> parallel_;
+  // The watchdog of the set-up, until the engine's exists (then dropped at the end of set-up).
+  std::unique_ptr<comm::fusion::PhaseWatch> setup_watch_;
   // The job's one stall watchdog (the fusion engine's), told of every collective; the
-  // registration with the communicator ends before the engine goes.
+  // registration with the communicator ends before the engine (and the set-up's) goes.
   comm::StallWatch* watch_ = nullptr;
   struct WatchRegistration {
     const comm::Communicator* comm = nullptr;
@@ -133,21 +137,22 @@ void Trainer::set_up() {
   std::string oversubscribed =
       threads_warning(cfg_, comm_.cpu_threads_per_rank(), comm_.cpu_threads_description());
   if (comm_.rank() == 0 && !oversubscribed.empty()) log::warn(oversubscribed);
-  agree(comm_, [&] {
+  watch_set_up();
+  agree_watched([&] {
     if (comm_.rank() == 0) h5::require_writable_dir(cfg_.output.dir, "output.dir");
     if (comm_.rank() == 0) prepare_output_paths(cfg_);  // checkpoint dir, baseline: before training
     open_data();
   });
-  agree(comm_, [&] { build_model(); });
-  agree(comm_, [&] { build_comm(); });  // a schedule mismatch throws on every rank alike
-  agree(comm_, [&] {
+  agree_watched([&] { build_model(); });
+  agree_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
+  agree_watched([&] {
     build_optimizer();
     build_loss_scaler();
   });
   checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_, batch_per_rank_);
   checkpoint_->remove_stale_temp_files();
   if (cfg_.resume) {
-    agree(comm_, [&] {
+    agree_watched([&] {
       ResumePoint at = checkpoint_->load(*model_, *sgd_, scaler_.get());
       global_step_ = at.global_step;
       if (scaler_) parallel_->set_loss_scale(scaler_->scale());
@@ -157,6 +162,26 @@ void Trainer::set_up() {
     log::info(str("resumed from ", cfg_.checkpoint_path(), " at step ", global_step_, " (epoch ",
                   first_epoch_, ", step ", skip_steps_, ")"));
   }
+  setup_watch_.reset();  // no longer registered: build_comm put the engine's in its place
+}
+
+// Until the engine's watchdog exists, one of its own watches the set-up's collectives: a rank
+// that never reaches one (stopped, or hung opening the data) ends the job with a report instead
+// of a hang.
+void Trainer::watch_set_up() {
+  if (comm_.size() == 1) return;
+  setup_watch_ = std::make_unique<comm::fusion::PhaseWatch>(comm_, cfg_.comm.stall_timeout_s);
+  watch_ = setup_watch_.get();
+  comm_.set_stall_watch(watch_);
+  watch_registration_.comm = &comm_;
+  enter_phase(Phase::kSetUp);
+}
+
+// agree() with the whole phase watched: its collectives (the allreducers' and the engine's
+// set-up, not only agree's own) and the work between them (I/O: kIoPhaseTimeoutFactor).
+void Trainer::agree_watched(const std::function<void()>& phase) {
+  comm::WatchedCollective watched(watch_);
+  agree(comm_, phase);
 }
 
 void Trainer::open_data() {
@@ -263,6 +288,7 @@ void Trainer::build_comm() {
   watch_ = parallel_->engine().stall_watch();
   comm_.set_stall_watch(watch_);
   watch_registration_.comm = &comm_;
+  enter_phase(Phase::kSetUp);  // the engine's watchdog takes over the rest of the set-up
 }
 
 void Trainer::build_optimizer() {
@@ -740,6 +766,8 @@ void Trainer::run() {
   if (timeline_->enabled()) {
     enter_phase(Phase::kTimeline);
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
+    // Its barrier, gathers and sends are collectives like the others: watched.
+    comm::WatchedCollective watched(watch_);
     timeline_->write_chrome_trace(comm_, path);
     log::info(str("timeline: ", path, " (chrome://tracing or ui.perfetto.dev)"));
   }

@@ -3,7 +3,8 @@
 # engine, and a rank that called synchronize() without some gradients and lingers make every rank
 # that can answer print one line naming the missing tensors and ranks (and, for a reduction stuck
 # on a device, what the reducer waited for: Allreducer::on_stall), and the job exits non-zero
-# within stall_timeout_s + 10 s (2 s timeout here).
+# within stall_timeout_s + 10 s (2 s timeout here). A reduction that every rank has entered and
+# that moves no byte is a stall too: tests/e2e/stall_no_progress.sh.
 #
 # Not run here: fusion_stall/rank_leaves_early (a rank already in MPI_Finalize). The ranks print
 # and exit as they should, but OpenMPI 4.1.4's mpirun then hangs or crashes in its own shutdown
@@ -87,10 +88,12 @@ rm -f "$log"
 name=reduction_stuck_on_a_device
 run_case $name
 check_exit $name
+# Every rank's line says what each rank's reduction waited for.
+fake() { echo "rank $1: fake nccl allreduce on rank $1 had not finished, and NCCL reported no error"; }
 for r in $(seq 0 $((np - 1))); do
   expect_line $name "$r" "stall: after 2 s, bucket 0 of step 1 has every gradient on every rank, but \
-its allreduce has not finished (a rank is stuck inside the reduction); fake nccl allreduce on rank $r \
-had not finished, and NCCL reported no error"
+its allreduce made no progress (a lost message, a protocol mismatch, or a rank stuck inside the \
+reduction): $(fake 0); $(fake 1); $(fake 2)"
 done
 [ "$failures" = 0 ] || sed 's/^/    | /' "$log"
 rm -f "$log"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stall_phases.sh — one watchdog for every collective: a rank stopped (SIGSTOP, as a hung or
 # descheduled rank would be) where the ranks meet outside the fusion engine — the step's stop
-# check, the metric reduction, evaluation, the checkpoint, the results file — makes every other
+# check, the metric reduction, evaluation, the checkpoint, the results file, the timeline, and
+# the set-up before the engine's watchdog exists (data, model, buckets) — makes every other
 # rank print one line naming the phase, the step and the silent rank, and the job exits
 # non-zero within the stall deadline + 10 s, leaving no process behind. The stop comes from
 # RINGTRAIN_STOP_AT=PHASE@RANK (core/fault.hpp). I/O phases wait 10 x the timeout.
@@ -36,8 +37,9 @@ case_() {
   local np=$1 at=$2 deadline=$3 want=$4 stopped=${2#*@}
   local log=$work/$np-${at%@*}.log start end elapsed status
   start=$(date +%s.%N)
+  # shellcheck disable=SC2086
   RINGTRAIN_STOP_AT=$at timeout -k 5 120 $MPIRUN -np "$np" "$BIN/ringtrain" --deck "$work/run.deck" \
-    --output.name="np$np-${at%@*}" >"$log" 2>&1
+    --output.name="np$np-${at%@*}" ${extra_args:-} >"$log" 2>&1
   status=$?
   end=$(date +%s.%N)
   elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
@@ -61,5 +63,8 @@ case_ 3 metrics@2 1 "stall: after 1 s, ranks 0, 1 wait in the loss and accuracy 
 case_ 2 evaluation@0 1 "stall: after 1 s, rank 1 waits in evaluation at step 20; rank 0 $silent"
 case_ 2 checkpoint@1 10 "stall: after 10 s, rank 0 waits in the checkpoint at step 20; rank 1 $silent"
 case_ 3 results@0 10 "stall: after 10 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
+# Nothing trains here, so a shorter timeout cannot fire early: 10 x 0.5 s.
+extra_args=--comm.stall_timeout_s=0.5 case_ 2 set-up@1 5 "stall: after 5 s, rank 0 waits in the set-up (data, model, buckets) at step 0; rank 1 $silent"
+extra_args=--output.timeline=true case_ 2 timeline@0 10 "stall: after 10 s, rank 1 waits in the timeline at step 20; rank 0 $silent"
 [ "$failures" = 0 ] || exit 1
 echo "stall phases: all passed"

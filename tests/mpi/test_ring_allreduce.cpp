@@ -13,6 +13,7 @@
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/allreduce/auto_allreduce.hpp"
 #include "ringtrain/comm/allreduce/halving_doubling.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
@@ -240,6 +241,25 @@ BOOST_AUTO_TEST_CASE(ring_transport_is_shared_memory_on_one_node_unless_turned_o
           ->name() == (shm ? "ring/shm/bf16" : "ring/bf16"));
   BOOST_TEST(comm::allreduce::make_allreducer(world, Algorithm::ring, over_mpi())->name() ==
              "ring");
+}
+
+// What auto decides at run time (the algorithm for each size) comes from agreed inputs only:
+// on nodes of unequal size (nodes of 2 consecutive ranks on an odd world: the last node has one
+// rank, whose own node size says 1) every rank sees the same topology and picks the same
+// algorithm at every size. A rank that decided from its own node alone would pick another
+// algorithm than its peers and the job would hang or sum garbage.
+BOOST_AUTO_TEST_CASE(auto_decides_alike_on_every_rank_on_uneven_nodes) {
+  comm::Communicator world(comm::CommunicatorOptions{2});
+  comm::allreduce::AutoAllreduce reducer(world, over_mpi());
+  const comm::allreduce::Topology& t = reducer.topology();
+  std::vector<int> mine = {t.world_size, t.nodes, t.max_ranks_per_node};
+  for (size_t bytes = 4; bytes <= (size_t(256) << 20); bytes *= 2)
+    mine.push_back(int(comm::allreduce::choose_automatic(bytes, t)));
+  std::vector<int> root = mine;
+  MPI_Bcast(root.data(), int(root.size()), MPI_INT, 0, MPI_COMM_WORLD);
+  BOOST_TEST(rt_test::all_ok(root == mine));
+  BOOST_TEST(t.nodes == (world.size() + 1) / 2);
+  BOOST_TEST(t.max_ranks_per_node == std::min(world.size(), 2));
 }
 
 BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread_while_the_main_thread_uses_mpi) {

@@ -131,3 +131,37 @@ BOOST_AUTO_TEST_CASE(works_from_a_non_main_thread) {
   BOOST_TEST(rt_test::all_ok(
       rt_test::first_wrong_small_int_sum(slice(data, count), arena.world.size()) < 0));
 }
+
+// For a stall report, the reduction says whom it waits for: rank 0 enters a call alone and, while
+// its peers have not arrived, names them; its stages count as progress once the call is done.
+BOOST_AUTO_TEST_CASE(a_waiting_call_names_the_peers_it_waits_for) {
+  Arena arena;
+  if (!arena.memory) return;
+  const int me = arena.world.rank(), n = arena.world.size();
+  float* data = arena.memory.get();
+  std::fill(data, data + 64, 1.0f);
+  const uint64_t before = arena.reducer->progress();
+  std::string seen;
+  std::thread alone;
+  if (me == 0) {
+    alone = std::thread([&] { arena.reducer->sum(data, 64); });
+    // Until rank 0 has published its arrival and waits (no clock: the state is the condition).
+    while (seen.find("to arrive") == std::string::npos) {
+      seen = arena.reducer->on_stall();
+      std::this_thread::yield();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0)
+    alone.join();
+  else
+    arena.reducer->sum(data, 64);
+  std::string peers;
+  for (int r = 1; r < n; ++r) peers += (r > 1 ? ", " : "") + std::to_string(r);
+  if (me == 0)
+    BOOST_TEST(seen == "auto chose ring/shm waits in the node's shared buckets for rank(s) " +
+                           peers + " to arrive (call 1)");
+  BOOST_TEST(arena.reducer->on_stall() == "");          // between calls: nothing to say
+  BOOST_TEST(arena.reducer->progress() == before + 3);  // arrive, reduce, leave
+  BOOST_TEST(rt_test::all_ok(data[0] == float(n)));
+}

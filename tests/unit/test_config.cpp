@@ -396,4 +396,33 @@ BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {
   BOOST_TEST(parse({"--help"}).help);
 }
 
+// What ranks compare at start: every key but the per-rank ones, in --print-deck's order, and
+// --resume; the first difference is named by key with both values.
+BOOST_AUTO_TEST_CASE(agreed_text_leaves_out_only_the_per_rank_keys) {
+  std::string deck = write_deck("agree.deck", kGoodDeck);
+  Config a = parse({"--deck", deck, "--train.threads=2", "--output.dir=/a"}).config;
+  Config b = parse({"--deck", deck, "--train.threads=3", "--data.prefetch_batches=9",
+                    "--output.dir=/b", "--output.baseline=/x.h5"})
+                 .config;
+  const std::string text = agreed_config_text(a);
+  BOOST_TEST(text == agreed_config_text(b));
+  BOOST_TEST(first_difference(text, agreed_config_text(b)).key.empty());
+  for (const std::string& key : per_rank_keys())
+    BOOST_TEST(text.find("\n" + key + " = ") == std::string::npos, key);
+  BOOST_TEST(text.find("\ntrain.lr = 0.05\n") != std::string::npos);
+  BOOST_TEST(text.find("\noutput.name = agree\n") != std::string::npos);
+  BOOST_TEST(text.rfind("--resume = false\n") == text.size() - 17);
+  // Every other key counts, in --print-deck's order: data.* comes before train.*.
+  Config c = parse({"--deck", deck, "--train.lr=0.1", "--data.shuffle=false"}).config;
+  KeyDifference d = first_difference(agreed_config_text(c), text);
+  BOOST_TEST(d.key == "data.shuffle");
+  BOOST_TEST(d.a == "false");
+  BOOST_TEST(d.b == "true");
+  Config r = parse({"--deck", deck, "--resume"}).config;
+  d = first_difference(agreed_config_text(r), text);
+  BOOST_TEST(d.key == "--resume");
+  BOOST_TEST(d.a == r.checkpoint_path());
+  BOOST_TEST(d.b == "false");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -59,6 +59,8 @@ class Communicator {
   void barrier() const;
   bool all_ok(bool mine) const;  // logical AND over ranks: lets every rank fail together
   void allreduce_sum(double* values, size_t n) const;
+  // Element-wise maximum over ranks; max(~x) is ~min(x), so one call gives both ends of a range.
+  void allreduce_max(uint64_t* values, size_t n) const;
   // Every rank passes the same number of values; the root gets size()*n (rank-major), the
   // others an empty vector.
   std::vector<double> gather_to_root(const std::vector<double>& mine) const;

@@ -142,6 +142,23 @@ void validate_for_world(const Config& config, int world_size);
 // the key and the path.
 void prepare_output_paths(const Config& config);
 
+// The keys each rank may set for itself: they change how a rank runs (its threads, its
+// prefetch depth) or name paths only rank 0 uses (output.dir, output.baseline), never what the
+// ranks compute together. README.md, "One job, one configuration", lists them.
+const std::vector<std::string>& per_rank_keys();
+
+// What every rank of a job must share: every key of the effective deck (after defaults, deck
+// and command line) but per_rank_keys(), and --resume (the checkpoint every rank reads, or
+// false); one "key = value" line each, in --print-deck's order.
+std::string agreed_config_text(const Config& config);
+
+// The first line where two agreed_config_text()s differ: its key and both values; key is ""
+// when the texts are equal.
+struct KeyDifference {
+  std::string key, a, b;
+};
+KeyDifference first_difference(const std::string& a, const std::string& b);
+
 // The warning when train.threads asks for more threads than the `cores` this rank has
 // (`why`: how they were counted); "" when they fit or threads are chosen automatically.
 std::string threads_warning(const Config& config, int cores, const std::string& why);

@@ -14,6 +14,11 @@
 // RINGTRAIN_NONFINITE_AT=STEP@RANK makes rank RANK's loss gradient NaN in optimizer step STEP
 // (from 1), as an fp16 overflow on one rank would: loss scaling must skip that step on every
 // rank, and without it train.on_nonfinite decides.
+//
+// RINGTRAIN_DROP_MESSAGE=N@RANK makes rank RANK's ring allreduce lose its N-th point-to-point
+// message (from 1, counted over the run; comm.shared_memory = false puts every message on
+// MPI), as a network or a protocol bug would: every rank then waits in the same bucket with
+// no byte moving, and the stall watchdog must end the job naming the bucket and the peers.
 #pragma once
 
 #include <cstdint>
@@ -23,5 +28,7 @@ namespace ringtrain {
 void fault_point(const char* name);
 void fault_point_for_rank(const char* name, int rank);
 bool nonfinite_fault_at(int64_t step, int rank);
+// True for the one message RINGTRAIN_DROP_MESSAGE names; counts rank's messages otherwise.
+bool drop_message_fault(int rank);
 
 }  // namespace ringtrain

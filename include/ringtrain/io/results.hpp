@@ -80,6 +80,10 @@ struct Results {
 // Writes path atomically (temp file, then rename). Throws ringtrain::Error naming the file.
 void write_results(const std::string& path, const Results& results);
 
+// What built this binary, as the results file records it: "ringtrain 0.1.0, commit C, CUDA
+// build" (or "CPU build"). Ranks compare it at start (train/config_agreement.hpp).
+std::string build_identity();
+
 // The phases /timings holds, in order.
 const std::vector<std::string>& timing_phases();
 

@@ -13,13 +13,14 @@ enum class Phase {
   kBatchNormAverage,
   kEvaluation,
   kResults,
-  kTimeline
+  kTimeline,
+  kSetUp
 };
 
 struct PhaseInfo {
   const char* id;    // for RINGTRAIN_STOP_AT (core/fault.hpp), e.g. "stop-check"
   const char* text;  // for the stall report, e.g. "the stop check"
-  bool io;           // the others wait while one rank writes a file
+  bool io;           // the others wait while one rank does I/O (writes a file, opens the data)
 };
 
 const PhaseInfo& phase_info(Phase phase);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ringtrain/comm/allreduce/pipeline.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm::allreduce {
@@ -19,6 +20,13 @@ void Allreducer::sum_and_divide(float* data, size_t count, float divisor) {
 size_t chunk_bytes_for(size_t configured, size_t message_bytes) {
   if (configured > 0) return configured;
   return message_bytes >= (16u << 20) ? (256u << 10) : (1u << 20);
+}
+
+std::string wait_text(const PipelineProgress& progress, int from, int to) {
+  const auto get = [](const std::atomic<int64_t>& v) { return v.load(std::memory_order_relaxed); };
+  return str("received ", get(progress.recvs_done), " of ", get(progress.recvs),
+             " messages from rank ", from, ", sent ", get(progress.sends_done), " of ",
+             get(progress.sends), " to rank ", to);
 }
 
 void check_pipeline_options(const AllreduceOptions& options) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm::allreduce {
 namespace {
@@ -84,7 +85,25 @@ void AutoAllreduce::sum_and_divide(float* data, size_t count, float divisor) {
   if (options_.validate_counts) check_same_count(comm_.get(), count, "auto allreduce");
   // Every rank passes the same count and knows the same topology, so every rank picks the
   // same algorithm.
-  chosen_for(data, count).sum_and_divide(data, count, divisor);
+  Allreducer& chosen = chosen_for(data, count);
+  running_.store(&chosen);
+  struct Done {
+    std::atomic<Allreducer*>& running;
+    ~Done() { running.store(nullptr); }
+  } done{running_};
+  chosen.sum_and_divide(data, count, divisor);
+}
+
+uint64_t AutoAllreduce::progress() const {
+  return ring_->progress() + rhd_->progress() + (hierarchical_ ? hierarchical_->progress() : 0);
+}
+
+std::string AutoAllreduce::on_stall() {
+  Allreducer* running = running_.load();
+  if (!running) return "";  // between calls: nothing to add
+  const std::string inner = running->on_stall();
+  // The inner report starts with the inner algorithm's name.
+  return str(name(), " chose ", inner.empty() ? running->name() : inner);
 }
 
 void AutoAllreduce::set_spin_hint(const std::atomic<bool>* hint) {

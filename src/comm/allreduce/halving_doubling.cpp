@@ -179,8 +179,22 @@ void HalvingDoubling::exchange(int partner, const float* send, size_t send_len, 
     else if (!fp32)
       decode_wire(wire, recv + b, reinterpret_cast<const uint16_t*>(got), len);
   };
-  run_pipeline(shape, recv_requests_, send_requests_, post_recv, post_send, finish_recv,
-               [](int64_t, int64_t) { return true; });
+  partner_.store(partner, std::memory_order_relaxed);
+  run_pipeline(
+      shape, recv_requests_, send_requests_, post_recv, post_send, finish_recv,
+      [](int64_t, int64_t) { return true; }, &progress_);
+  partner_.store(-1, std::memory_order_relaxed);
+}
+
+uint64_t HalvingDoubling::progress() const {
+  return progress_.completed.load(std::memory_order_relaxed);
+}
+
+std::string HalvingDoubling::on_stall() {
+  const int partner = partner_.load(std::memory_order_relaxed);
+  if (partner < 0) return "";  // between exchanges: nothing to add
+  return str(name(), " waits for rank ", partner, " (", wait_text(progress_, partner, partner),
+             ")");
 }
 
 // Scratch grows to the largest slot and copy any call has needed, never per call.

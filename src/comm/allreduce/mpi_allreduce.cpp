@@ -13,6 +13,11 @@ MpiAllreduce::MpiAllreduce(const Communicator& comm, const AllreduceOptions& opt
 
 void MpiAllreduce::sum(float* data, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
+  in_call_.store(true);
+  struct Leave {
+    std::atomic<bool>& in_call;
+    ~Leave() { in_call.store(false); }
+  } leave{in_call_};
   if (validate_) check_same_count(comm_.get(), count, "mpi allreduce");
   for (size_t done = 0; done < count; done += kMaxMpiPiece) {
     const int piece = static_cast<int>(std::min(kMaxMpiPiece, count - done));

@@ -8,12 +8,16 @@
 #include "ringtrain/comm/shm/shared_buckets.hpp"
 #include "ringtrain/comm/shm/shm_ring.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/fault.hpp"
 
 namespace ringtrain::comm::allreduce {
 namespace {
 
 constexpr int kTagReduceScatter = 401;
 constexpr int kTagAllgather = 402;
+// RINGTRAIN_DROP_MESSAGE (core/fault.hpp): a message sent where no receive will ever match it,
+// as a message lost on the way would be.
+constexpr int kTagLost = 409;
 // ShmRing: a message is at most one slot. 256 KiB: the chunk that measured best past the
 // last-level cache (docs/TUNING.md), and K of them per rank stay a small segment.
 constexpr size_t kShmSlotBytes = 256 << 10;
@@ -66,10 +70,9 @@ struct RingAllreduce::Layout {
 RingAllreduce::RingAllreduce(MPI_Comm comm, std::vector<int> ring, const AllreduceOptions& options)
     : comm_(duplicate(comm)), options_(options) {
   check_pipeline_options(options);
-  int rank = 0;
   MPI_CHECK(MPI_Comm_size(comm_.get(), &n_));
-  MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank));
-  pos_ = position_in_order(ring, n_, rank, "ring");
+  MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank_));
+  pos_ = position_in_order(ring, n_, rank_, "ring");
   left_ = ring[ring_mod(pos_ - 1, n_)];
   right_ = ring[ring_mod(pos_ + 1, n_)];
   if (options_.shared_memory && n_ > 1)
@@ -106,6 +109,24 @@ std::string RingAllreduce::name() const {
   return options_.wire == Wire::fp32 ? ring : ring + "/" + to_string(options_.wire);
 }
 
+uint64_t RingAllreduce::progress() const {
+  const uint64_t stages = buckets_ ? buckets_->stages_done() : 0;
+  return progress_.completed.load(std::memory_order_relaxed) + stages;
+}
+
+std::string RingAllreduce::on_stall() {
+  const Phase phase = phase_.load(std::memory_order_relaxed);
+  if (phase == Phase::idle) return "";  // between calls: nothing to add
+  if (phase == Phase::shared) return name() + " " + buckets_->describe_wait();
+  // Receives come from the left, sends go to the right: once every receive is in, only a send
+  // is outstanding.
+  const bool received_all = progress_.recvs_done.load(std::memory_order_relaxed) >=
+                            progress_.recvs.load(std::memory_order_relaxed);
+  return str(name(), " waits for rank ", received_all ? right_ : left_, " in the ",
+             phase == Phase::reduce_scatter ? "reduce-scatter" : "allgather", " (",
+             wait_text(progress_, left_, right_), ")");
+}
+
 void RingAllreduce::sum(float* data, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   reduce(data, count, 1.0f);
@@ -123,8 +144,16 @@ void RingAllreduce::sum_and_divide(float* data, size_t count, float divisor) {
 void RingAllreduce::reduce(float* data, size_t count, float divisor) {
   if (options_.validate_counts) check_same_count(comm_.get(), count, "ring allreduce");
   if (count == 0 || n_ == 1) return;
+  // Idle again however the call ends (an error, or the stall watchdog's report).
+  struct Idle {
+    std::atomic<Phase>& phase;
+    ~Idle() { phase.store(Phase::idle, std::memory_order_relaxed); }
+  } idle{phase_};
   // The same on every rank: the engine's buckets are at one offset of every rank's region.
-  if (in_shared_buffers(data, count)) return buckets_->allreduce(data, count, divisor);
+  if (in_shared_buffers(data, count)) {
+    phase_.store(Phase::shared, std::memory_order_relaxed);
+    return buckets_->allreduce(data, count, divisor);
+  }
   const size_t chunk_bytes = chunk_bytes_for(options_.chunk_bytes, count * sizeof(float));
   const bool via_shm = shm_ && count * sizeof(float) <= kShmMaxBytes;
   size_t max_chunk_elems = std::max<size_t>(1, chunk_bytes / sizeof(float));
@@ -133,6 +162,7 @@ void RingAllreduce::reduce(float* data, size_t count, float divisor) {
   const Layout layout(count, n_, max_chunk_elems, divisor);
   if (!via_shm) ensure_scratch(layout.chunk_elems);
   for (const bool reducing : {true, false}) {
+    phase_.store(reducing ? Phase::reduce_scatter : Phase::allgather, std::memory_order_relaxed);
     if (!reducing && options_.wire != Wire::fp32) round_owned_segment(data, layout);
     if (via_shm)
       run_phase_shm(data, layout, reducing);
@@ -147,7 +177,11 @@ void RingAllreduce::reduce(float* data, size_t count, float divisor) {
 // the receiver adds (or copies) out of its own.
 void RingAllreduce::run_phase_shm(float* data, const Layout& layout, bool reducing) {
   const int64_t M = (n_ - 1) * layout.chunks;
+  progress_.recvs.store(M, std::memory_order_relaxed);
+  progress_.sends.store(M, std::memory_order_relaxed);
   for (int64_t m = 0; m < M; ++m) {
+    progress_.recvs_done.store(m, std::memory_order_relaxed);
+    progress_.sends_done.store(m, std::memory_order_relaxed);
     const Span out = send_span(layout, reducing, m);
     void* slot = shm_->claim_send_slot();
     if (options_.wire == Wire::fp32)
@@ -155,8 +189,12 @@ void RingAllreduce::run_phase_shm(float* data, const Layout& layout, bool reduci
     else
       encode_wire(options_.wire, static_cast<uint16_t*>(slot), data + out.begin, out.len);
     shm_->send_claimed();
+    progress_.sends_done.store(m + 1, std::memory_order_relaxed);
+    progress_.completed.fetch_add(1, std::memory_order_relaxed);
     absorb(data, layout, reducing, m, shm_->wait_message());
     shm_->release_message();
+    progress_.recvs_done.store(m + 1, std::memory_order_relaxed);
+    progress_.completed.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -180,7 +218,7 @@ void RingAllreduce::run_phase(float* data, const Layout& layout, bool reducing) 
       [&](int64_t m, MPI_Request* request) { post_send(data, layout, reducing, m, request); },
       [&](int64_t m) { finish_recv(data, layout, reducing, m); },
       // Message m forwards what message m-C brought in, so it waits until that one is done.
-      [C](int64_t m, int64_t receives_done) { return m < C || m - C < receives_done; });
+      [C](int64_t m, int64_t receives_done) { return m < C || m - C < receives_done; }, &progress_);
 }
 
 // Message m of a phase: the chunk this rank receives (reduce-scatter: adds in; allgather:
@@ -254,7 +292,9 @@ void RingAllreduce::post_send(float* data, const Layout& layout, bool reducing, 
                               MPI_Request* request) {
   const auto [begin, len] = send_span(layout, reducing, m);
   const size_t slot = static_cast<size_t>(m % options_.chunks_in_flight);
-  const int tag = reducing ? kTagReduceScatter : kTagAllgather;
+  const int tag = drop_message_fault(rank_) ? kTagLost
+                  : reducing                ? kTagReduceScatter
+                                            : kTagAllgather;
   if (options_.wire == Wire::fp32) {
     MPI_CHECK(MPI_Isend(data + begin, static_cast<int>(len), MPI_FLOAT, right_, tag, comm_.get(),
                         request));

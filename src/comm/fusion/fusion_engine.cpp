@@ -44,6 +44,29 @@ BufferOps host_buffer_ops() {
   return ops;
 }
 
+// ---- the watchdog before the engine -------------------------------------------------------
+
+PhaseWatch::PhaseWatch(const Communicator& comm, double timeout_s) {
+  // No plan yet: a rank's state is only the phase it waits in.
+  if (timeout_s > 0)
+    inspector_ = std::make_unique<StallInspector>(comm.raw(), timeout_s, no_specs_, no_buckets_,
+                                                  [] { return StallState{}; });
+}
+
+PhaseWatch::~PhaseWatch() = default;
+
+void PhaseWatch::set_phase(const std::string& phase, int64_t step, bool io) {
+  if (inspector_) inspector_->set_phase(phase, step, io);
+}
+
+void PhaseWatch::enter_collective() {
+  if (inspector_) inspector_->enter_collective();
+}
+
+void PhaseWatch::leave_collective() {
+  if (inspector_) inspector_->leave_collective();
+}
+
 // ---- construction and plan ----------------------------------------------------------------
 
 FusionEngine::FusionEngine(const Communicator& comm, ReduceFn reduce, FusionOptions options,
@@ -114,9 +137,9 @@ std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
   }
 
   if (options_.stall_timeout_s > 0)
-    inspector_ =
-        std::make_unique<StallInspector>(plan_comm_->get(), options_.stall_timeout_s, specs_,
-                                         buckets_, [this] { return stall_state(); });
+    inspector_ = std::make_unique<StallInspector>(
+        plan_comm_->get(), options_.stall_timeout_s, specs_, buckets_,
+        [this] { return stall_state(); }, options_.progress);
   comm_thread_ = std::thread([this] { comm_loop(); });
   pthread_setname_np(comm_thread_.native_handle(), "rt-comm");
 

@@ -189,14 +189,16 @@ void agree_on_plan(const CommHandle& handle, const std::vector<GradSpec>& specs,
     broadcast_bytes(comm, local_error, r);
     throw Error(str("fusion plan: rank ", r, ": ", local_error));
   }
+  // The trainer's ranks agreed on the whole deck at start (train/config_agreement.hpp); this
+  // is the same check, in the same words, for the settings that shape the buckets, wherever an
+  // engine is made.
   for (int r = 1; r < world; ++r)
     for (size_t k = 0; k < settings.size(); ++k) {
       const double theirs = setting_of(all.data() + size_t(r) * bytes, k);
       const double root_value = setting_of(all.data(), k);
       if (theirs != root_value)
-        throw Error(str("fusion options differ across ranks: rank ", r, " has comm.",
-                        settings[k].key, " = ", theirs, " but rank 0 has ", root_value,
-                        " (every rank must read the same deck)"));
+        throw Error(str("ranks disagree on comm.", settings[k].key, ": rank ", r, " has ", theirs,
+                        ", rank 0 has ", root_value, " (every rank must read the same deck)"));
     }
 
   std::vector<int> differing;

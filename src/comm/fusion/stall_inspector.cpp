@@ -18,11 +18,12 @@ namespace {
 
 constexpr int kTagStallState = 7201;
 constexpr int kTagStallPrinted = 7202;
-constexpr size_t kPhaseBytes = 48;  // a phase's name on the wire, cut to fit
-constexpr size_t kHeaderBytes = 5 * sizeof(int64_t) + kPhaseBytes;
+constexpr size_t kPhaseBytes = 48;    // a phase's name on the wire, cut to fit
+constexpr size_t kDetailBytes = 256;  // what a rank's reduction waits for, cut to fit
+constexpr size_t kHeaderBytes = 5 * sizeof(int64_t) + kPhaseBytes + kDetailBytes;
 
 // A state on the wire: step, next bucket, in_synchronize, phase step, phase io, phase name,
-// then one byte per gradient.
+// the reduction's detail, then one byte per gradient.
 std::vector<uint8_t> encode(const StallState& state) {
   std::vector<uint8_t> record(kHeaderBytes + state.ready.size(), 0);
   const int64_t header[5] = {state.step, state.next_bucket, state.in_synchronize ? 1 : 0,
@@ -30,6 +31,8 @@ std::vector<uint8_t> encode(const StallState& state) {
   std::memcpy(record.data(), header, sizeof header);
   std::memcpy(record.data() + sizeof header, state.phase.data(),
               std::min(state.phase.size(), kPhaseBytes - 1));
+  std::memcpy(record.data() + sizeof header + kPhaseBytes, state.detail.data(),
+              std::min(state.detail.size(), kDetailBytes - 1));
   std::copy(state.ready.begin(), state.ready.end(), record.begin() + kHeaderBytes);
   return record;
 }
@@ -45,6 +48,8 @@ StallState decode(const std::vector<uint8_t>& record) {
   state.phase_io = header[4] != 0;
   const char* phase = reinterpret_cast<const char*>(record.data() + sizeof header);
   state.phase.assign(phase, strnlen(phase, kPhaseBytes - 1));
+  const char* detail = phase + kPhaseBytes;
+  state.detail.assign(detail, strnlen(detail, kDetailBytes - 1));
   state.ready.assign(record.begin() + kHeaderBytes, record.end());
   return state;
 }
@@ -78,13 +83,15 @@ std::vector<bool> wait_bounded(std::vector<MPI_Request>& requests, double deadli
 
 StallInspector::StallInspector(MPI_Comm comm, double timeout_s, const std::vector<GradSpec>& specs,
                                const std::vector<BucketLayout>& buckets,
-                               std::function<StallState()> snapshot)
+                               std::function<StallState()> snapshot,
+                               std::function<uint64_t()> progress)
     // MPI_ERRORS_RETURN: a peer that already left must not turn the report into an abort.
     : comm_(duplicate(comm)),
       timeout_s_(timeout_s),
       specs_(specs),
       buckets_(buckets),
-      snapshot_(std::move(snapshot)) {
+      snapshot_(std::move(snapshot)),
+      progress_(std::move(progress)) {
   MPI_CHECK(MPI_Comm_rank(comm_.get(), &rank_));
   MPI_CHECK(MPI_Comm_size(comm_.get(), &world_));
   thread_ = std::thread([this] { watch(); });
@@ -103,6 +110,8 @@ StallInspector::~StallInspector() {
 void StallInspector::note_progress(bool arm, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
   last_progress_ = now;
+  // The deadline counts from here: so does the count of what the reduction moved.
+  if (progress_) last_seen_progress_ = progress_();
   if (arm && !armed_) {
     armed_ = true;
     cv_.notify_one();  // once per step: the watchdog now counts from last_progress_
@@ -142,9 +151,14 @@ void StallInspector::watch() {
       continue;
     }
     const double factor = collectives_ > 0 && phase_io_ ? kIoPhaseTimeoutFactor : 1.0;
-    const auto deadline = last_progress_ + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(timeout_s_ * factor));
-    if (Clock::now() >= deadline) {
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(timeout_s_ * factor));
+    const auto now = Clock::now();
+    // A reduction that moves is no stall; looked at every eighth of the timeout, so a stall is
+    // reported at most that late after the last byte moved.
+    if (bytes_moved()) last_progress_ = now;
+    const auto deadline = last_progress_ + timeout;
+    if (now >= deadline) {
       const bool in_collective = collectives_ > 0;
       const std::string phase = phase_;
       const int64_t phase_step = phase_step_;
@@ -158,8 +172,19 @@ void StallInspector::watch() {
       }
       exchange_report_and_abort(mine);
     }
-    cv_.wait_until(lock, deadline);
+    const bool poll = progress_ && armed_ && collectives_ == 0;
+    cv_.wait_until(lock, poll ? std::min(deadline, now + timeout / 8) : deadline);
   }
+}
+
+// Called with the lock held: did the engine's reduction complete any message (or stage) since
+// the last look? Only the engine's step has such a sign; a collective outside it has none.
+bool StallInspector::bytes_moved() {
+  if (!armed_ || collectives_ > 0 || !progress_) return false;
+  const uint64_t now = progress_();
+  const bool moved = now != last_seen_progress_;
+  last_seen_progress_ = now;
+  return moved;
 }
 
 std::string StallInspector::describe_phases(const std::vector<StallState>& state,
@@ -242,14 +267,21 @@ std::string StallInspector::describe(const std::vector<StallState>& state,
   for (size_t r = 0; r < state.size(); ++r)
     if (lacks[r]) (state[r].in_synchronize ? in_synchronize : stopped).push_back(int(r));
 
-  if (total_missing == 0 && silent.empty())
-    return line +
-           " has every gradient on every rank, but its allreduce has not finished "
-           "(a rank is stuck inside the reduction)";
+  if (total_missing == 0 && silent.empty()) {
+    line +=
+        " has every gradient on every rank, but its allreduce made no progress (a lost message, "
+        "a protocol mismatch, or a rank stuck inside the reduction)";
+    for (size_t r = 0; r < state.size(); ++r)
+      if (!state[r].detail.empty())
+        line += str(r ? "; rank " : ": rank ", r, ": ", state[r].detail);
+    return line;
+  }
+  const std::string& own = state[size_t(rank_)].detail;
+  const std::string own_text = own.empty() ? std::string() : "; " + own;
   if (total_missing == 0)
     return line + " still waits for " + ranks_text(silent) + ", which did not answer within " +
            number_text(window_s) +
-           " s (stuck outside the engine, e.g. in compute or I/O, or exited)";
+           " s (stuck outside the engine, e.g. in compute or I/O, or exited)" + own_text;
   line += " still waits for ";
   for (size_t g = 0; g < groups.size(); ++g) {
     line += g ? "; " : "";
@@ -266,7 +298,7 @@ std::string StallInspector::describe(const std::vector<StallState>& state,
   if (!silent.empty()) causes.push_back(silent_text);
   line += " (";
   for (size_t k = 0; k < causes.size(); ++k) line += (k ? "; " : "") + causes[k];
-  return line + ")";
+  return line + ")" + own_text;
 }
 
 // Every rank whose watchdog fires sends its state to every other rank; each waits a bounded
@@ -291,8 +323,7 @@ void StallInspector::exchange_report_and_abort(const StallState& mine) {
   for (size_t r = 0; r < n; ++r)
     if (answered[r]) states[r] = decode(records[r]);
 
-  std::string line = describe(states, answered, window_s);
-  if (!mine.detail.empty()) line += "; " + mine.detail;
+  const std::string line = describe(states, answered, window_s);
   std::fprintf(stderr, "ringtrain: error: rank %d: %s\n", rank_, line.c_str());
   std::fflush(stderr);
 

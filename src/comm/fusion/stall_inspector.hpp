@@ -6,7 +6,10 @@
 // reduced) moves the deadline; if none comes for the timeout, the ranks exchange their ready
 // bitmaps on a private communicator with a bounded wait, every rank that answers prints one
 // line naming the missing tensors and the ranks missing them, and the job aborts (MPI_Abort,
-// exit 1). Private to comm/fusion/.
+// exit 1). When every rank has every gradient of the bucket and still no byte has moved for
+// the timeout (a lost message, a protocol mismatch, a bug in a ring), that is a stall too: the
+// line then says, for every rank, what its algorithm waits for (Allreducer::on_stall: the
+// peer, the phase, the messages received and sent). Private to comm/fusion/.
 //
 // It is the job's one watchdog: through comm::StallWatch (stall_watch.hpp) the trainer names
 // its phases and the Communicator's collectives (the stop check, metric reductions,
@@ -38,7 +41,7 @@ struct StallState {
   int64_t next_bucket = 0;      // the oldest bucket not yet reduced
   bool in_synchronize = false;  // the main thread called synchronize()
   std::vector<uint8_t> ready;   // per gradient: enqueued this step
-  std::string detail;           // what this rank's reduction waited for (not sent to others)
+  std::string detail;           // what this rank's reduction waited for (Allreducer::on_stall)
 };
 
 class StallInspector final : public StallWatch {
@@ -47,9 +50,15 @@ class StallInspector final : public StallWatch {
 
   // Collective over comm (duplicates it). specs and buckets are the engine's plan and must
   // outlive the inspector. snapshot returns this rank's state; it is called on the watchdog
-  // thread, without the inspector's lock held, only when the inspector fires.
+  // thread, without the inspector's lock held, only when the inspector fires. progress
+  // (optional) counts what the engine's reduction has moved (Allreducer::progress): while an
+  // engine step is open the watchdog looks at it every eighth of the timeout (the only wake-ups
+  // besides the deadline), and a count that moved since the last look moves the deadline, so
+  // only a reduction that moves no byte for the timeout is a stall. It is called on the
+  // watchdog thread with the inspector's lock held, and must be cheap.
   StallInspector(MPI_Comm comm, double timeout_s, const std::vector<GradSpec>& specs,
-                 const std::vector<BucketLayout>& buckets, std::function<StallState()> snapshot);
+                 const std::vector<BucketLayout>& buckets, std::function<StallState()> snapshot,
+                 std::function<uint64_t()> progress = {});
   ~StallInspector();  // stops and joins the watchdog; never throws
   StallInspector(const StallInspector&) = delete;
   StallInspector& operator=(const StallInspector&) = delete;
@@ -76,6 +85,7 @@ class StallInspector final : public StallWatch {
 
  private:
   void watch();
+  bool bytes_moved();
   [[noreturn]] void exchange_report_and_abort(const StallState& mine);
 
   CommHandle comm_;
@@ -85,6 +95,8 @@ class StallInspector final : public StallWatch {
   const std::vector<GradSpec>& specs_;
   const std::vector<BucketLayout>& buckets_;
   std::function<StallState()> snapshot_;
+  std::function<uint64_t()> progress_;
+  uint64_t last_seen_progress_ = 0;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -115,6 +115,34 @@ void SharedBuckets::reduce_part(size_t offset, size_t begin, size_t end, float d
   }
 }
 
+uint64_t SharedBuckets::stages_done() const {
+  const Counters& mine = counters(rank_);
+  return uint64_t(mine.arrived.load()) + mine.reduced.load() + mine.done.load();
+}
+
+std::string SharedBuckets::describe_wait() const {
+  const uint32_t call = calls_.load();
+  const Counters& me = counters(rank_);
+  // The stage this rank is in decides what it waits for from each peer.
+  std::atomic<uint32_t> Counters::*word = &Counters::arrived;
+  const char* what = "arrive";
+  if (reached(me.done.load(), call)) {
+    word = &Counters::done;
+    what = "finish reading";
+  } else if (reached(me.reduced.load(), call)) {
+    word = &Counters::reduced;
+    what = "reduce its part";
+  }
+  std::string peers;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && !reached((counters(peer).*word).load(), call))
+      peers += str(peers.empty() ? "" : ", ", peer);
+  if (peers.empty())
+    return str("is in call ", call, " of the node's shared buckets, waiting for no peer");
+  return str("waits in the node's shared buckets for rank(s) ", peers, " to ", what, " (call ",
+             call, ")");
+}
+
 void SharedBuckets::allreduce(float* data, size_t count, float divisor) {
   RT_CHECK(holds(data, count), "shared-bucket allreduce: the data is not in this rank's region");
   const uint32_t call = ++calls_;

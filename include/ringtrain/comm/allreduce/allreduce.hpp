@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,11 @@ class Allreducer {
   // communicator and throws) and returns what it waited for and NCCL's view of why, for the
   // stall report; "" when it has nothing to add.
   virtual std::string on_stall() { return {}; }
+  // Messages (or shared-memory stages) this allreducer has completed since it was made: while
+  // the number moves, bytes move, and the stall watchdog does not count a long call as a stall.
+  // Read on the watchdog's thread. 0 for one that cannot tell (mpi, nccl): its calls count as
+  // stalled after the timeout whatever moves inside them.
+  virtual uint64_t progress() const { return 0; }
   // Collective: `bytes` of host memory, in a segment every rank of the node maps, that this
   // allreducer reduces in place by reading its peers' copies (shm/shared_buckets.hpp) when a
   // call's data lies in it at the same offset on every rank (the fusion engine's buckets).

@@ -38,11 +38,17 @@ class AutoAllreduce final : public Allreducer {
   void sum(float* data, size_t count) override { sum_and_divide(data, count, 1.0f); }
   void sum_and_divide(float* data, size_t count, float divisor) override;
   std::string name() const override;
+  // What choose_automatic decides from: the same on every rank (one MPI_MAX at construction).
+  const Topology& topology() const { return topology_; }
   void set_spin_hint(const std::atomic<bool>* hint) override;
   // The ring's (one node, fp32 wire): calls on data in them go to the ring at every size.
   std::shared_ptr<float> shared_buffers(size_t bytes) override {
     return ring_->shared_buffers(bytes);
   }
+  // The sum of the algorithms' (Allreducer::progress).
+  uint64_t progress() const override;
+  // "auto chose ring: " and the chosen algorithm's own report.
+  std::string on_stall() override;
 
  private:
   Allreducer& chosen_for(const float* data, size_t count);
@@ -54,6 +60,7 @@ class AutoAllreduce final : public Allreducer {
   std::unique_ptr<HalvingDoubling> rhd_;
   std::unique_ptr<HierarchicalAllreduce> hierarchical_;  // only where auto may choose it
   std::mutex mutex_;
+  std::atomic<Allreducer*> running_{nullptr};  // the call in progress, for on_stall()
 };
 
 }  // namespace ringtrain::comm::allreduce

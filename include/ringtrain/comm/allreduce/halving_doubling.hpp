@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/allreduce/pipeline.hpp"
 #include "ringtrain/comm/allreduce/scratch.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
 
@@ -72,6 +73,11 @@ class HalvingDoubling final : public Allreducer {
   // In place; thread-safe in that concurrent calls on one instance are serialised.
   void sum(float* data, size_t count) override;
   std::string name() const override;
+
+  // Messages completed, ever (Allreducer::progress).
+  uint64_t progress() const override;
+  // The partner this rank exchanges with and how far that exchange got.
+  std::string on_stall() override;
 
  private:
   // What happens to received elements: added into the destination, or copied over it.
@@ -99,6 +105,8 @@ class HalvingDoubling final : public Allreducer {
   ScratchBytes recv_slots_, send_slots_, copy_;
   size_t slot_elems_ = 0, copy_elems_ = 0;
   std::vector<MPI_Request> recv_requests_, send_requests_;
+  PipelineProgress progress_;     // the exchange in progress, for on_stall()
+  std::atomic<int> partner_{-1};  // its partner; -1 between exchanges
 };
 
 }  // namespace ringtrain::comm::allreduce

@@ -2,6 +2,7 @@
 // benchmark compares ours against.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <string>
@@ -17,11 +18,16 @@ class MpiAllreduce final : public Allreducer {
   MpiAllreduce(const Communicator& comm, const AllreduceOptions& options);
   void sum(float* data, size_t count) override;
   std::string name() const override { return "mpi"; }
+  // MPI_Allreduce does not say whom it waits for: the report can only say where.
+  std::string on_stall() override {
+    return in_call_.load() ? "mpi waits inside MPI_Allreduce" : "";
+  }
 
  private:
   CommHandle comm_;
   bool validate_;
   std::mutex mutex_;
+  std::atomic<bool> in_call_{false};  // for on_stall(), on the watchdog's thread
 };
 
 }  // namespace ringtrain::comm::allreduce

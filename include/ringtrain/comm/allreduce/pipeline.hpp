@@ -8,7 +8,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ringtrain/comm/mpi_check.hpp"
@@ -29,19 +31,42 @@ struct PipelineShape {
   int64_t recv_window = 1, send_window = 1;  // at most this many posted and not yet done
 };
 
+// Where the running pipeline stands, read by a stall report on another thread (relaxed: a
+// report, not a synchronisation). completed counts every message of every run: while it moves,
+// bytes move, and a wait however long is no stall.
+struct PipelineProgress {
+  std::atomic<int64_t> recvs_done{0}, sends_done{0}, recvs{0}, sends{0};
+  std::atomic<uint64_t> completed{0};
+};
+
+// "received R of M messages from rank FROM, sent S of N to rank TO": where a stalled run stands.
+std::string wait_text(const PipelineProgress& progress, int from, int to);
+
 // post_recv(m, MPI_Request*) and post_send(m, MPI_Request*) post message m;
 // finish_recv(m) consumes receive m once it is complete (in order);
 // send_may_go(m, receives_done) says whether send m may be posted yet (a ring forwards what
 // an earlier receive brought in). The request vectors grow to the windows and are reused.
+// progress, when not null, follows the run.
 template <typename PostRecv, typename PostSend, typename FinishRecv, typename SendMayGo>
 void run_pipeline(const PipelineShape& shape, std::vector<MPI_Request>& recv_requests,
                   std::vector<MPI_Request>& send_requests, PostRecv&& post_recv,
-                  PostSend&& post_send, FinishRecv&& finish_recv, SendMayGo&& send_may_go) {
+                  PostSend&& post_send, FinishRecv&& finish_recv, SendMayGo&& send_may_go,
+                  PipelineProgress* progress) {
   const int64_t RW = std::max<int64_t>(shape.recv_window, 1);
   const int64_t SW = std::max<int64_t>(shape.send_window, 1);
   if (static_cast<int64_t>(recv_requests.size()) < RW) recv_requests.resize(RW, MPI_REQUEST_NULL);
   if (static_cast<int64_t>(send_requests.size()) < SW) send_requests.resize(SW, MPI_REQUEST_NULL);
   int64_t recv_posted = 0, recv_done = 0, send_posted = 0, send_done = 0;
+  auto report = [&] {
+    if (!progress) return;
+    progress->recvs_done.store(recv_done, std::memory_order_relaxed);
+    progress->sends_done.store(send_done, std::memory_order_relaxed);
+  };
+  if (progress) {
+    progress->recvs.store(shape.recvs, std::memory_order_relaxed);
+    progress->sends.store(shape.sends, std::memory_order_relaxed);
+    report();
+  }
   while (recv_done < shape.recvs || send_done < shape.sends) {
     for (; recv_posted < shape.recvs && recv_posted < recv_done + RW; ++recv_posted)
       post_recv(recv_posted, &recv_requests[recv_posted % RW]);
@@ -61,6 +86,10 @@ void run_pipeline(const PipelineShape& shape, std::vector<MPI_Request>& recv_req
     } else if (which == 1) {
       *oldest_send = MPI_REQUEST_NULL;
       ++send_done;
+    }
+    if (progress && which != MPI_UNDEFINED) {
+      report();
+      progress->completed.fetch_add(1, std::memory_order_relaxed);
     }
   }
 }

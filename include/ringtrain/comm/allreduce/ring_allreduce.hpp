@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "ringtrain/comm/allreduce/allreduce.hpp"
+#include "ringtrain/comm/allreduce/pipeline.hpp"
 #include "ringtrain/comm/allreduce/scratch.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
 
@@ -83,8 +84,13 @@ class RingAllreduce final : public Allreducer {
   // Why the messages go through MPI although options.shared_memory asked for ShmRing ("" if
   // they do not, or it was not asked for).
   const std::string& no_shm_reason() const { return no_shm_reason_; }
+  // Messages and shared-bucket stages completed, ever (Allreducer::progress).
+  uint64_t progress() const override;
+  // The phase of the call in progress, the neighbour it waits for and how far it got.
+  std::string on_stall() override;
 
  private:
+  enum class Phase { idle, reduce_scatter, allgather, shared };
   struct Layout;
   struct Span {
     size_t begin, len;
@@ -104,7 +110,7 @@ class RingAllreduce final : public Allreducer {
 
   CommHandle comm_;
   AllreduceOptions options_;
-  int n_ = 1, pos_ = 0, left_ = 0, right_ = 0;
+  int n_ = 1, rank_ = 0, pos_ = 0, left_ = 0, right_ = 0;
   std::mutex mutex_;
   // K receive slots (fp32 or wire elements) and, for a narrow wire, K send slots.
   ScratchBytes recv_scratch_, send_scratch_;
@@ -115,6 +121,9 @@ class RingAllreduce final : public Allreducer {
       buckets_;  // the fusion buffers, where shared_buffers made them
   std::string no_shm_reason_;
   const std::atomic<bool>* spin_hint_ = nullptr;
+  // The call in progress, for on_stall() and progress() on the watchdog's thread.
+  std::atomic<Phase> phase_{Phase::idle};
+  PipelineProgress progress_;
 };
 
 // Throws Error on every rank of comm, naming each rank's count, unless all pass the same

@@ -85,6 +85,9 @@ struct FusionOptions {
   // Called on the stall watchdog's thread when it fires, while a reduction may be in progress
   // (Allreducer::on_stall): its text joins this rank's stall report. Optional.
   std::function<std::string()> on_stall;
+  // Messages the reduction has completed, ever (Allreducer::progress); called on the watchdog's
+  // thread at its deadline: a count that moves means bytes move, and no stall. Optional.
+  std::function<uint64_t()> progress;
 };
 
 // One bucket reduction; start_s is relative to the engine's construction.
@@ -100,6 +103,27 @@ struct BucketRecord {
   // local peers are waited for asleep at the gate). With one core per rank it is taken from
   // backward. `seconds` runs from the bucket's launch, the gate included.
   double cpu_seconds;
+};
+
+// The job's watchdog before any engine exists (the trainer's set-up: opening the data, building
+// the model, the allreducers and the engine's plan): a collective entered through it that
+// waits past the timeout ends the job with the stall inspector's report by phase, as the
+// engine's watchdog does later. Collective over comm (duplicates its communicator); a timeout
+// of 0 watches nothing.
+class PhaseWatch final : public StallWatch {
+ public:
+  PhaseWatch(const Communicator& comm, double timeout_s);
+  ~PhaseWatch();  // stops and joins the watchdog; never throws
+  PhaseWatch(const PhaseWatch&) = delete;
+  PhaseWatch& operator=(const PhaseWatch&) = delete;
+  void set_phase(const std::string& phase, int64_t step, bool io) override;
+  void enter_collective() override;
+  void leave_collective() override;
+
+ private:
+  std::vector<GradSpec> no_specs_;
+  std::vector<BucketLayout> no_buckets_;
+  std::unique_ptr<StallInspector> inspector_;  // null when timeout_s is 0
 };
 
 class FusionEngine {

@@ -56,6 +56,12 @@ class SharedBuckets {
   // buckets are). Not thread-safe: one call at a time per instance (the caller's lock).
   void allreduce(float* data, size_t count, float divisor);
   void set_spin_hint(const std::atomic<bool>* hint) { spin_hint_ = hint; }
+  // This rank's stages (arrive, reduce, leave) published so far: moves while the calls move.
+  // Safe on any thread, as is describe_wait().
+  uint64_t stages_done() const;
+  // For a stall report: which peers the call in progress waits for, and at which stage
+  // ("waits in the node's shared buckets for rank 1 to arrive (call 7)").
+  std::string describe_wait() const;
 
  private:
   struct Counters;
@@ -68,7 +74,7 @@ class SharedBuckets {
   std::unique_ptr<SharedSegment> segment_;
   int rank_ = 0, size_ = 1;
   size_t control_bytes_ = 0, region_bytes_ = 0;
-  uint32_t calls_ = 0;
+  std::atomic<uint32_t> calls_{0};  // written by the caller's thread, read by describe_wait()
   const std::atomic<bool>* spin_hint_ = nullptr;
 };
 
