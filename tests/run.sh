@@ -19,11 +19,14 @@ mkdir -p "$LOG_DIR"
 passed=0; failed=0; failures=()
 start=$(date +%s)
 
+# The seconds since `timed` last ran go on each result line, so the slow tests show themselves.
+timed() { step_start=$(date +%s.%N); }
+took() { awk -v a="$step_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f s", b - a }'; }
 record() {  # record NAME STATUS LOG
   if [ "$2" = 0 ]; then
-    passed=$((passed + 1)); printf '  PASS  %s\n' "$1"
+    passed=$((passed + 1)); printf '  PASS  %-44s %s\n' "$1" "$(took)"
   else
-    failed=$((failed + 1)); failures+=("$1"); printf '  FAIL  %s (exit %s; log %s)\n' "$1" "$2" "$3"
+    failed=$((failed + 1)); failures+=("$1"); printf '  FAIL  %s (exit %s; log %s; %s)\n' "$1" "$2" "$3" "$(took)"
     tail -n 25 "$3" | sed 's/^/        | /'
   fi
 }
@@ -35,6 +38,7 @@ if [ -x "$BIN/tests/unit" ] && [[ -z "$filter" || "unit" == *"$filter"* ]]; then
   log="$LOG_DIR/unit.log"
   xml="$LOG_DIR/unit.junit.xml"
   rm -f "$xml"
+  timed
   # A readable log and Boost's JUnit report; each test case's verdict is read from the report.
   timeout -k 10 900 "$BIN/tests/unit" --report_level=detailed \
     --logger="HRF,test_suite,stdout:JUNIT,all,$xml" >"$log" 2>&1
@@ -52,7 +56,7 @@ if [ -x "$BIN/tests/unit" ] && [[ -z "$filter" || "unit" == *"$filter"* ]]; then
       skip) printf '  SKIP  unit/%s\n' "$name" ;;
     esac
   done <<<"$verdicts"
-  echo "  $n_cases unit test cases in the JUnit report (log $log, report $xml)"
+  echo "  $n_cases unit test cases in the JUnit report (log $log, report $xml), $(took)"
   if [ "$status" != 0 ] && ! grep -q '^fail ' <<<"$verdicts"; then
     record "unit (crashed or timed out, or failed outside a test case)" "$status" "$log"
   fi
@@ -66,6 +70,7 @@ for src in tests/mpi/*.cpp; do
   nps=$(sed -n 's|^// np: *||p' "$src" | head -1)
   for np in ${nps:-2}; do
     log="$LOG_DIR/mpi_${name}_np$np.log"
+    timed
     timeout -k 10 600 $MPIRUN -np "$np" "$BIN/tests/mpi_$name" --report_level=short >"$log" 2>&1
     record "mpi_$name np=$np" $? "$log"
   done
@@ -93,6 +98,7 @@ done
 if [ ${#multinode[@]} -gt 0 ]; then
   echo "== MPI tests across 2 emulated nodes"
   log="$LOG_DIR/cluster_up.log"
+  timed
   up_status=0
   jobs/local/cluster.sh up --nodes 2 --slots 2 --prefix "$cluster_prefix" >"$log" 2>&1 || up_status=$?
   if [ "$up_status" = 2 ] && ! grep -q "error:" "$log"; then
@@ -109,6 +115,7 @@ if [ ${#multinode[@]} -gt 0 ]; then
       per_node=${shape#*x}
       np=$(( ${shape%x*} * per_node ))
       log="$LOG_DIR/mpi_${name}_nodes$shape.log"
+      timed
       timeout -k 10 600 $MPIRUN $RT_CLUSTER_MPIRUN_ARGS --map-by "ppr:$per_node:node" -np "$np" \
         "$BIN/tests/mpi_$name" --report_level=short >"$log" 2>&1
       record "mpi_$name nodes=$shape" $? "$log"
@@ -123,6 +130,7 @@ for script in tests/e2e/*.sh; do
   name=$(basename "$script" .sh)
   [[ -z "$filter" || "e2e_$name" == *"$filter"* ]] || continue
   log="$LOG_DIR/e2e_$name.log"
+  timed
   BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 bash "$script" >"$log" 2>&1
   record "e2e/$name" $? "$log"
 done
