@@ -7,12 +7,14 @@
 // aborts the job so that nothing hangs.
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/predict.hpp"
 #include "ringtrain/train/trainer.hpp"
 
 namespace ringtrain::train {
@@ -49,6 +51,7 @@ int run_app(int argc, char** argv) {
     log::error(e.what());
     return kExitFailure;
   }
+  if (argc > 1 && std::string(argv[1]) == "predict") return run_predict(argc - 1, argv + 1, *comm);
   Config config;
   int code = configure(argc, argv, *comm, config);
   if (code >= 0) return code;
