@@ -71,7 +71,7 @@ PredictCommandLine parse_predict_command_line(int argc, const char* const argv[]
   po::options_description desc = predict_flags(o, backend, precision, threads);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc - 1, argv + 1).options(desc).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw InputError(str("ringtrain predict: ", e.what(), " (ringtrain predict --help)"));

@@ -154,6 +154,6 @@ mpirun 2 "$BIN/ringtrain" predict --model "$work/out/class.ckpt.h5" --input "${t
 mpirun 1 "$BIN/ringtrain" --deck "$work/class.deck" --resume >"$work/resave.log" 2>&1 \
   || { cat "$work/resave.log"; fail "--resume of a version-1 checkpoint"; }
 grep -q "resumed from .* at step 40" "$work/resave.log" || fail "resume line: $(cat "$work/resave.log")"
-predict 1 v2 --input "${tests[0]}"
-head -1 "$work/v2.csv" | grep -qx "path,rank1,prob1,rank2,prob2,rank3,prob3" || fail "class-heads CSV header"
+ckpt=$work/out/class.ckpt.h5 predict 1 v2 --input "${tests[0]}"
+head -1 "$work/v2.csv" | grep -qx "path,rank1,prob1,rank2,prob2,rank3,prob3" || fail "class-heads CSV header: $(head -2 "$work/v2.csv")"
 echo "predict: ok"
