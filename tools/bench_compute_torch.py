@@ -14,6 +14,8 @@
 # default, ringtrain's fp32 does not); torch.cuda.synchronize() around each timed window.
 # fp16 without a GradScaler: the benchmark times the step, and a scaler's unscale and
 # check are the trainer's work on both sides, not the step's.
+# --inference times inference instead (the peer of ringtrain predict): model.eval() and
+# torch.inference_mode(), forward only, under the same autocast.
 # --compile runs the model through torch.compile (default mode; tool "pytorch-compile"): its
 # compilation happens in the warm-up steps, outside the timed windows. On cuda the line also
 # gives the peak memory PyTorch's allocator held (torch.cuda.max_memory_allocated).
@@ -127,6 +129,8 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16", "tf32"], default="fp32")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--inference", action="store_true",
+                   help="forward only: model.eval() under torch.inference_mode()")
     a = p.parse_args()
     check_device(a.device, a.precision)
     set_tf32(a.device, a.precision)
@@ -142,7 +146,7 @@ def main():
     x = torch.randn(a.batch, c, h, w).to(a.device, memory_format=torch.channels_last)
     y = torch.randint(0, a.classes, (a.batch,)).to(a.device)
     loss_fn = nn.CrossEntropyLoss()
-    model.train()
+    model.eval() if a.inference else model.train()
     if a.compile:
         model = torch.compile(model)
 
@@ -154,6 +158,10 @@ def main():
             torch.cuda.synchronize()
 
     def step():
+        if a.inference:
+            with torch.inference_mode(), torch.autocast(a.device, dtype=dtype, enabled=autocast):
+                model(x)
+            return
         opt.zero_grad(set_to_none=True)
         with torch.autocast(a.device, dtype=dtype, enabled=autocast):
             loss = loss_fn(model(x), y)
@@ -176,6 +184,7 @@ def main():
     gpu = torch.cuda.get_device_name() if cuda else ""
     peak_mib = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
     print(json.dumps({"tool": "pytorch-compile" if a.compile else "pytorch", "device": a.device,
+                      "mode": "inference" if a.inference else "train",
                       "gpu": gpu, "gpu_peak_mib": peak_mib,
                       "model": a.model, "batch": a.batch,
                       "threads": a.threads, "precision": a.precision,
