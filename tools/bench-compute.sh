@@ -21,6 +21,8 @@
 #   make bench-compute                       (PYTHON=... BIN=bin tools/bench-compute.sh; without
 #                                            PYTHON: /usr/bin/python3 or python3, whichever has torch)
 #   ROUNDS=5 CONFIGS="cnn_small:64:2:bf16" tools/bench-compute.sh
+#   MODE=inference CONFIGS="fibernet:64:2:fp32:1x64x64" tools/bench-compute.sh   (a fifth field:
+#                                            the input CxHxW, default each tool's own)
 #   DEVICE=cuda CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh
 # On cuda the rows whose precision is in COMPILE (default "bf16") also time PyTorch under
 # torch.compile, interleaved the same way (its compilation in the warm-up), as a third column.
@@ -92,11 +94,12 @@ where="$(nproc) cores of $cpu"
 echo "bench-compute ($MODE): $ROUNDS rounds per row, ringtrain and PyTorch alternating ($where," \
      "load $(cut -d' ' -f1 /proc/loadavg))"
 for config in $CONFIGS; do
-  IFS=: read -r model batch threads precision <<<"$config"
+  IFS=: read -r model batch threads precision input <<<"$config"
   precision=${precision:-fp32}
   read -r warmup windows steps <<<"$(schedule "$model" "$batch")"
   args=(--model "$model" --batch "$batch" --threads "$threads" --warmup "$warmup"
         --windows "$windows" --steps "$steps" --precision "$precision" "${mode_args[@]}")
+  [ -z "$input" ] || args+=(--input "$input")
   # The peak is oneDNN's: CPU rows only.
   if [ "$DEVICE" = cpu ] && ! peak=$(OMP_NUM_THREADS=$threads "$BIN/rt-bench-compute" --peak \
                                        --threads "$threads" --precision "$precision" 2>&1); then
