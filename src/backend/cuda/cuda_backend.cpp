@@ -175,7 +175,7 @@ class CudaBackend : public Backend {
     for (int64_t i = 0; i < count; ++i)
       RT_CHECK(targets[i] >= 0 && targets[i] <= 1, "binary target ", targets[i], " of value ", i,
                " is outside [0, 1]");
-    const Tensor& logits = ctx_.as_plain_f32(logits_in, logits_f32_);
+    const Tensor& logits = ctx_.as_plain_f32(logits_in, bce_logits_f32_);
     ctx_.ensure(dlogits, logits.shape());
     const size_t bytes = size_t(count + 1) * sizeof(double) + size_t(count) * sizeof(float);
     if (bce_scratch_bytes_ < bytes) {
@@ -306,6 +306,7 @@ class CudaBackend : public Backend {
   Context ctx_;
   HostStaging upload_staging_, label_staging_;
   Tensor upload_f32_, download_f32_, logits_f32_, finite_f32_;  // conversion scratch
+  Tensor bce_logits_f32_;               // its own: the class loss may still be reading logits_f32_
   std::shared_ptr<void> finite_flags_;  // first_nonfinite: a flag per tensor, and their copy
   PinnedBuffer finite_flags_host_;
   std::shared_ptr<void> loss_scratch_;
