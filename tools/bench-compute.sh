@@ -9,6 +9,10 @@
 # target above the ceiling is out of reach on this CPU whatever the code does. Prints a table
 # of medians and ratios and writes the rows to output/bench/compute.jsonl.
 #
+# MODE=inference times inference instead (ringtrain predict's step: forward with BN's running
+# statistics, logits to the host) beside PyTorch's model.eval() under torch.inference_mode(),
+# same models, batches, threads and precision; rows to output/bench/compute_inference.jsonl.
+#
 # DEVICE=cuda times one GPU instead (GPU 0): rt-bench-compute --backend cuda beside
 # bench_compute_torch.py --device cuda (torch.autocast("cuda") for bf16/fp16, TF32 switches
 # for tf32), interleaved the same way; precisions fp32, bf16, fp16, tf32; no peak columns
@@ -17,6 +21,8 @@
 #   make bench-compute                       (PYTHON=... BIN=bin tools/bench-compute.sh; without
 #                                            PYTHON: /usr/bin/python3 or python3, whichever has torch)
 #   ROUNDS=5 CONFIGS="cnn_small:64:2:bf16" tools/bench-compute.sh
+#   MODE=inference CONFIGS="fibernet:64:2:fp32:1x64x64" tools/bench-compute.sh   (a fifth field:
+#                                            the input CxHxW, default each tool's own)
 #   DEVICE=cuda CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh
 # On cuda the rows whose precision is in COMPILE (default "bf16") also time PyTorch under
 # torch.compile, interleaved the same way (its compilation in the warm-up), as a third column.
@@ -32,6 +38,12 @@ fi
 ROUNDS=${ROUNDS:-3}
 OUT_DIR=${OUT_DIR:-output/bench}
 DEVICE=${DEVICE:-cpu}
+MODE=${MODE:-train}
+case "$MODE" in
+  train) mode_args=() out_name=compute ;;
+  inference) mode_args=(--inference) out_name=compute_inference ;;
+  *) echo "bench-compute: MODE=$MODE: expected train or inference" >&2; exit 2 ;;
+esac
 case "$DEVICE" in
   cpu)
     # model:batch:threads:precision; bf16 rows need AVX512-BF16 or AMX (skipped, said, without).
@@ -63,7 +75,7 @@ if [ "$DEVICE" = cuda ]; then
   rt_device=(--backend cuda) torch_device=(--device cuda)
 fi
 mkdir -p "$OUT_DIR"
-raw="$OUT_DIR/compute-raw.jsonl"
+raw="$OUT_DIR/$out_name-raw.jsonl"
 : >"$raw"
 
 # Windows per run: enough steps to time, few enough that resnet18 finishes in minutes.
@@ -79,14 +91,15 @@ schedule() {  # schedule MODEL BATCH -> warmup windows steps
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 where="$(nproc) cores of $cpu"
 [ "$DEVICE" = cpu ] || where="GPU 0 of $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null || echo "this machine"), host $cpu"
-echo "bench-compute: $ROUNDS rounds per row, ringtrain and PyTorch alternating ($where," \
+echo "bench-compute ($MODE): $ROUNDS rounds per row, ringtrain and PyTorch alternating ($where," \
      "load $(cut -d' ' -f1 /proc/loadavg))"
 for config in $CONFIGS; do
-  IFS=: read -r model batch threads precision <<<"$config"
+  IFS=: read -r model batch threads precision input <<<"$config"
   precision=${precision:-fp32}
   read -r warmup windows steps <<<"$(schedule "$model" "$batch")"
   args=(--model "$model" --batch "$batch" --threads "$threads" --warmup "$warmup"
-        --windows "$windows" --steps "$steps" --precision "$precision")
+        --windows "$windows" --steps "$steps" --precision "$precision" "${mode_args[@]}")
+  [ -z "$input" ] || args+=(--input "$input")
   # The peak is oneDNN's: CPU rows only.
   if [ "$DEVICE" = cpu ] && ! peak=$(OMP_NUM_THREADS=$threads "$BIN/rt-bench-compute" --peak \
                                        --threads "$threads" --precision "$precision" 2>&1); then
@@ -113,7 +126,7 @@ for config in $CONFIGS; do
 done
 if [ -t 2 ]; then printf '%72s\r' '' >&2; fi
 
-"$PYTHON" - "$raw" "$OUT_DIR/compute.jsonl" "$cpu" "$DEVICE" <<'PY'
+"$PYTHON" - "$raw" "$OUT_DIR/$out_name.jsonl" "$cpu" "$DEVICE" <<'PY'
 import json, statistics, sys
 raw_path, out_path, cpu, device = sys.argv[1:5]
 rows, peaks, gpus = {}, {}, set()

@@ -14,6 +14,8 @@
 # default, ringtrain's fp32 does not); torch.cuda.synchronize() around each timed window.
 # fp16 without a GradScaler: the benchmark times the step, and a scaler's unscale and
 # check are the trainer's work on both sides, not the step's.
+# --inference times inference instead (the peer of ringtrain predict): model.eval() and
+# torch.inference_mode(), forward only, under the same autocast.
 # --compile runs the model through torch.compile (default mode; tool "pytorch-compile"): its
 # compilation happens in the warm-up steps, outside the timed windows. On cuda the line also
 # gives the peak memory PyTorch's allocator held (torch.cuda.max_memory_allocated).
@@ -137,8 +139,8 @@ def main():
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--inference", action="store_true",
-                   help="time prediction: eval mode under torch.inference_mode, softmax "
-                        "probabilities copied to the host each batch (ringtrain predict's step)")
+                   help="predict's step: model.eval() under torch.inference_mode(), the logits "
+                        "copied to the host (as rt-bench-compute --inference)")
     a = p.parse_args()
     check_device(a.device, a.precision)
     set_tf32(a.device, a.precision)
@@ -167,8 +169,7 @@ def main():
 
     def predict():
         with torch.inference_mode(), torch.autocast(a.device, dtype=dtype, enabled=autocast):
-            probabilities = torch.softmax(model(x).float(), 1)
-        return probabilities.cpu()
+            return model(x).float().cpu()
 
     def step():
         if a.inference:
@@ -196,9 +197,9 @@ def main():
     gpu = torch.cuda.get_device_name() if cuda else ""
     peak_mib = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
     print(json.dumps({"tool": "pytorch-compile" if a.compile else "pytorch", "device": a.device,
+                      "mode": "inference" if a.inference else "train",
                       "gpu": gpu, "gpu_peak_mib": peak_mib,
                       "model": a.model, "batch": a.batch,
-                      "mode": "inference" if a.inference else "train",
                       "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),
                       "windows": [round(r, 3) for r in rates],

@@ -1,5 +1,7 @@
 // rt-bench-compute.cpp — training throughput of one model on the CPU backend or one GPU
-// (forward, loss, backward, SGD), in timed windows after warm-up; one JSON line per window set.
+// (forward, loss, backward, SGD), or with --inference the throughput of ringtrain predict's step
+// (forward in inference mode, logits to the host), in timed windows after warm-up; one JSON line
+// per window set.
 //
 //   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
 //                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5] [--precision bf16]
@@ -90,6 +92,9 @@ int run(int argc, char** argv) {
       "precision", po::value(&precision_text)->default_value("fp32"),
       "fp32 or bf16 (cuda: also fp16, tf32)")(
       "backend", po::value(&backend_name)->default_value("cpu"), "cpu or cuda (GPU 0)")(
+      "inference",
+      "time inference as ringtrain predict runs it: forward with BN's running statistics, the "
+      "logits downloaded; no loss, backward or optimizer")(
       "peak",
       "time a 2048^3 matmul and a 64-channel 3x3 convolution in this precision instead of a "
       "model (gflops: the faster)");
@@ -133,7 +138,13 @@ int run(int argc, char** argv) {
 
   // The loss is not read: a GPU queues the whole step without a host stop (the windows end
   // with synchronize()), as PyTorch does when nobody calls loss.item().
+  const bool inference = vm.count("inference") > 0;
+  std::vector<float> logits(size_t(batch) * size_t(classes));
   auto step = [&] {
+    if (inference) {
+      be->download(model->forward(x, false), logits.data());
+      return;
+    }
     model->forward(x, true);
     model->loss_later(labels.data());
     model->backward();
@@ -153,17 +164,19 @@ int run(int argc, char** argv) {
   double other_cores =
       std::max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall;
   double img_s = median(rates);
+  const double flops =
+      inference ? model->forward_flops_per_image() : model->train_flops_per_image();
   std::ostringstream windows_json;
   for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
   std::printf(
-      "{\"tool\":\"ringtrain\",\"backend\":\"%s\",\"model\":\"%s\",\"batch\":%d,\"threads\":%d,"
+      "{\"tool\":\"ringtrain\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\",\"batch\":%d,"
+      "\"threads\":%d,"
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f}\n",
-      be->name().c_str(), model_name.c_str(), batch, threads, precision_text.c_str(),
-      be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
-      model->train_flops_per_image() / 1e9, img_s * model->train_flops_per_image() / 1e9,
-      other_cores);
+      inference ? "inference" : "train", be->name().c_str(), model_name.c_str(), batch, threads,
+      precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
+      flops / 1e9, img_s * flops / 1e9, other_cores);
   return 0;
 }
 

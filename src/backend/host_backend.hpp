@@ -32,6 +32,14 @@ class HostBackend : public Backend {
                                        dlogits.f32());
   }
 
+  double sigmoid_binary_cross_entropy(const Tensor& logits, const float* targets, float grad_weight,
+                                      Tensor& dlogits) override {
+    RT_CHECK(logits.is_plain() && logits.rank() == 2, "bce: logits must be plain [N, K]");
+    if (dlogits.shape() != logits.shape()) dlogits = alloc(logits.shape(), DType::kF32);
+    return host::sigmoid_binary_cross_entropy(logits.f32(), targets, logits.numel(), grad_weight,
+                                              dlogits.f32());
+  }
+
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
     host::check_same_numel("sgd", w, g);
     host::check_same_numel("sgd", w, buf);

@@ -1,6 +1,7 @@
 // host_math.cpp — loss, SGD and elementwise loops on host memory (OpenMP).
 #include "host_math.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,6 +42,20 @@ LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int
   result.loss = loss / double(n);
   result.correct = correct;
   return result;
+}
+
+// log(1 + e^-|z|) + max(z, 0) - z t: no overflow for any z, and exact where s(z) rounds to 1.
+double sigmoid_binary_cross_entropy(const float* logits, const float* targets, int64_t count,
+                                    float grad_weight, float* dlogits) {
+  double loss = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double z = logits[i], t = targets[i];
+    RT_CHECK(t >= 0 && t <= 1, "binary target ", t, " of value ", i, " is outside [0, 1]");
+    loss += std::max(z, 0.0) - z * t + std::log1p(std::exp(-std::abs(z)));
+    const double s = 1.0 / (1.0 + std::exp(-z));
+    dlogits[i] = float(double(grad_weight) * (s - t) / double(count));
+  }
+  return count > 0 ? loss / double(count) : 0.0;
 }
 
 void sgd_update(float* w, const float* g, float* buf, int64_t n, const SgdSpec& s) {

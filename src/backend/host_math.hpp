@@ -11,6 +11,9 @@ void check_same_numel(const char* op, const Tensor& a, const Tensor& b);
 // dlogits = (softmax - onehot) / n; the loss is the mean; sums in double.
 LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t n,
                                  int64_t classes, float* dlogits);
+// dlogits = grad_weight * (sigmoid(z) - t) / count; returns the mean BCE (sums in double).
+double sigmoid_binary_cross_entropy(const float* logits, const float* targets, int64_t count,
+                                    float grad_weight, float* dlogits);
 void sgd_update(float* w, const float* g, float* buf, int64_t n, const SgdSpec& spec);
 void fill(float* t, int64_t n, float value);
 // y = a*x + b*y (x may be null when a == 0).

@@ -52,6 +52,18 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"data.samples_per_rank", &c.data.samples_per_rank,
        "weak scaling: train on world_size * N samples (0 = off)", {}},
       {"model.name", &c.model.name, "model from the zoo: cnn_small, resnet18_cifar, fibernet", {}, true},
+      {"model.heads", &c.model.heads,
+       "class: the primary class; inspect: also defects (multi-label), pass/fail and zones A-D "
+       "(fiber data)", {"class", "inspect"}},
+      {"model.loss_weight_defects", &c.model.loss_weight_defects,
+       "heads = inspect: weight of the defect head's BCE beside the class cross-entropy", {}},
+      {"model.loss_weight_pass", &c.model.loss_weight_pass,
+       "heads = inspect: weight of the pass/fail head's BCE", {}},
+      {"model.loss_weight_zones", &c.model.loss_weight_zones,
+       "heads = inspect: weight of the zone heads' BCE", {}},
+      {"model.false_accept_target", &c.model.false_accept_target,
+       "heads = inspect: the pass threshold is chosen on the eval split for at most this fraction "
+       "of failing images called passing, in [0, 1)", {}},
       {"train.backend", &c.train.backend, "device library: cpu (oneDNN), cuda (cuDNN), ref (plain loops)",
        {"cpu", "cuda", "ref"}},
       {"train.share_gpus", &c.train.share_gpus,
@@ -313,6 +325,15 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     if (!ok)
       throw InputError(str(src.of(key), ": bad value '", value, "' for ", key, " (", rule, ")"));
   };
+  const auto& model = c.model;
+  require(model.loss_weight_defects >= 0, "model.loss_weight_defects",
+          format_number(model.loss_weight_defects), "0 or more");
+  require(model.loss_weight_pass >= 0, "model.loss_weight_pass",
+          format_number(model.loss_weight_pass), "0 or more");
+  require(model.loss_weight_zones >= 0, "model.loss_weight_zones",
+          format_number(model.loss_weight_zones), "0 or more");
+  require(model.false_accept_target >= 0 && model.false_accept_target < 1,
+          "model.false_accept_target", format_number(model.false_accept_target), "in [0, 1)");
   const auto& t = c.train;
   require(t.epochs >= 1, "train.epochs", std::to_string(t.epochs), "at least 1");
   require(t.batch_per_rank >= 0, "train.batch_per_rank", std::to_string(t.batch_per_rank),

@@ -24,6 +24,18 @@ Loader::Loader(ShardSet shards, const LoaderOptions& options)
                    ": must not be negative");
   RT_CHECK(options.rank >= 0 && options.rank < options.world_size, "rank ", options.rank,
            " outside world of ", options.world_size);
+  if (options.inspect_labels) {
+    for (const char* name : {"multi_hot", "pass", "zone_pass"})
+      RT_REQUIRE_INPUT(shards_.has(name), split_files(info_), ": no /", name,
+                       " labels, which model.heads = inspect trains on (fiber shards from "
+                       "rt-fibergen have them)");
+    defect_names_ = shards_.extra_names("multi_hot");
+    RT_REQUIRE_INPUT(
+        defect_names_.size() == shards_.row_elements("multi_hot") &&
+            shards_.row_elements("pass") == 1 && shards_.row_elements("zone_pass") == 4,
+        split_files(info_), ": multi_hot has ", shards_.row_elements("multi_hot"), " columns and ",
+        defect_names_.size(), " names, pass and zone_pass need 1 and 4 columns");
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -128,6 +140,7 @@ void Loader::fill(Batch& batch, const std::vector<int64_t>& order, int epoch, in
   batch.labels.resize(batch.ids.size());
   batch.images.resize(batch.ids.size() * bytes);
   shards_.read(batch.ids.data(), batch.ids.size(), pixels_.data(), batch.labels.data());
+  if (options_.inspect_labels) read_inspect_labels(batch);
   for (size_t i = 0; i < batch.ids.size(); ++i) {
     const AugmentParams params =
         options_.augment ? augment_params(options_.seed, epoch, batch.ids[i], options_.augment_pad)
@@ -135,6 +148,16 @@ void Loader::fill(Batch& batch, const std::vector<int64_t>& order, int epoch, in
     transform_image(pixels_.data() + i * bytes, info_.channels, info_.height, info_.width, params,
                     normaliser_, batch.images.data() + i * bytes);
   }
+}
+
+void Loader::read_inspect_labels(Batch& batch) {
+  const size_t n = batch.ids.size();
+  batch.multi_hot.resize(n * defect_names_.size());
+  batch.pass.resize(n);
+  batch.zone_pass.resize(n * 4);
+  shards_.read_extra("multi_hot", batch.ids.data(), n, batch.multi_hot.data());
+  shards_.read_extra("pass", batch.ids.data(), n, batch.pass.data());
+  shards_.read_extra("zone_pass", batch.ids.data(), n, batch.zone_pass.data());
 }
 
 }  // namespace ringtrain::data

@@ -369,6 +369,12 @@ size_t ShardSet::row_elements(const std::string& name) const {
   return elements;
 }
 
+std::vector<std::string> ShardSet::extra_names(const std::string& name) const {
+  if (!has(name)) return {};
+  const h5::Dataset ds = shards_.front().file.root().open_dataset(name);
+  return ds.has_attr("names") ? ds.attr_strings("names") : std::vector<std::string>{};
+}
+
 void ShardSet::read_extra(const std::string& name, const int64_t* ids, size_t n, uint8_t* out) {
   const size_t elements = row_elements(name);
   group_by_shard(ids, n);

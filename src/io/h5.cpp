@@ -344,6 +344,21 @@ Dataset Group::write_string(const std::string& name, const std::string& text) {
   return Dataset(std::move(d), file_, child_path(name));
 }
 
+Dataset Group::write_strings(const std::string& name, const std::vector<std::string>& values) {
+  const std::string at = str("file ", file_, ": dataset ", child_path(name));
+  Handle type = string_type();
+  Handle space = dataspace(Dims{values.size()});
+  Handle d = checked(H5Dcreate2(id(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
+                                H5P_DEFAULT, H5P_DEFAULT),
+                     H5Dclose, at, "cannot create");
+  std::vector<const char*> texts;
+  for (const auto& v : values) texts.push_back(v.c_str());
+  if (!texts.empty())
+    check(H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, texts.data()), at,
+          "cannot write");
+  return Dataset(std::move(d), file_, child_path(name));
+}
+
 // ---- File -------------------------------------------------------------------------------
 
 File File::create(const std::string& path) {

@@ -139,6 +139,32 @@ void write_test(h5::Group& root, const Results& r) {
   ds.set_attr("class_names", r.class_names);
 }
 
+// /inspect/<split>: attributes for the pass/fail figures, datasets per defect and zone.
+void write_inspect(h5::Group& root, const std::vector<InspectFigures>& figures) {
+  if (figures.empty()) return;
+  h5::Group inspect = root.create_group("inspect");
+  inspect.set_attr("description",
+                   "inspection heads per split: verdict pass when P(pass) >= threshold (chosen on "
+                   "the eval split for false_accept_target); false_accept = failing images called "
+                   "passing / failing images, false_reject = passing called failing / passing");
+  for (const InspectFigures& f : figures) {
+    h5::Group g = inspect.create_group(f.split);
+    g.set_attr("images", f.images);
+    g.set_attr("pass_accuracy", f.pass_accuracy);
+    g.set_attr("false_accept", f.false_accept);
+    g.set_attr("false_reject", f.false_reject);
+    g.set_attr("failing", f.failing);
+    g.set_attr("passing", f.passing);
+    g.set_attr("pass_auroc", f.pass_auroc);
+    g.set_attr("threshold", f.threshold);
+    g.set_attr("false_accept_target", f.false_accept_target);
+    g.write("defect_f1", f.defect_f1).set_attr("names", f.defect_names);
+    g.write("defect_auroc", f.defect_auroc).set_attr("names", f.defect_names);
+    g.write("zone_accuracy", f.zone_accuracy)
+        .set_attr("names", std::vector<std::string>{"A", "B", "C", "D"});
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& timing_phases() {
@@ -162,6 +188,7 @@ void write_results(const std::string& path, const Results& r) {
   write_comm(root, r.comm);
   write_summary(root, r.summary);
   write_test(root, r);
+  write_inspect(root, r.inspect);
   out.commit();
 }
 

@@ -12,6 +12,13 @@ Layer& Sequential::add(std::unique_ptr<Layer> layer) {
   return *layers_.back();
 }
 
+std::unique_ptr<Layer> Sequential::release_last() {
+  RT_CHECK(!layers_.empty(), "sequential ", name_, ": no layer to release");
+  std::unique_ptr<Layer> last = std::move(layers_.back());
+  layers_.pop_back();
+  return last;
+}
+
 Shape Sequential::output_shape(const Shape& in) const {
   Shape shape = in;
   for (const auto& layer : layers_) shape = layer->output_shape(shape);

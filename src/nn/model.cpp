@@ -8,10 +8,23 @@
 namespace ringtrain::nn {
 
 Model::Model(std::string name, Backend& be, const ModelInput& in, int classes,
-             std::unique_ptr<Sequential> net)
-    : name_(std::move(name)), be_(be), input_(in), classes_(classes), net_(std::move(net)) {
+             std::unique_ptr<Sequential> net, const HeadsSpec& heads)
+    : name_(std::move(name)),
+      be_(be),
+      input_(in),
+      classes_(classes),
+      net_(std::move(net)),
+      heads_(heads) {
+  const Shape image{1, in.channels, in.height, in.width};
+  if (heads_.kind == Heads::kInspect) {
+    std::unique_ptr<Layer> classifier = net_->release_last();
+    const int64_t features = backend::shape_numel(net_->output_shape(image));
+    inspect_ = std::make_unique<InspectHeads>(be_, std::move(classifier), features, heads.defects);
+  }
   net_->collect(params_, buffers_);
+  if (inspect_) inspect_->collect(params_, buffers_);
   std::vector<Parameter*> order;
+  if (inspect_) inspect_->collect_backward_order(order);  // backward runs the heads first
   net_->collect_backward_order(order);
   for (size_t i = 0; i < params_.size(); ++i) index_[params_[i]] = i;
   for (Parameter* p : order) backward_order_.push_back(index_.at(p));
@@ -19,7 +32,7 @@ Model::Model(std::string name, Backend& be, const ModelInput& in, int classes,
            ": backward order misses parameters");
   // The input needs no gradient: the first layer skips its backward-data pass.
   net_->set_needs_input_grad(false);
-  forward_flops_ = net_->forward_flops({1, in.channels, in.height, in.width});
+  forward_flops_ = net_->forward_flops(image) + (inspect_ ? inspect_->forward_flops() : 0.0);
   // Backward computes the input and the weight gradients: two more forwards' worth.
   train_flops_ = 3.0 * forward_flops_;
 }
@@ -36,6 +49,7 @@ const Tensor& Model::forward(const Tensor& input, bool training) {
            "model ", name_, ": input ", shape_str(input.shape()), " is not [N,", input_.channels,
            ",", input_.height, ",", input_.width, "]");
   logits_ = &net_->forward(input, training);
+  if (inspect_) logits_ = &inspect_->forward(*logits_, training);
   return *logits_;
 }
 
@@ -53,17 +67,24 @@ backend::PendingLoss Model::loss_later(const int32_t* labels, float grad_scale) 
   return pending;
 }
 
+InspectLosses Model::inspect_loss(const InspectTargets& targets, const InspectWeights& weights,
+                                  float grad_scale) {
+  RT_CHECK(inspect_ != nullptr, "model ", name_, ": inspect_loss() without inspection heads");
+  return inspect_->loss(targets, weights, grad_scale);
+}
+
 void Model::backward(const std::function<void(size_t)>& on_grad_ready, bool accumulate) {
   RT_CHECK(!dlogits_.empty(), "model ", name_, ": backward() before loss()");
   for (Parameter* p : params_) {
     p->accumulating = accumulate;
     if (accumulate && p->grad_scratch.empty()) p->grad_scratch = be_.alloc(p->shape);
   }
-  net_->backward(dlogits_, [&](Parameter& p) {
+  const GradReady ready = [&](Parameter& p) {
     // In fp32, in place: the sum over micro-batches is grad itself, before anyone reads it.
     if (accumulate) be_.axpby(1.0f, p.grad_scratch, 1.0f, p.grad);
     if (on_grad_ready) on_grad_ready(index_.at(&p));
-  });
+  };
+  net_->backward(inspect_ ? inspect_->backward(dlogits_, ready) : dlogits_, ready);
 }
 
 void Model::zero_grad() {
@@ -101,6 +122,7 @@ void Model::save(h5::Group& group) {
   group.set_attr("model", name_);
   group.set_attr("classes", int32_t(classes_));
   group.set_attr("input_chw", std::vector<int32_t>{input_.channels, input_.height, input_.width});
+  group.set_attr("heads", heads_name(heads_.kind));
   for (const Parameter* p : params_) save_tensor(be_, group, p->name, p->value);
   for (const NamedBuffer& b : buffers_) save_tensor(be_, group, b.name, *b.tensor);
 }

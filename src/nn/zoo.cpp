@@ -85,7 +85,7 @@ const std::vector<std::string>& model_names() {
 }
 
 std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in, int classes,
-                                  Backend& be, uint64_t seed) {
+                                  Backend& be, uint64_t seed, const HeadsSpec& heads) {
   RT_REQUIRE_INPUT(in.channels >= 1 && in.height >= 1 && in.width >= 1, "model ", name,
                    ": the data shape ", chw(in), " is empty");
   RT_REQUIRE_INPUT(classes >= 2, "model ", name, " needs at least 2 classes, the data has ",
@@ -102,7 +102,7 @@ std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in,
     for (size_t i = 0; i < model_names().size(); ++i) known << (i ? ", " : "") << model_names()[i];
     throw InputError(str("unknown model '", name, "': known models are ", known.str()));
   }
-  auto model = std::make_unique<Model>(name, be, in, classes, std::move(net));
+  auto model = std::make_unique<Model>(name, be, in, classes, std::move(net), heads);
   init_parameters(*model, seed);
   return model;
 }

@@ -8,6 +8,7 @@
 // aborts the job so that nothing hangs.
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/config/config.hpp"
@@ -15,6 +16,7 @@
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/config_agreement.hpp"
+#include "ringtrain/train/predict.hpp"
 #include "ringtrain/train/trainer.hpp"
 
 namespace ringtrain::train {
@@ -55,6 +57,7 @@ int run_app(int argc, char** argv) {
     log::error(e.what());
     return kExitFailure;
   }
+  if (argc > 1 && std::string(argv[1]) == "predict") return run_predict(argc - 1, argv + 1, *comm);
   const StartRequest request = configure(argc, argv, *comm);
   try {
     const int code = agree_on_start(*comm, request);

@@ -11,8 +11,8 @@
 namespace ringtrain::train {
 namespace {
 
-constexpr const char* kFormat = "ringtrain-checkpoint";
-constexpr int32_t kVersion = 1;
+using io::kCheckpointFormat;
+using io::kCheckpointVersion;
 
 }  // namespace
 
@@ -36,7 +36,7 @@ void CheckpointState::remove_stale_temp_files() const {
 }
 
 void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
-                           const LossScaler* scaler) const {
+                           const io::ModelCard& card, const LossScaler* scaler) const {
   const std::string path = config_.checkpoint_path();
   // Every rank's BN running statistics (they differ between ranks until an epoch's end).
   std::vector<float> mine = model.buffer_values();
@@ -44,10 +44,10 @@ void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
   if (comm_.rank() == 0) {
     h5::AtomicFile out(path);
     h5::Group& root = out.root();
-    root.set_attr("format", kFormat);
-    root.set_attr("format_version", kVersion);
+    root.set_attr("format", kCheckpointFormat);
+    root.set_attr("format_version", kCheckpointVersion);
     root.set_attr("global_step", global_step);
-    root.set_attr("model", model.name());
+    io::write_model_card(root, card);  // `model` among the rest inference needs
     root.set_attr("world_size", int32_t(comm_.size()));
     root.set_attr("batch_per_rank", int32_t(batch_per_rank_));
     root.set_attr("accumulate_steps", int32_t(config_.train.accumulate_steps));
@@ -107,14 +107,20 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd, LossScaler* sc
                          "start afresh"));
   h5::File file = h5::File::open_read(path);
   const h5::Group& root = file.root();
-  if (!root.has_attr("format") || root.attr_string("format") != kFormat)
+  if (!root.has_attr("format") || root.attr_string("format") != kCheckpointFormat)
     throw InputError(str(path, ": not a ringtrain checkpoint"));
-  if (root.attr<int32_t>("format_version") != kVersion)
-    throw InputError(str(path, ": checkpoint format version ", root.attr<int32_t>("format_version"),
-                         ", this ringtrain reads ", kVersion));
+  const int32_t version = root.attr<int32_t>("format_version");
+  if (version < io::kOldestCheckpointVersion || version > kCheckpointVersion)
+    throw InputError(str(path, ": checkpoint format version ", version, ", this ringtrain reads ",
+                         io::kOldestCheckpointVersion, " to ", kCheckpointVersion));
   if (root.attr_string("model") != model.name())
     throw InputError(str(path, ": checkpoint of model ", root.attr_string("model"),
                          ", the deck trains ", model.name()));
+  // Version 1 had no heads: those were class heads.
+  const std::string heads = root.has_attr("heads") ? root.attr_string("heads") : "class";
+  if (heads != nn::heads_name(model.heads()))
+    throw InputError(str(path, ": checkpoint of model.heads = ", heads, ", the deck trains ",
+                         nn::heads_name(model.heads())));
   const int64_t step = root.attr<int64_t>("global_step");
   const int world = root.attr<int32_t>("world_size");
   log::info(str(
@@ -132,7 +138,9 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd, LossScaler* sc
     const auto row = rows.begin() + std::ptrdiff_t(n * size_t(comm_.rank()));
     model.set_buffer_values(std::vector<float>(row, row + std::ptrdiff_t(n)));
   }
-  return ResumePoint{step};
+  ResumePoint point{step, std::nullopt};
+  if (root.has_attr("pass_threshold")) point.pass_threshold = root.attr<float>("pass_threshold");
+  return point;
 }
 
 }  // namespace ringtrain::train

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/train/trainer.hpp"
 
 namespace ringtrain::train {
 namespace {
@@ -57,6 +58,23 @@ backend::NodeGpus gather_node_gpus(const comm::Communicator& comm) {
     node.visible[size_t(local)].assign(fields.begin() + 2, fields.end());
   }
   return node;
+}
+
+std::unique_ptr<backend::Backend> make_rank_backend(const comm::Communicator& comm,
+                                                    const TrainConfig& train, int threads,
+                                                    int* cuda_device) {
+  const backend::Precision precision = backend::parse_precision(train.precision);
+  // Every rank gathers (a collective) before any rank can fail on its own.
+  const backend::NodeGpus node =
+      train.backend == "cuda" ? gather_node_gpus(comm) : backend::NodeGpus{};
+  *cuda_device = -1;
+  if (train.backend == "cuda" && backend::cuda_device_count() > 0) {
+    // One GPU per rank of this node unless train.share_gpus.
+    const int device = backend::select_local_device(node, comm.local_rank(), train.share_gpus);
+    *cuda_device = device;
+    return backend::make_cuda_backend(cuda_options(train, device));
+  }
+  return backend::make_backend(train.backend, threads, precision);  // says why not
 }
 
 }  // namespace ringtrain::train

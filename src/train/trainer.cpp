@@ -28,7 +28,9 @@
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
+#include "ringtrain/train/gather_rows.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
+#include "ringtrain/train/inspect_metrics.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
@@ -75,12 +77,20 @@ class Trainer {
   void settle_losses(Sums& epoch, Sums& interval);
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
   Sums evaluate(data::Loader& loader, bool confusion = false);
+  nn::InspectTargets inspect_targets(const data::Batch& batch);
+  nn::InspectWeights inspect_weights() const;
+  void collect_inspect_outputs(const data::Batch& batch);
+  InspectOutputs gather_inspect_outputs();
+  void report_inspect(const std::string& split, const InspectOutputs& all, float threshold);
+  void choose_pass_threshold();
+  io::ModelCard model_card() const;
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
   void enter_phase(Phase phase);
   bool nonfinite_step_is_skipped(const nn::Parameter* bad);
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
+  void save_checkpoint() { checkpoint_->save(*model_, *sgd_, global_step_, card_, scaler_.get()); }
 
   const Config& cfg_;
   comm::Communicator& comm_;
@@ -109,6 +119,12 @@ class Trainer {
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
   std::unique_ptr<CheckpointState> checkpoint_;
+  io::ModelCard card_;           // what the checkpoint carries for inference
+  bool inspect_ = false;         // model.heads = inspect
+  std::vector<float> targets_;   // one batch's inspection targets: defects, pass, zones
+  InspectOutputs eval_outputs_;  // this rank's, during an evaluation with inspection heads
+  InspectOutputs val_outputs_;   // rank 0: every rank's of the last evaluation of eval_split
+  std::vector<io::InspectFigures> inspect_figures_;  // for the results file
   std::unordered_map<const std::string*, std::pair<const char*, const char*>> layer_names_;
   backend::Tensor input_;
   data::Batch batch_;  // the micro-batch being trained on; its memory is reused
@@ -144,6 +160,7 @@ void Trainer::set_up() {
     open_data();
   });
   agree_watched([&] { build_model(); });
+  card_ = model_card();
   agree_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
   agree_watched([&] {
     build_optimizer();
@@ -155,6 +172,7 @@ void Trainer::set_up() {
     agree_watched([&] {
       ResumePoint at = checkpoint_->load(*model_, *sgd_, scaler_.get());
       global_step_ = at.global_step;
+      if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
       if (scaler_) parallel_->set_loss_scale(scaler_->scale());
     });
     first_epoch_ = int(global_step_ / steps_per_epoch_) + 1;
@@ -195,6 +213,8 @@ void Trainer::open_data() {
   train.rank = comm_.rank();
   train.world_size = comm_.size();
   train.accumulate_steps = accumulate_steps_;
+  inspect_ = nn::parse_heads(cfg_.model.heads) == nn::Heads::kInspect;
+  train.inspect_labels = inspect_;
   train.max_samples = cfg_.data.samples_per_rank > 0 ? cfg_.data.samples_per_rank * comm_.size()
                                                      : cfg_.data.max_train_samples;
   data::ShardSet train_shards = data::ShardSet::open(cfg_.data.dir, cfg_.data.train_split);
@@ -226,22 +246,12 @@ void Trainer::open_data() {
 }
 
 void Trainer::build_model() {
-  const backend::Precision precision = backend::parse_precision(cfg_.train.precision);
-  // Every rank gathers (a collective) before any rank can fail on its own.
-  const backend::NodeGpus node =
-      cfg_.train.backend == "cuda" ? gather_node_gpus(comm_) : backend::NodeGpus{};
-  if (cfg_.train.backend == "cuda" && backend::cuda_device_count() > 0) {
-    // One GPU per rank of this node unless train.share_gpus.
-    const int device =
-        backend::select_local_device(node, comm_.local_rank(), cfg_.train.share_gpus);
-    backend_ = backend::make_cuda_backend(cuda_options(cfg_.train, device));
-    cuda_device_ = device;
-  } else {
-    backend_ = backend::make_backend(cfg_.train.backend, threads_, precision);  // says why not
-  }
+  backend_ = make_rank_backend(comm_, cfg_.train, threads_, &cuda_device_);
   const auto& info = train_loader_->info();
+  const nn::HeadsSpec heads{nn::parse_heads(cfg_.model.heads),
+                            int(train_loader_->defect_names().size())};
   model_ = nn::make_model(cfg_.model.name, {info.channels, info.height, info.width}, info.classes,
-                          *backend_, cfg_.train.seed);
+                          *backend_, cfg_.train.seed, heads);
   timeline_ = std::make_unique<comm::fusion::Timeline>(cfg_.output.timeline, comm_.rank());
   if (timeline_->enabled()) {
     model_->set_layer_timer([this](const std::string& layer, bool backward, double seconds) {
@@ -397,7 +407,19 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
-  pending_losses_.back().push_back(model_->loss_later(batch.labels.data(), loss_gradient_scale()));
+  backend::PendingLoss loss = model_->loss_later(batch.labels.data(), loss_gradient_scale());
+  if (inspect_) {
+    // The heads' losses are known now; the class loss's numbers may still be on the device.
+    const double heads =
+        model_->inspect_loss(inspect_targets(batch), inspect_weights(), loss_gradient_scale())
+            .weighted(inspect_weights());
+    loss = backend::PendingLoss([loss, heads]() mutable {
+      backend::LossResult r = loss.get();
+      r.loss += heads;
+      return r;
+    });
+  }
+  pending_losses_.back().push_back(std::move(loss));
   double t1 = comm::fusion::Timeline::now();
   parallel_->backward(micro);
   double t2 = comm::fusion::Timeline::now();
@@ -496,7 +518,7 @@ void Trainer::train_epoch(int epoch) {
     }
     if (checkpoint_->due(global_step_)) {
       enter_phase(Phase::kCheckpoint);
-      checkpoint_->save(*model_, *sgd_, global_step_, scaler_.get());
+      save_checkpoint();
     }
     enter_phase(Phase::kStopCheck);
     stop_ = checkpoint_->stop_requested();
@@ -517,6 +539,16 @@ void Trainer::train_epoch(int epoch) {
     Sums mine = evaluate(*eval_loader_);
     enter_phase(Phase::kEvaluation);
     eval = reduce(mine);
+    if (inspect_) {
+      val_outputs_ = gather_inspect_outputs();
+      // Each epoch's figures at the threshold this epoch's model would be given.
+      const float threshold =
+          comm_.rank() == 0
+              ? train::choose_pass_threshold(val_outputs_.pass_prob, val_outputs_.pass_truth,
+                                             cfg_.model.false_accept_target)
+              : 0.5f;
+      report_inspect(cfg_.data.eval_split, val_outputs_, threshold);
+    }
   }
   io::EpochRow row;
   row.epoch = epoch;
@@ -578,12 +610,124 @@ Sums Trainer::evaluate(data::Loader& loader, bool confusion) {
   const size_t classes = size_t(model_->classes());
   if (confusion) sums.confusion.assign(classes * classes, 0.0);
   data::Batch batch;
+  eval_outputs_ = InspectOutputs{};
   while (loader.next(batch)) {
     const backend::Tensor& logits = model_->forward(upload(batch), false);
-    sums.add(model_->loss(batch.labels.data()));
+    backend::LossResult loss = model_->loss(batch.labels.data());
+    if (inspect_) {
+      loss.loss += model_->inspect_loss(inspect_targets(batch), inspect_weights())
+                       .weighted(inspect_weights());
+      collect_inspect_outputs(batch);
+    }
+    sums.add(loss);
     if (confusion) count_predictions(logits, batch, sums);
   }
   return sums;
+}
+
+// ---- inspection heads -------------------------------------------------------------------
+
+nn::InspectTargets Trainer::inspect_targets(const data::Batch& batch) {
+  const size_t defects = batch.multi_hot.size();
+  targets_.resize(defects + batch.pass.size() + batch.zone_pass.size());
+  std::copy(batch.multi_hot.begin(), batch.multi_hot.end(), targets_.begin());
+  std::copy(batch.pass.begin(), batch.pass.end(), targets_.begin() + std::ptrdiff_t(defects));
+  std::copy(batch.zone_pass.begin(), batch.zone_pass.end(),
+            targets_.begin() + std::ptrdiff_t(defects + batch.pass.size()));
+  const float* t = targets_.data();
+  return {t, t + defects, t + defects + batch.pass.size()};
+}
+
+nn::InspectWeights Trainer::inspect_weights() const {
+  const ModelConfig& m = cfg_.model;
+  return {float(m.loss_weight_defects), float(m.loss_weight_pass), float(m.loss_weight_zones)};
+}
+
+// Appends the last forward's head probabilities and the batch's labels to eval_outputs_.
+void Trainer::collect_inspect_outputs(const data::Batch& batch) {
+  InspectOutputs& out = eval_outputs_;
+  out.defects = model_->inspect()->defects();
+  const std::pair<nn::Head, std::vector<float>*> heads[] = {{nn::Head::kDefects, &out.defect_prob},
+                                                            {nn::Head::kPass, &out.pass_prob},
+                                                            {nn::Head::kZones, &out.zone_prob}};
+  for (const auto& [head, probs] : heads) {
+    const backend::Tensor& logits = model_->inspect()->output(head);
+    const size_t at = probs->size();
+    probs->resize(at + size_t(logits.numel()));
+    backend_->download(logits, probs->data() + at);
+    for (size_t i = at; i < probs->size(); ++i) (*probs)[i] = sigmoid_probability((*probs)[i]);
+  }
+  out.defect_truth.insert(out.defect_truth.end(), batch.multi_hot.begin(), batch.multi_hot.end());
+  out.pass_truth.insert(out.pass_truth.end(), batch.pass.begin(), batch.pass.end());
+  out.zone_truth.insert(out.zone_truth.end(), batch.zone_pass.begin(), batch.zone_pass.end());
+}
+
+// Collective: every rank's eval_outputs_ on rank 0 (the others get an empty set).
+InspectOutputs Trainer::gather_inspect_outputs() {
+  InspectOutputs all;
+  all.defects = eval_outputs_.defects;
+  all.defect_prob = gather_rows_to_root(comm_, eval_outputs_.defect_prob);
+  all.defect_truth = gather_rows_to_root(comm_, eval_outputs_.defect_truth);
+  all.pass_prob = gather_rows_to_root(comm_, eval_outputs_.pass_prob);
+  all.pass_truth = gather_rows_to_root(comm_, eval_outputs_.pass_truth);
+  all.zone_prob = gather_rows_to_root(comm_, eval_outputs_.zone_prob);
+  all.zone_truth = gather_rows_to_root(comm_, eval_outputs_.zone_truth);
+  return all;
+}
+
+// Rank 0: one log line of the split's figures at threshold, kept for the results file.
+void Trainer::report_inspect(const std::string& split, const InspectOutputs& all, float threshold) {
+  if (comm_.rank() != 0 || all.images() == 0) return;
+  const InspectReport r = inspect_report(all, card_.defect_names, threshold);
+  log::info(inspect_line(split, r));
+  io::InspectFigures f;
+  f.split = split;
+  f.images = int64_t(all.images());
+  f.defect_names = r.defect_names;
+  f.defect_f1 = r.defect_f1;
+  f.defect_auroc = r.defect_auroc;
+  f.zone_accuracy = r.zone_accuracy;
+  f.pass_accuracy = r.pass.accuracy;
+  f.false_accept = r.pass.false_accept;
+  f.false_reject = r.pass.false_reject;
+  f.failing = r.pass.failing;
+  f.passing = r.pass.passing;
+  f.pass_auroc = r.pass_auroc;
+  f.threshold = threshold;
+  f.false_accept_target = cfg_.model.false_accept_target;
+  inspect_figures_.erase(
+      std::remove_if(inspect_figures_.begin(), inspect_figures_.end(),
+                     [&](const io::InspectFigures& g) { return g.split == split; }),
+      inspect_figures_.end());
+  inspect_figures_.push_back(std::move(f));
+}
+
+// Rank 0, at the end of training: the pass threshold for model.false_accept_target on the last
+// evaluation of eval_split, into the model card the final checkpoint carries.
+void Trainer::choose_pass_threshold() {
+  if (comm_.rank() != 0 || val_outputs_.images() == 0) return;
+  card_.pass_threshold = train::choose_pass_threshold(
+      val_outputs_.pass_prob, val_outputs_.pass_truth, cfg_.model.false_accept_target);
+  log::info(str("pass threshold: P(pass) >= ", card_.pass_threshold, " on ", cfg_.data.eval_split,
+                " for false-accept <= ", cfg_.model.false_accept_target));
+  report_inspect(cfg_.data.eval_split, val_outputs_, card_.pass_threshold);
+}
+
+io::ModelCard Trainer::model_card() const {
+  const data::DatasetInfo& info = train_loader_->info();
+  io::ModelCard card;
+  card.model = model_->name();
+  card.heads = nn::heads_name(model_->heads());
+  card.input_shape = {info.channels, info.height, info.width};
+  card.mean = info.mean;
+  card.std = info.std;
+  card.class_names = info.class_names;
+  if (inspect_) {
+    card.defect_names = train_loader_->defect_names();
+    card.zone_names = {"A", "B", "C", "D"};
+    card.false_accept_target = float(cfg_.model.false_accept_target);
+  }
+  return card;
 }
 
 void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch& batch,
@@ -710,6 +854,7 @@ void Trainer::write_results(double test_loss, double test_acc,
   r.summary.time_per_epoch_s = epochs_.empty() ? 0 : epoch_seconds / double(epochs_.size());
   r.test_confusion = cast<int64_t>(confusion);
   r.class_names = train_loader_->info().class_names;
+  r.inspect = inspect_figures_;
   r.summary.test_loss = test_loss;
   r.summary.test_acc = test_acc;
   r.summary.scaling_efficiency = kNaN;
@@ -742,9 +887,10 @@ void Trainer::run() {
     if (global_step_ >= total_steps_) break;
     train_epoch(epoch);
   }
-  // The last checkpoint is also the trained model.
+  // The last checkpoint is also the trained model, with the pass threshold chosen on val.
+  if (inspect_ && !stop_) choose_pass_threshold();
   enter_phase(Phase::kCheckpoint);
-  checkpoint_->save(*model_, *sgd_, global_step_, scaler_.get());
+  save_checkpoint();
   if (stop_) log::info(str("stopped by signal at step ", global_step_, "; resume with --resume"));
   double test_loss = kNaN, test_acc = kNaN;
   std::vector<double> confusion;
@@ -760,6 +906,8 @@ void Trainer::run() {
                     int64_t(test.count), " samples)"));
       log::info(per_class_line(test.confusion, train_loader_->info().class_names));
     }
+    if (inspect_)
+      report_inspect(cfg_.data.test_split, gather_inspect_outputs(), card_.pass_threshold);
   }
   enter_phase(Phase::kResults);
   agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });

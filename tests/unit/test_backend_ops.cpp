@@ -339,6 +339,49 @@ BOOST_DATA_TEST_CASE(max_pool_backward_is_repeatable, bdata::make(testable_backe
   BOOST_TEST(runs_differing == 0u, name << ": " << runs_differing << " of 4 reruns differ");
 }
 
+// The inspection heads' loss: the mean of -t log s(z) - (1-t) log(1-s(z)) over all values and
+// dz = w (s(z) - t) / count, on every backend; logits of +-100 (where s(z) rounds to 0 or 1)
+// give the exact finite loss, not inf; cpu equals ref bit for bit (one host loop).
+BOOST_AUTO_TEST_CASE(sigmoid_binary_cross_entropy_matches_direct_formula) {
+  std::vector<std::string> names = testable_backends();
+  names.push_back("ref");
+  std::vector<float> z = random_values(4 * 3, 91, -3, 3);
+  z[4] = 100.0f;
+  z[7] = -100.0f;
+  std::vector<float> t{1, 0, 1, 0, 0, 1, 1, 1, 0, 0, 1, 0};
+  double want_loss = 0;
+  std::vector<float> want_dz(12);
+  for (size_t i = 0; i < 12; ++i) {
+    const double zi = z[i], p = 1 / (1 + std::exp(-zi));
+    // log(1 + e^z) - z t, written to stay finite at |z| = 100 in double.
+    want_loss += (zi > 0 ? zi + std::log1p(std::exp(-zi)) : std::log1p(std::exp(zi))) - zi * t[i];
+    want_dz[i] = float(0.5 * (p - t[i]) / 12);
+  }
+  want_loss /= 12;
+  std::vector<float> ref_dz;
+  for (const std::string& name : names) {
+    auto be = make_backend(name, 2);
+    Tensor logits = to_device(*be, {4, 3}, z), dz;
+    const double loss = be->sigmoid_binary_cross_entropy(logits, t.data(), 0.5f, dz);
+    BOOST_TEST(loss == want_loss, boost::test_tools::tolerance(1e-12));
+    expect_close(name + " sigmoid BCE gradient", to_host(*be, dz), want_dz, 1e-7);
+    if (name == "ref") ref_dz = to_host(*be, dz);
+    std::vector<float> bad = t;
+    bad[5] = 2.0f;
+    try {
+      be->sigmoid_binary_cross_entropy(logits, bad.data(), 1.0f, dz);
+      BOOST_FAIL(name << ": no throw");
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()).find("binary target 2 of value 5 is outside [0, 1]") !=
+                 std::string::npos);
+    }
+  }
+  auto cpu = make_backend("cpu", 2);
+  Tensor logits = to_device(*cpu, {4, 3}, z), dz;
+  cpu->sigmoid_binary_cross_entropy(logits, t.data(), 0.5f, dz);
+  BOOST_TEST(to_host(*cpu, dz) == ref_dz);
+}
+
 BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
   std::vector<std::string> names = testable_backends();
   names.push_back("ref");

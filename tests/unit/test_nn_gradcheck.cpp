@@ -235,4 +235,45 @@ BOOST_DATA_TEST_CASE(whole_model_with_loss, bdata::make(gradcheck_backends()), b
   }
 }
 
+BOOST_DATA_TEST_CASE(inspect_heads_with_losses, bdata::make(gradcheck_backends()), backend_name) {
+  // model.heads = inspect: the classifier and the defect, pass and zone heads on one feature
+  // vector, softmax cross-entropy + weighted BCEs; every parameter, the backbone's included
+  // (its gradient is the sum over the four heads).
+  auto be = backend::make_backend(backend_name, 2);
+  auto net = std::make_unique<Sequential>("");
+  net->add(std::make_unique<Conv2d>("conv", *be, 2, 4, 3, 1, 1, true));
+  net->add(avg_pool2d("pool", *be, 2, 2));
+  net->add(std::make_unique<Flatten>("flatten"));
+  net->add(std::make_unique<Linear>("fc", *be, 16, 3));
+  Model model("smooth", *be, {2, 4, 4}, 3, std::move(net), {Heads::kInspect, 5});
+  init_parameters(model, 31);
+  std::vector<std::string> names;
+  for (Parameter* p : model.parameters()) names.push_back(p->name);
+  const std::vector<std::string> want{
+      "conv.weight",         "conv.bias",         "fc.weight",        "fc.bias",
+      "head_defects.weight", "head_defects.bias", "head_pass.weight", "head_pass.bias",
+      "head_zones.weight",   "head_zones.bias"};
+  BOOST_TEST(names == want, boost::test_tools::per_element());
+  Tensor x = random_tensor(*be, {3, 2, 4, 4}, 32);
+  int32_t labels[3] = {1, 2, 0};
+  const std::vector<float> defects{1, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 1}, pass{1, 0, 0},
+      zones{1, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1};
+  const InspectTargets targets{defects.data(), pass.data(), zones.data()};
+  const InspectWeights weights{0.7f, 2.0f, 1.3f};
+  auto loss = [&] {
+    model.forward(x, true);
+    return model.loss(labels).loss + model.inspect_loss(targets, weights).weighted(weights);
+  };
+  loss();
+  size_t ready = 0;
+  model.backward([&](size_t) { ++ready; });
+  BOOST_TEST(ready == model.parameters().size());
+  std::printf("gradient check: conv, avg pool, classifier + defect, pass and zone heads\n");
+  for (Parameter* p : model.parameters()) {
+    std::vector<float> grad = to_host(*be, p->grad), value = to_host(*be, p->value);
+    check_coordinates(p->name, value, grad, [&] { be->upload(value.data(), p->value); }, loss,
+                      {1e-2, 1e-4, 5e-3});
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -208,6 +208,13 @@ class Backend {
     return PendingLoss(softmax_cross_entropy(logits, labels, dlogits));
   }
 
+  // Sigmoid binary cross-entropy of plain [N, K] logits against host targets (N*K values in
+  // [0, 1]): the mean over all N*K values of -t log s(z) - (1-t) log(1-s(z)), computed stably
+  // from z, is returned (fp64 sums; waits for the device); dlogits = grad_weight *
+  // (s(z) - t) / (N*K) (a multi-label head's loss weight and loss scale go in grad_weight).
+  virtual double sigmoid_binary_cross_entropy(const Tensor& logits, const float* targets,
+                                              float grad_weight, Tensor& dlogits) = 0;
+
   // Plain fp32 tensors of equal numel:
   // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
   virtual void sgd_update(Tensor& w, const Tensor& g, Tensor& momentum_buf,

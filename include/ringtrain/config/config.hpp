@@ -40,6 +40,16 @@ struct DataConfig {
 
 struct ModelConfig {
   std::string name;
+  std::string heads = "class";  // class | inspect (fiber: + defects, pass/fail, zones)
+  // inspect: weights of the extra heads' BCE losses beside the class cross-entropy. Each BCE is
+  // a mean over its outputs, on the class loss's scale (ln 2 against ln 5 at the start), so 1
+  // lets no head dominate the shared features.
+  double loss_weight_defects = 1.0;
+  double loss_weight_pass = 1.0;
+  double loss_weight_zones = 1.0;
+  // inspect: the pass threshold is chosen on the eval split so that at most this fraction of
+  // truly failing images is called passing (the false-accept rate).
+  double false_accept_target = 0.01;
 };
 
 struct TrainConfig {

@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,8 +28,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   Remainder remainder = Remainder::kDrop;  // kAll for evaluation
   int rank = 0, world_size = 1;
-  int64_t max_samples = 0;   // > 0: only the split's first max_samples samples (weak scaling)
-  int accumulate_steps = 1;  // micro-steps per optimizer step: epochs hold whole groups of them
+  int64_t max_samples = 0;      // > 0: only the split's first max_samples samples (weak scaling)
+  int accumulate_steps = 1;     // micro-steps per optimizer step: epochs hold whole groups of them
+  bool inspect_labels = false;  // also read multi_hot, pass and zone_pass (fiber shards)
 };
 
 struct Batch {
@@ -37,7 +39,9 @@ struct Batch {
   std::vector<float> images;    // n * C*H*W, (x/255 - mean[c]) / std[c]
   std::vector<int32_t> labels;  // n
   std::vector<int64_t> ids;     // n global sample ids
-  double wait_seconds = 0;      // how long next() waited for this batch
+  // With inspect_labels (else empty): n * defects, n and n * 4 labels, 1 = present / pass.
+  std::vector<uint8_t> multi_hot, pass, zone_pass;
+  double wait_seconds = 0;  // how long next() waited for this batch
 };
 
 class Loader {
@@ -59,11 +63,14 @@ class Loader {
   const DatasetInfo& info() const { return info_; }
   const Sampler& sampler() const { return sampler_; }
   const LoaderOptions& options() const { return options_; }
+  // With inspect_labels: the names of the multi_hot columns (the shards' multi_hot `names`).
+  const std::vector<std::string>& defect_names() const { return defect_names_; }
 
  private:
   void run();
   void produce_epoch(uint64_t generation, int epoch);
   void fill(Batch& batch, const std::vector<int64_t>& order, int epoch, int64_t step);
+  void read_inspect_labels(Batch& batch);
 
   ShardSet shards_;
   DatasetInfo info_;
@@ -71,6 +78,7 @@ class Loader {
   Sampler sampler_;
   Normaliser normaliser_;
   std::vector<uint8_t> pixels_;  // the reader thread's raw batch
+  std::vector<std::string> defect_names_;
 
   std::mutex mutex_;
   std::condition_variable to_reader_, to_consumer_;

@@ -61,6 +61,8 @@ class ShardSet {
   bool has(const std::string& name) const;
   // Elements per sample of dataset name (product of its dims after the first).
   size_t row_elements(const std::string& name) const;
+  // The `names` attribute of per-sample dataset name (multi_hot's column names); empty if none.
+  std::vector<std::string> extra_names(const std::string& name) const;
   // Reads rows ids[0..n) of a uint8 per-sample dataset into out (n * row_elements(name)).
   void read_extra(const std::string& name, const int64_t* ids, size_t n, uint8_t* out);
 

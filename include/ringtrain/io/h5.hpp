@@ -218,6 +218,8 @@ class Group : public Object {
   }
   // A scalar variable-length string dataset (h5dump prints it as text).
   Dataset write_string(const std::string& name, const std::string& text);
+  // A 1-D dataset of variable-length UTF-8 strings, one per value.
+  Dataset write_strings(const std::string& name, const std::vector<std::string>& values);
 
  private:
   std::string child_path(const std::string& name) const;

@@ -66,6 +66,18 @@ struct Summary {
   std::string baseline;
 };
 
+// /inspect/<split>: the inspection heads' figures on a split (model.heads = inspect).
+struct InspectFigures {
+  std::string split;
+  int64_t images = 0;
+  std::vector<std::string> defect_names;
+  std::vector<double> defect_f1, defect_auroc;  // per defect, at P >= 0.5
+  std::vector<double> zone_accuracy;            // zones A..D at P >= 0.5
+  double pass_accuracy = 0, false_accept = 0, false_reject = 0, pass_auroc = 0;
+  int64_t failing = 0, passing = 0;
+  double threshold = 0.5, false_accept_target = 0;
+};
+
 struct Results {
   std::string deck;  // effective deck text
   RunInfo info;
@@ -75,6 +87,7 @@ struct Results {
   Summary summary;
   std::vector<int64_t> test_confusion;  // [classes x classes], row = true class; empty: none
   std::vector<std::string> class_names;
+  std::vector<InspectFigures> inspect;  // empty: model.heads = class
 };
 
 // Writes path atomically (temp file, then rename). Throws ringtrain::Error naming the file.

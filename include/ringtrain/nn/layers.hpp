@@ -184,6 +184,8 @@ class Sequential : public Layer {
   Layer& add(std::unique_ptr<Layer> layer);
   size_t size() const { return layers_.size(); }
   Layer& at(size_t i) { return *layers_.at(i); }
+  // Takes the last layer out (a model's classifier, to put heads in its place).
+  std::unique_ptr<Layer> release_last();
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;

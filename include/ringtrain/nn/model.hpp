@@ -10,6 +10,7 @@
 
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/io/h5.hpp"
+#include "ringtrain/nn/inspect_heads.hpp"
 #include "ringtrain/nn/layers.hpp"
 
 namespace ringtrain::nn {
@@ -25,15 +26,21 @@ struct ModelInput {
 
 class Model {
  public:
+  // With heads.kind = kInspect, net's last layer (its classifier Linear) moves into the
+  // inspection heads (inspect_heads.hpp), fed by the output of the layers before it.
   Model(std::string name, Backend& be, const ModelInput& in, int classes,
-        std::unique_ptr<Sequential> net);
+        std::unique_ptr<Sequential> net, const HeadsSpec& heads = {});
 
   const std::string& name() const { return name_; }
   const ModelInput& input() const { return input_; }
   int classes() const { return classes_; }
+  Heads heads() const { return heads_.kind; }
+  // The inspection heads; null with model.heads = class.
+  InspectHeads* inspect() { return inspect_.get(); }
   Backend& backend() { return be_; }
 
-  // input: [N, C, H, W] on the device (plain). Returns the logits [N, classes].
+  // input: [N, C, H, W] on the device (plain). Returns the logits [N, classes]; with
+  // inspection heads their logits are then in inspect()->output().
   const Tensor& forward(const Tensor& input, bool training);
   // Softmax cross-entropy (mean over the batch) of the last forward against host labels
   // (one per image); sets the logits' gradient for backward(), multiplied by grad_scale (the
@@ -43,6 +50,10 @@ class Model {
   // The same, its numbers read when the caller asks (Backend::softmax_cross_entropy_later):
   // the training loop does not wait for forward to finish before queueing backward.
   backend::PendingLoss loss_later(const int32_t* labels, float grad_scale = 1.0f);
+  // With inspection heads: their weighted BCE losses of the last forward, whose gradients
+  // backward() adds to the class loss's (call after loss() or loss_later()).
+  InspectLosses inspect_loss(const InspectTargets& targets, const InspectWeights& weights,
+                             float grad_scale = 1.0f);
   // Backprop of the last loss(). Calls on_grad_ready(i) the moment parameters()[i]'s
   // gradient is final, in backward_order(). Gradients are overwritten, or with `accumulate`
   // this batch's gradient is added to them in fp32 (gradient accumulation's later
@@ -88,7 +99,9 @@ class Model {
   Backend& be_;
   ModelInput input_;
   int classes_;
-  std::unique_ptr<Sequential> net_;
+  std::unique_ptr<Sequential> net_;  // with inspection heads: the backbone before them
+  HeadsSpec heads_;
+  std::unique_ptr<InspectHeads> inspect_;
   std::vector<Parameter*> params_;
   std::vector<NamedBuffer> buffers_;
   std::vector<size_t> backward_order_;
@@ -99,9 +112,10 @@ class Model {
 };
 
 // Known names: cnn_small, resnet18_cifar, fibernet. An unknown name or a data shape the
-// model cannot take is an InputError. Weights are initialised as PyTorch does, from seed.
+// model cannot take is an InputError. Weights are initialised as PyTorch does, from seed
+// (each parameter's values depend on its name alone: the heads leave the backbone's as they are).
 std::unique_ptr<Model> make_model(const std::string& name, const ModelInput& in, int classes,
-                                  Backend& be, uint64_t seed);
+                                  Backend& be, uint64_t seed, const HeadsSpec& heads = {});
 const std::vector<std::string>& model_names();
 
 // PyTorch's default initialisation: weights kaiming_uniform(a=sqrt(5)) and biases

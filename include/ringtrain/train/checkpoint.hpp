@@ -1,6 +1,7 @@
 // checkpoint.hpp — periodic and signal-triggered checkpoints, and resuming from them.
 //
-// A checkpoint is one HDF5 file, written atomically and durably by rank 0 (h5::AtomicFile):
+// A checkpoint is one HDF5 file, written atomically and durably by rank 0 (h5::AtomicFile), and
+// the model file prediction reads (io/model_file.hpp: the card's attributes beside these):
 // /params (weights and rank 0's BN statistics), /optimizer (momentum buffers, step count),
 // /rank_buffers (every rank's BN statistics), and as attributes the global step and what
 // the run was (world size, batch per rank, accumulation, seed), which --resume compares. With
@@ -11,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/config/config.hpp"
+#include "ringtrain/io/model_file.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 #include "ringtrain/train/loss_scale.hpp"
@@ -22,6 +25,7 @@ namespace ringtrain::train {
 
 struct ResumePoint {
   int64_t global_step = 0;
+  std::optional<float> pass_threshold;  // the checkpoint's, when it has inspection heads
 };
 
 class CheckpointState {
@@ -36,13 +40,13 @@ class CheckpointState {
   // Collective: true on every rank when any rank has received a stop signal
   // (core/stop_signals.hpp: SIGTERM, SIGUSR1 or SIGINT).
   bool stop_requested() const;
-  // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics and
-  // a dynamic scaler's state (scaler may be null).
-  void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
+  // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics,
+  // the model card (what inference needs) and a dynamic scaler's state (scaler may be null).
+  void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step, const io::ModelCard& card,
             const LossScaler* scaler = nullptr) const;
-  // Every rank reads the checkpoint (its own BN statistics when the world size is the
-  // same); errors name the file and say how to start afresh; settings that differ from the
-  // checkpoint's are warned about. A dynamic scaler (may be null) takes the checkpoint's scale
+  // Every rank reads the checkpoint, format version 1 or 2 (its own BN statistics when the world
+  // size is the same); errors name the file and say how to start afresh; settings that differ from
+  // the checkpoint's are warned about. A dynamic scaler (may be null) takes the checkpoint's scale
   // and clean-step count when it has them, else keeps its start.
   ResumePoint load(nn::Model& model, nn::Sgd& sgd, LossScaler* scaler = nullptr) const;
 

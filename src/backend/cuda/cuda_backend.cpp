@@ -164,6 +164,39 @@ class CudaBackend : public Backend {
     });
   }
 
+  // Targets go up with the values' losses in one scratch block; the total comes back at once
+  // (the heads' losses are small and read every step anyway).
+  double sigmoid_binary_cross_entropy(const Tensor& logits_in, const float* targets,
+                                      float grad_weight, Tensor& dlogits) override {
+    ctx_.activate();
+    expect_present(logits_in, "bce logits");
+    RT_CHECK(logits_in.rank() == 2, "bce: logits must be [N, K]");
+    const int64_t count = logits_in.numel();
+    for (int64_t i = 0; i < count; ++i)
+      RT_CHECK(targets[i] >= 0 && targets[i] <= 1, "binary target ", targets[i], " of value ", i,
+               " is outside [0, 1]");
+    const Tensor& logits = ctx_.as_plain_f32(logits_in, bce_logits_f32_);
+    ctx_.ensure(dlogits, logits.shape());
+    const size_t bytes = size_t(count + 1) * sizeof(double) + size_t(count) * sizeof(float);
+    if (bce_scratch_bytes_ < bytes) {
+      bce_scratch_ = ctx_.pool().allocate(bytes);
+      bce_scratch_bytes_ = bytes;
+    }
+    auto* total = static_cast<double*>(bce_scratch_.get());
+    double* value_loss = total + 1;
+    auto* device_targets = reinterpret_cast<float*>(value_loss + count);
+    CUDA_CHECK(cudaMemcpyAsync(device_targets, targets, size_t(count) * sizeof(float),
+                               cudaMemcpyHostToDevice, ctx_.stream()));
+    kernels::sigmoid_binary_cross_entropy(logits.f32(), device_targets, count, grad_weight,
+                                          dlogits.f32(), value_loss, total, ctx_.stream());
+    double host_total = 0;
+    if (count > 0)
+      CUDA_CHECK(cudaMemcpyAsync(&host_total, total, sizeof(double), cudaMemcpyDeviceToHost,
+                                 ctx_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    return count > 0 ? host_total / double(count) : 0.0;
+  }
+
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
     ctx_.activate();
     check_same_numel("sgd", w, g);
@@ -273,10 +306,13 @@ class CudaBackend : public Backend {
   Context ctx_;
   HostStaging upload_staging_, label_staging_;
   Tensor upload_f32_, download_f32_, logits_f32_, finite_f32_;  // conversion scratch
+  Tensor bce_logits_f32_;               // its own: the class loss may still be reading logits_f32_
   std::shared_ptr<void> finite_flags_;  // first_nonfinite: a flag per tensor, and their copy
   PinnedBuffer finite_flags_host_;
   std::shared_ptr<void> loss_scratch_;
   size_t loss_scratch_bytes_ = 0;
+  std::shared_ptr<void> bce_scratch_;  // total, per-value losses, targets
+  size_t bce_scratch_bytes_ = 0;
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;
   std::mutex ready_mutex_;
   std::vector<std::unique_ptr<ReadyEvent>> ready_events_;

@@ -67,6 +67,17 @@ __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, in
   }
 }
 
+// One thread per value: the stable BCE of sigmoid(z) against t, and its gradient.
+__global__ void sigmoid_bce_kernel(const float* logits, const float* targets, int64_t count,
+                                   float grad_weight, float* dlogits, double* value_loss) {
+  GRID_LOOP(i, count) {
+    const double z = logits[i], t = targets[i];
+    value_loss[i] = fmax(z, 0.0) - z * t + log1p(exp(-fabs(z)));
+    const double s = 1.0 / (1.0 + exp(-z));
+    dlogits[i] = float(double(grad_weight) * (s - t) / double(count));
+  }
+}
+
 // Sums f(i) over channel blockIdx.x's n*hw elements of plain [n, c, hw] with one block.
 template <typename F>
 __device__ double channel_reduce(int64_t n, int64_t c, int64_t hw, F f) {
@@ -228,6 +239,12 @@ __global__ void loss_totals_kernel(const double* row_loss, const int32_t* row_co
   if (threadIdx.x == 0) totals[0] = loss, totals[1] = correct;
 }
 
+// One block: the sum of count doubles.
+__global__ void sum_kernel(const double* values, int64_t count, double* total) {
+  const double sum = channel_reduce(count, 1, 1, [&](int64_t i) { return values[i]; });
+  if (threadIdx.x == 0) *total = sum;
+}
+
 __global__ void flag_nonfinite_kernel(const float* x, int64_t n, int32_t* flag) {
   GRID_LOOP(i, n)
   if (!isfinite(x[i])) *flag = 1;
@@ -272,6 +289,17 @@ void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t r
   if (rows == 0) return;
   softmax_ce_kernel<<<blocks_for(rows), kThreads, 0, s>>>(logits, labels, rows, classes, dlogits,
                                                           row_loss, row_correct);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void sigmoid_binary_cross_entropy(const float* logits, const float* targets, int64_t count,
+                                  float grad_weight, float* dlogits, double* value_loss,
+                                  double* total, cudaStream_t s) {
+  if (count == 0) return;
+  sigmoid_bce_kernel<<<blocks_for(count), kThreads, 0, s>>>(logits, targets, count, grad_weight,
+                                                            dlogits, value_loss);
+  CUDA_CHECK(cudaGetLastError());
+  sum_kernel<<<1, kThreads, 0, s>>>(value_loss, count, total);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -26,6 +26,12 @@ void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t r
                            int64_t classes, float* dlogits, double* row_loss, int32_t* row_correct,
                            cudaStream_t s);
 
+// One thread per value: dlogits = grad_weight * (sigmoid(z) - t) / count and the value's BCE
+// into value_loss; then one block sums value_loss into *total. Targets are on the device.
+void sigmoid_binary_cross_entropy(const float* logits, const float* targets, int64_t count,
+                                  float grad_weight, float* dlogits, double* value_loss,
+                                  double* total, cudaStream_t s);
+
 // Batch-norm helpers over plain [n, c, hw] (one block per channel, sums in double).
 // out[c] = sum (x - center[c])^p with p = 2 when squares, else 1; center may be null.
 void channel_sums(const float* x, const float* center, bool squares, int64_t n, int64_t c,

@@ -171,6 +171,10 @@ class Bf16Reference : public Backend {
                                    Tensor& dlogits) override {
     return be_->softmax_cross_entropy(logits, labels, dlogits);
   }
+  double sigmoid_binary_cross_entropy(const Tensor& logits, const float* targets, float grad_weight,
+                                      Tensor& dlogits) override {
+    return be_->sigmoid_binary_cross_entropy(logits, targets, grad_weight, dlogits);
+  }
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
     be_->sgd_update(w, g, buf, spec);
   }
