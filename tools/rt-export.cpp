@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv, help);
     if (help) return kExitOk;
     const tools::ModelFile file = tools::read_model_file(o.model);
-    const std::string what = str(o.model, " (", file.model_name, ", step ", file.global_step, ")");
+    const std::string what = str(o.model, " (", file.card.model, ", step ", file.global_step, ")");
     if (!o.onnx.empty()) {
       const int nodes = tools::write_onnx(file, o.onnx);
       std::printf("rt-export: %s -> %s: %d ONNX nodes, opset 13, checked\n", what.c_str(),

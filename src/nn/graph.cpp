@@ -2,7 +2,9 @@
 // forward() computes it (fused ReLUs as their own nodes).
 #include "ringtrain/nn/graph.hpp"
 
+#include "ringtrain/nn/inspect_heads.hpp"
 #include "ringtrain/nn/layers.hpp"
+#include "ringtrain/nn/model.hpp"
 
 namespace ringtrain::nn {
 
@@ -86,6 +88,21 @@ std::string BasicBlock::trace(Graph& graph, const std::string& input) const {
   GraphNode add = node_of(GraphOp::kAdd, name_, main);
   add.inputs.push_back(shortcut);
   return unary(graph, GraphOp::kRelu, name_, graph.add(std::move(add)));
+}
+
+TracedOutputs InspectHeads::trace(Graph& graph, const std::string& features) const {
+  TracedOutputs out;
+  out.logits = classifier_->trace(graph, features);
+  out.defects = head_defects_.trace(graph, features);
+  out.pass = head_pass_.trace(graph, features);
+  out.zones = head_zones_.trace(graph, features);
+  return out;
+}
+
+TracedOutputs Model::trace(Graph& graph, const std::string& input) const {
+  const std::string backbone = net_->trace(graph, input);
+  if (inspect_) return inspect_->trace(graph, backbone);
+  return TracedOutputs{backbone, "", "", ""};
 }
 
 }  // namespace ringtrain::nn

@@ -23,6 +23,7 @@
 #include "ringtrain/io/h5.hpp"
 #include "ringtrain/io/model_file.hpp"
 #include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/model_file.hpp"
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/gather_rows.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
@@ -196,16 +197,6 @@ io::ModelCard read_card(const std::string& path) {
   RT_REQUIRE_INPUT(h5::is_hdf5(path), "--model ", path, ": not an HDF5 file (a checkpoint is)");
   const h5::File file = h5::File::open_read(path);
   return io::read_model_card(file.root(), resave_hint());
-}
-
-std::unique_ptr<nn::Model> load_model(const std::string& path, const io::ModelCard& card,
-                                      backend::Backend& be) {
-  const nn::HeadsSpec heads{nn::parse_heads(card.heads), int(card.defect_names.size())};
-  const nn::ModelInput in{card.input_shape[0], card.input_shape[1], card.input_shape[2]};
-  auto model = nn::make_model(card.model, in, int(card.class_names.size()), be, 0, heads);
-  const h5::File file = h5::File::open_read(path);
-  model->load(file.root().open_group("params"));
-  return model;
 }
 
 // ---- the loop -----------------------------------------------------------------------------
@@ -477,7 +468,7 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   agree(comm, [&] {
     int cuda_device = -1;
     be = make_rank_backend(comm, o.device, threads, &cuda_device);
-    model = load_model(o.model, card, *be);
+    model = nn::load_model_file(o.model, *be, resave_hint()).model;
   });
   const std::vector<Item> items = items_of(sources);
   const int k = o.top_k > 0 ? std::min(o.top_k, int(card.class_names.size()))

@@ -2,7 +2,7 @@
 # export.sh — rt-export end to end: a trained fibernet's model file as ONNX, which ONNX's own
 # Python checker accepts (full check, with shape inference) and ONNX Runtime (npm's
 # onnxruntime-node, installed under output/) evaluates to ringtrain predict's probabilities
-# within 1e-4; as a PyTorch state_dict whose pickle and storages read back to the model file's
+# within 1e-4 (the class heads, and each output of the inspection heads); as a PyTorch state_dict whose pickle and storages read back to the model file's
 # tensors (and, where torch is installed, that the zoo's torch model loads with strict=True and
 # evaluates to the same probabilities); bad inputs give one line, exit 2 and no file.
 source "$(dirname "$0")/lib/e2e.sh"
@@ -37,7 +37,7 @@ print(f"onnx checker: ok, {len(m.graph.node)} nodes, ops {sorted(ops)}")
 PY
 
 # ---- ringtrain predict on the test split: the reference -------------------------------------------
-"$BIN/ringtrain" predict --model "$model" --input "$work/data" --split test --output "$work/pred" \
+"$BIN/ringtrain" predict --model "$model" --input "$work"/data/test-*.h5 --output "$work/pred" \
   >"$work/predict.log" 2>&1 || { cat "$work/predict.log"; fail "ringtrain predict"; }
 # The same images, normalised as the metadata says, as raw float32 for the runtime.
 "$PYTHON" - "$work/data" "$work/fiber.onnx" "$work/input.f32" <<'PY'
@@ -57,7 +57,7 @@ compare_probabilities() {
 import sys, h5py, numpy as np
 got = np.fromfile(sys.argv[1], "<f4")
 with h5py.File(sys.argv[2], "r") as f:
-    want = f["probabilities"][()].astype(np.float32)
+    want = f["probs"][()].astype(np.float32)
 got = got.reshape(want.shape)
 worst = float(np.abs(got - want).max())
 print(f"{sys.argv[3]}: {want.shape[0]} images, max |p - ringtrain predict| = {worst:.2e} (tolerance 1e-4)")
@@ -127,6 +127,42 @@ else
   echo "SKIP torch: $PYTHON has no torch (make bench-deps installs it); the state_dict was read without it"
 fi
 
+# ---- inspection heads: the defect, pass and zone sigmoids beside the class softmax -----------------
+"$BIN/ringtrain" --deck inputs/quickstart.deck --data.dir="$work/data" --train.epochs=1 \
+  --train.max_steps=4 --model.heads=inspect --output.dir="$work/out" --output.name=inspect \
+  --output.timeline=false --output.checkpoint_dir="$work/ckpt" >"$work/train-inspect.log" 2>&1 ||
+  { cat "$work/train-inspect.log"; fail "training the inspection heads"; }
+"$BIN/rt-export" --model "$work/ckpt/inspect.ckpt.h5" --onnx "$work/inspect.onnx" >/dev/null
+"$BIN/ringtrain" predict --model "$work/ckpt/inspect.ckpt.h5" --input "$work"/data/test-*.h5 \
+  --output "$work/pred-inspect" >"$work/predict-inspect.log" 2>&1 || fail "predict (inspect)"
+"$PYTHON" - "$work/inspect.onnx" <<'PY' || fail "inspect onnx"
+import json, sys, onnx
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m, full_check=True)
+meta = {p.key: p.value for p in m.metadata_props}
+assert meta["heads"] == "inspect" and json.loads(meta["zone_names"]) == ["A", "B", "C", "D"], meta
+assert len(json.loads(meta["defect_names"])) == 5 and 0 < float(meta["pass_threshold"]) < 1, meta
+outputs = [o.name for o in m.graph.output]
+assert outputs == ["logits", "probabilities", "defect_probabilities", "pass_probability",
+                   "zone_pass_probabilities"], outputs
+print("inspect onnx: checker ok, outputs", outputs)
+PY
+if [ -d "$ort/node_modules/onnxruntime-node" ] && command -v node >/dev/null; then
+  NODE_PATH=$ort/node_modules node tools/onnx_run.js "$work/inspect.onnx" "$work/input.f32" \
+    "$count,1,64,64" "$work/ort-inspect" >/dev/null || fail "onnx runtime (inspect)"
+  "$PYTHON" - "$work/ort-inspect" "$work/pred-inspect.h5" <<'PY' || fail "inspect heads vs predict"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[2], "r") as f:
+    for onnx_name, ours in [("probabilities", "probs"), ("defect_probabilities", "defect_probs"),
+                            ("pass_probability", "pass_prob"), ("zone_pass_probabilities", "zone_probs")]:
+        want = f[ours][()].astype(np.float32)
+        got = np.fromfile(f"{sys.argv[1]}.{onnx_name}.f32", "<f4").reshape(want.shape)
+        worst = float(np.abs(got - want).max())
+        print(f"onnx runtime {onnx_name}: max |p - predict's {ours}| = {worst:.2e} (tolerance 1e-4)")
+        assert worst <= 1e-4, onnx_name
+PY
+fi
+
 # ---- bad inputs ---------------------------------------------------------------------------------------
 expect_bad() {  # expect_bad MESSAGE ARGS...
   local message=$1 status=0 err
@@ -136,11 +172,12 @@ expect_bad() {  # expect_bad MESSAGE ARGS...
   [ "$err" = "rt-export: error: $message" ] || fail "message '$err' for $*"
   [ ! -e "$work/bad.onnx" ] || fail "$* wrote $work/bad.onnx"
 }
-expect_bad "$work/data/train-00000-of-00002.h5: not a ringtrain checkpoint (a model file is the checkpoint a training run of this ringtrain writes (output.checkpoint_dir), format_version 2 or later)" \
+hint="a model file is the checkpoint a training run of this ringtrain writes; resume its run (ringtrain --deck DECK --resume) to rewrite it as one"
+expect_bad "$work/data/train-00000-of-00002.h5: not a ringtrain model file (no format attribute 'ringtrain-checkpoint')" \
   --model "$work/data/train-00000-of-00002.h5" --onnx "$work/bad.onnx"
 cp "$model" "$work/v1.h5"
 "$PYTHON" -c "import h5py; f = h5py.File('$work/v1.h5', 'a'); del f.attrs['input_shape']"
-expect_bad "$work/v1.h5: no attribute 'input_shape' (a model file is the checkpoint a training run of this ringtrain writes (output.checkpoint_dir), format_version 2 or later)" \
+expect_bad "$work/v1.h5: checkpoint format_version 2 lacks what inference needs (input_shape); $hint" \
   --model "$work/v1.h5" --onnx "$work/bad.onnx"
 expect_bad "nothing to write: give --onnx FILE, --torch FILE or both" --model "$model"
 echo "export: ok"

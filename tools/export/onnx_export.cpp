@@ -31,12 +31,13 @@ class OnnxBuilder {
     auto* opset = model_.add_opset_import();
     opset->set_domain("");
     opset->set_version(kOpset);
-    graph_.set_name(file_.model_name);
-    add_value(*graph_.add_input(), "input", {file_.channels, file_.height, file_.width});
+    const io::ModelCard& card = file_.card;
+    graph_.set_name(card.model);
+    add_value(*graph_.add_input(), "input", shape_of(card.input_shape));
     nn::Graph traced;
-    const std::string logits = file_.model->trace(traced, "input");
+    const nn::TracedOutputs outputs = file_.model->trace(traced, "input");
     for (const nn::GraphNode& node : traced.nodes()) add(node);
-    add_outputs(logits);
+    add_outputs(outputs);
     add_metadata();
     return std::move(model_);
   }
@@ -145,12 +146,27 @@ class OnnxBuilder {
     integer(node("Gemm", g.output, in, g.output), "transB", 1);
   }
 
-  void add_outputs(const std::string& logits) {
-    const int64_t classes = int64_t(file_.class_names.size());
-    node("Identity", "logits", {logits}, "logits");
-    integer(node("Softmax", "probabilities", {logits}, "probabilities"), "axis", 1);
+  static std::vector<int64_t> shape_of(const std::vector<int32_t>& dims) {
+    return std::vector<int64_t>(dims.begin(), dims.end());
+  }
+
+  // The class logits and their softmax; with inspection heads the sigmoids of the others.
+  void add_outputs(const nn::TracedOutputs& out) {
+    const io::ModelCard& card = file_.card;
+    const int64_t classes = int64_t(card.class_names.size());
+    node("Identity", "logits", {out.logits}, "logits");
+    integer(node("Softmax", "probabilities", {out.logits}, "probabilities"), "axis", 1);
     add_value(*graph_.add_output(), "logits", {classes});
     add_value(*graph_.add_output(), "probabilities", {classes});
+    if (!card.inspect()) return;
+    const std::pair<std::string, std::pair<std::string, int64_t>> heads[] = {
+        {out.defects, {"defect_probabilities", int64_t(card.defect_names.size())}},
+        {out.pass, {"pass_probability", 1}},
+        {out.zones, {"zone_pass_probabilities", int64_t(card.zone_names.size())}}};
+    for (const auto& [value, named] : heads) {
+      node("Sigmoid", named.first, {value}, named.first);
+      add_value(*graph_.add_output(), named.first, {named.second});
+    }
   }
 
   // A float tensor value [batch, dims...], the batch left symbolic.
@@ -183,13 +199,20 @@ class OnnxBuilder {
   }
 
   void add_metadata() {
-    meta("model", file_.model_name);
-    meta("heads", file_.heads);
-    meta("input_shape", json_list(std::vector<int>{file_.channels, file_.height, file_.width}));
-    meta("mean", json_list(file_.mean));
-    meta("std", json_list(file_.std));
+    const io::ModelCard& card = file_.card;
+    meta("model", card.model);
+    meta("heads", card.heads);
+    meta("input_shape", json_list(card.input_shape));
+    meta("mean", json_list(card.mean));
+    meta("std", json_list(card.std));
     meta("normalization", "input = (pixel / 255 - mean) / std, per channel, NCHW");
-    meta("class_names", json_list(file_.class_names));
+    meta("class_names", json_list(card.class_names));
+    if (card.inspect()) {
+      meta("defect_names", json_list(card.defect_names));
+      meta("zone_names", json_list(card.zone_names));
+      meta("pass_threshold", str(card.pass_threshold));
+      meta("verdict", "pass when pass_probability >= pass_threshold");
+    }
     meta("source", file_.path);
     meta("global_step", str(file_.global_step));
   }

@@ -13,7 +13,7 @@ namespace ringtrain::tools {
 // "logits" and "probabilities" (softmax) [batch, classes], and for inspect heads
 // "defect_probabilities", "pass_probability", "zone_pass_probabilities" (sigmoids).
 // Metadata: model, heads, input_shape, mean, std, normalization, class_names (and the inspect
-// names and pass_threshold), ringtrain version, source file and step. Returns the node count.
+// names, pass_threshold and the verdict rule), source file and step. Returns the node count.
 int write_onnx(const ModelFile& file, const std::string& onnx_path);
 
 }  // namespace ringtrain::tools

@@ -31,6 +31,12 @@ struct GraphNode {
   float eps = 1e-5f;
 };
 
+// The values a model's trace ends in: the class logits and, with inspection heads, the defect,
+// pass and zone logits ("" without them).
+struct TracedOutputs {
+  std::string logits, defects, pass, zones;
+};
+
 class Graph {
  public:
   // Appends `node`, names its output (`<layer>:<n>`, unique) and returns that name.

@@ -70,6 +70,8 @@ class InspectHeads {
   // returns the gradient of the features (the four heads' sum).
   const Tensor& backward(const Tensor& dlogits, const GradReady& ready);
   double forward_flops() const;
+  // The classifier and the three heads on value `features` (graph.hpp).
+  TracedOutputs trace(Graph& graph, const std::string& features) const;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers);
   void collect_backward_order(std::vector<Parameter*>& order);
 

@@ -79,11 +79,9 @@ class Model {
   // Seconds of each top-level layer's forward and backward, for the timeline.
   void set_layer_timer(Sequential::LayerTimer timer) { net_->set_layer_timer(std::move(timer)); }
 
-  // The inference forward pass appended to graph from value `input` (graph.hpp, for exporters);
-  // returns the name of the logits' value.
-  std::string trace(Graph& graph, const std::string& input) const {
-    return net_->trace(graph, input);
-  }
+  // The inference forward pass appended to graph from value `input` (graph.hpp, for exporters):
+  // the backbone, then the classifier or the inspection heads.
+  TracedOutputs trace(Graph& graph, const std::string& input) const;
 
   // One float dataset per parameter and buffer, named as it is, in group.
   void save(h5::Group& group);

@@ -1,0 +1,23 @@
+// model_file.hpp — a model file (a checkpoint of format_version 2, io/model_file.hpp) loaded for
+// inference: its card and the model, built with its heads and holding the file's weights and
+// (rank 0's) BN running statistics. ringtrain predict and rt-export share it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ringtrain/io/model_file.hpp"
+#include "ringtrain/nn/model.hpp"
+
+namespace ringtrain::nn {
+
+struct LoadedModel {
+  io::ModelCard card;
+  std::unique_ptr<Model> model;
+};
+
+// InputError naming the file when it is not HDF5 or not a model file; a version-1 checkpoint's
+// message ends with resave_hint.
+LoadedModel load_model_file(const std::string& path, Backend& be, const std::string& resave_hint);
+
+}  // namespace ringtrain::nn

@@ -1,0 +1,22 @@
+// model_file.cpp — load_model_file: the card, then the model it describes, then its weights.
+#include "ringtrain/nn/model_file.hpp"
+
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/io/h5.hpp"
+
+namespace ringtrain::nn {
+
+LoadedModel load_model_file(const std::string& path, Backend& be, const std::string& resave_hint) {
+  RT_REQUIRE_INPUT(h5::is_hdf5(path), path, ": not an HDF5 file (a model file is a checkpoint)");
+  const h5::File file = h5::File::open_read(path);
+  LoadedModel loaded;
+  loaded.card = io::read_model_card(file.root(), resave_hint);
+  const io::ModelCard& card = loaded.card;
+  const HeadsSpec heads{parse_heads(card.heads), int(card.defect_names.size())};
+  const ModelInput in{card.input_shape[0], card.input_shape[1], card.input_shape[2]};
+  loaded.model = make_model(card.model, in, int(card.class_names.size()), be, 0, heads);
+  loaded.model->load(file.root().open_group("params"));
+  return loaded;
+}
+
+}  // namespace ringtrain::nn
