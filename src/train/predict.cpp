@@ -149,7 +149,8 @@ void add_file(const fs::path& p, const io::ModelCard& card, std::vector<Source>&
   }
 }
 
-// Every input in order; a folder's shards and images sorted by name.
+// Every input in order; a folder's shards and images, searched through its sub-folders (an
+// ImageFolder tree, say) and sorted by path; names starting with '.' are left out.
 std::vector<Source> expand_inputs(const std::vector<std::string>& inputs,
                                   const io::ModelCard& card) {
   std::vector<Source> sources;
@@ -161,10 +162,16 @@ std::vector<Source> expand_inputs(const std::vector<std::string>& inputs,
       continue;
     }
     std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(p))
-      if (entry.is_regular_file() &&
-          (is_shard_file(entry.path()) || data::is_image_extension(entry.path().string())))
-        files.push_back(entry.path());
+    for (auto it = fs::recursive_directory_iterator(p); it != fs::recursive_directory_iterator();
+         ++it) {
+      const fs::path& f = it->path();
+      if (f.filename().string().rfind('.', 0) == 0) {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && (is_shard_file(f) || data::is_image_extension(f.string())))
+        files.push_back(f);
+    }
     RT_REQUIRE_INPUT(!files.empty(), "--input ", input,
                      ": the folder holds no shards (.h5) or images (.png .jpg .jpeg .tif .tiff)");
     std::sort(files.begin(), files.end());

@@ -3,7 +3,7 @@
 # CSV into shards read back with h5py (every image's pixels and labels, the fiber columns, exact
 # stratified split counts, path order, train mean/std, the same result on 1 and 2 threads);
 # each bad input's exact line, exit 2 and no output; --skip-bad's list and count; and the
-# README's "Your own images" walk up to training.
+# README's "Your own images" walk from PNGs to a verdict CSV.
 source "$(dirname "$0")/lib/e2e.sh"
 source jobs/local/common.sh
 e2e_workdir shard-images
@@ -188,12 +188,12 @@ h5dump -a /split_samples "$work/skipped/train-00000-of-00001.h5" | grep -q '(0):
   fail "--skip-bad did not write the 6 good images"
 echo "--skip-bad OK"
 
-# ---- the README's "Your own images" walk: its first three commands, smaller --------------------
+# ---- the README's "Your own images" walk: its four commands, smaller ------------------------------
 cd "$work"
 mkdir -p bin && ln -s "$OLDPWD/$BIN"/* bin/ && ln -s "$OLDPWD/inputs" inputs
 sed -n '/^## Your own images/,/^## /p' "$OLDPWD/README.md" | sed -n '/^```sh/,/^```/p' |
-  grep '^bin/\|^mpirun' | head -3 >walk.sh
-[ "$(wc -l <walk.sh)" = 3 ] || fail "README: no three commands in 'Your own images': $(cat walk.sh)"
+  grep '^bin/\|^mpirun' | head -4 >walk.sh
+[ "$(wc -l <walk.sh)" = 4 ] || fail "README: no four commands in 'Your own images': $(cat walk.sh)"
 sed -i 's/--count [0-9]*/--count 1250/; s/^mpirun -np 2/rt_mpirun 2/; s/$/ /; /ringtrain --deck/s/ $/ --train.epochs=1 --train.log_interval=1000/' walk.sh
 cat walk.sh
 source ./walk.sh >walk.log 2>&1 || { cat walk.log; fail "the README walk"; }
@@ -218,4 +218,14 @@ ckpt=$(ls output/*.ckpt.h5 | head -1)
 [ -n "$ckpt" ] || fail "the walk's training wrote no checkpoint"
 results=${ckpt%.ckpt.h5}.h5
 [ -s "$results" ] || fail "the walk's training wrote no results file"
-echo "README walk OK: $(ls data) trained into $ckpt"
+# The fourth command: a verdict for every test PNG, from the inspection heads.
+"$PYTHON" - output/verdicts.csv data/fiber-png/test <<'PY' || fail "the walk's verdict CSV"
+import csv, glob, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+pngs = sorted(glob.glob(sys.argv[2] + "/*/*.png"))
+assert len(rows) == len(pngs) > 0, (len(rows), len(pngs))
+assert sorted(r["path"] for r in rows) == pngs, "paths"
+assert {r["verdict"] for r in rows} <= {"pass", "fail"} and all(r["zone_D"] in ("pass", "fail") for r in rows)
+print(f"verdicts: {len(rows)} PNGs, {sum(r['verdict'] == 'pass' for r in rows)} pass")
+PY
+echo "README walk OK: $(ls data) trained into $ckpt, verdicts in output/verdicts.csv"
