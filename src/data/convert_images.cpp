@@ -473,10 +473,7 @@ void validate(const ImagesOptions& o) {
                    ": must be 1 or 3");
   RT_REQUIRE_INPUT(o.shards >= 1, "--shards ", o.shards, ": must be at least 1");
   RT_REQUIRE_INPUT(o.threads >= 0, "--threads ", o.threads, ": must be at least 1");
-  RT_REQUIRE_INPUT(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction ", o.val_fraction,
-                   ": must be in [0, 1)");
-  RT_REQUIRE_INPUT(o.test_fraction >= 0 && o.test_fraction < 1, "--test-fraction ", o.test_fraction,
-                   ": must be in [0, 1)");
+  shard::require_split_fractions(o.val_fraction, o.test_fraction);
   RT_REQUIRE_INPUT(o.val_fraction + o.test_fraction < 1, "--val-fraction ", o.val_fraction,
                    " and --test-fraction ", o.test_fraction, " leave no training images");
 }

@@ -155,4 +155,11 @@ std::vector<std::string> write_splits(const std::string& dir,
   return paths;
 }
 
+void require_split_fractions(double val_fraction, double test_fraction) {
+  RT_REQUIRE_INPUT(val_fraction >= 0 && val_fraction < 1, "--val-fraction ", val_fraction,
+                   ": must be in [0, 1)");
+  RT_REQUIRE_INPUT(test_fraction >= 0 && test_fraction < 1, "--test-fraction ", test_fraction,
+                   ": must be in [0, 1)");
+}
+
 }  // namespace ringtrain::shard

@@ -22,6 +22,7 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard_writer.hpp"
 #include "ringtrain/fiber/png_folder.hpp"
 #include "ringtrain/fiber/png_grid.hpp"
 #include "ringtrain/io/h5.hpp"
@@ -220,10 +221,7 @@ void validate(const DatasetOptions& o) {
                    ": must be 64, 128 or 256");
   RT_REQUIRE_INPUT(o.shards >= 1, "--shards ", o.shards, ": must be at least 1");
   RT_REQUIRE_INPUT(o.threads >= 0, "--threads ", o.threads, ": must be at least 1");
-  RT_REQUIRE_INPUT(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction ", o.val_fraction,
-                   ": must be in [0, 1)");
-  RT_REQUIRE_INPUT(o.test_fraction >= 0 && o.test_fraction < 1, "--test-fraction ", o.test_fraction,
-                   ": must be in [0, 1)");
+  shard::require_split_fractions(o.val_fraction, o.test_fraction);
   const auto splits = plan_splits(o);
   RT_REQUIRE_INPUT(!splits.empty() && splits[0].name == "train", "--count ", o.count,
                    " with --val-fraction ", o.val_fraction, " and --test-fraction ",

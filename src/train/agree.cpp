@@ -55,4 +55,18 @@ void agree(const comm::Communicator& comm, const std::function<void()>& phase) {
   throw PeerFailed(failures[1] > 0 ? kExitFailure : kExitBadInput);
 }
 
+int run_to_exit_code(const comm::Communicator& comm, const std::function<void()>& body) {
+  try {
+    body();
+    return kExitOk;
+  } catch (const PeerFailed& e) {
+    return e.code();
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    const int code = dynamic_cast<const InputError*>(&e) ? kExitBadInput : kExitFailure;
+    if (comm.size() > 1) comm.abort(code);
+    return code;
+  }
+}
+
 }  // namespace ringtrain::train

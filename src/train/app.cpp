@@ -59,20 +59,12 @@ int run_app(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "predict") return run_predict(argc - 1, argv + 1, *comm);
   const StartRequest request = configure(argc, argv, *comm);
-  try {
-    const int code = agree_on_start(*comm, request);
-    if (code >= 0) return code;
-    train(request.config, *comm);
-    return kExitOk;
-  } catch (const PeerFailed& e) {
-    return e.code();
-  } catch (const std::exception& e) {
-    log::error(e.what());
-    // Bad input found mid-run (a shard changed under the job) still exits 2.
-    const int code = dynamic_cast<const InputError*>(&e) ? kExitBadInput : kExitFailure;
-    if (comm->size() > 1) comm->abort(code);
-    return code;
-  }
+  int refused = -1;  // the start-up agreement's exit code, when it ends the job
+  const int code = run_to_exit_code(*comm, [&] {
+    refused = agree_on_start(*comm, request);
+    if (refused < 0) train(request.config, *comm);
+  });
+  return refused >= 0 ? refused : code;
 }
 
 }  // namespace ringtrain::train

@@ -515,17 +515,7 @@ int run_predict(int argc, char** argv, comm::Communicator& comm) {
     log::info(cl.help_text);
     return kExitOk;
   }
-  try {
-    predict(cl.options, comm);
-    return kExitOk;
-  } catch (const PeerFailed& e) {
-    return e.code();
-  } catch (const std::exception& e) {
-    log::error(e.what());
-    const int code = dynamic_cast<const InputError*>(&e) ? kExitBadInput : kExitFailure;
-    if (comm.size() > 1) comm.abort(code);
-    return code;
-  }
+  return run_to_exit_code(comm, [&] { predict(cl.options, comm); });
 }
 
 }  // namespace ringtrain::train

@@ -34,6 +34,10 @@ SplitImages slice_split(const SplitImages& split, int64_t first, int64_t count,
 // Rows per HDF5 chunk along N: about 64 KiB of pixels, so a random row costs one small chunk.
 int64_t default_chunk_rows(size_t image_bytes);
 
+// The tools' --val-fraction and --test-fraction: each in [0, 1), an InputError naming the
+// option otherwise.
+void require_split_fractions(double val_fraction, double test_fraction);
+
 // A conversion's output directory, created (with any missing parents) and checked writable
 // up front; unless keep() is called, the destructor removes again the directories it
 // created, deepest first and only when empty, so a failed conversion leaves no empty

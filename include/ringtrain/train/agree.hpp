@@ -28,4 +28,10 @@ class PeerFailed : public std::exception {
 // InputError, else kExitFailure).
 void agree(const comm::Communicator& comm, const std::function<void()>& phase);
 
+// Runs a command's body (training, predict) and turns what escapes it into the exit code: 0;
+// PeerFailed's code (already reported); else the error printed on this rank, exit 2 for an
+// InputError (bad input found mid-run, e.g. a shard changed under the job) or 1, and with
+// more than one rank the job aborted with that code, so no rank waits for this one.
+int run_to_exit_code(const comm::Communicator& comm, const std::function<void()>& body);
+
 }  // namespace ringtrain::train
