@@ -70,7 +70,7 @@ run --output.name=fixed --comm.overlap=false --comm.fusion_mib=0.1 >"$work/fixed
 [ "$(attr "$work/out/fixed.h5" /autotune/source)" = fixed ] || fail "both fixed: not 'fixed'"
 grep -q "autotune: overlap off, fusion 0.1 MiB (fixed)" "$work/fixed.log" || fail "fixed line"
 
-# 10 steps cannot hold a 12-step search within a quarter of the run: the start is kept.
+# 10 steps cannot hold a 12-step search within half the run: the start is kept.
 run --output.name=short --train.max_steps=10 >"$work/short.log" 2>&1 || fail "short run"
 [ "$(attr "$work/out/short.h5" /autotune/source)" = "short run" ] || fail "short run searched"
 echo "autotune: search, resume, fixed knobs and short runs as expected"

@@ -140,10 +140,13 @@ Autotuner::Autotuner(const Communicator& comm, AutotuneOptions options)
   if (search_.trials() == 0) {
     report_.source = "fixed";
     report_.reason = search_.reason();
-  } else if (options_.run_steps < 4 * int64_t(report_.search_steps)) {
+  } else if (comm_.size() == 1) {
+    report_.source = "one rank";  // nothing is reduced: every setting runs the same step
+    report_.reason = "one rank reduces nothing: no setting to compare";
+  } else if (options_.run_steps < 2 * int64_t(report_.search_steps)) {
     report_.source = "short run";
     report_.reason = str("the run has ", options_.run_steps, " steps; a search takes ",
-                         report_.search_steps, " and runs only within a quarter of the run");
+                         report_.search_steps, " and runs only within the first half of a run");
   } else {
     searching_ = true;
   }

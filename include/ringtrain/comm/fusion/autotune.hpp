@@ -8,7 +8,8 @@
 //   trial 1            the start setting (overlap on, fusion_mib 16), T timed steps
 //   trial 2            overlap flipped                              (when overlap is searched)
 //   trials 3..         the better overlap with each other fusion size (when fusion is searched)
-//   then               the fastest setting for the rest of the run
+//   then               the fastest setting for the rest of the run (a run shorter than twice
+//                      the search keeps the start)
 //
 // A trial's time is the median of its T steps on each rank, then the slowest rank's median
 // (a step is as fast as its slowest rank). A challenger replaces the incumbent only when it is
@@ -49,7 +50,7 @@ struct AutotuneOptions {
   int steps_per_trial = 3;                              // timed steps of each setting
   double margin = 0.02;          // a challenger must be faster by this fraction to win
   double abandon_factor = 1.25;  // a challenger's first step this much slower ends its trial
-  int64_t run_steps = 0;         // the steps this process will train; a search needs 4x its own
+  int64_t run_steps = 0;         // the steps this process will train; a search needs 2x its own
   std::string note;              // for the reason: what was left out of the search, and why
 };
 
@@ -64,7 +65,7 @@ struct Trial {
 
 // What was decided and why; complete on rank 0 (the others hold only the settings).
 struct AutotuneReport {
-  std::string source = "search";  // search | fixed | checkpoint | short run
+  std::string source = "search";  // search | fixed | checkpoint | short run | one rank
   TuneSettings chosen;
   std::string reason;
   std::vector<Trial> trials;
