@@ -113,7 +113,7 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"comm.algorithm", &c.comm.algorithm, "gradient allreduce",
        {"ring", "rhd", "auto", "mpi", "hierarchical", "nccl"}},
       {"comm.fusion_mib", &c.comm.fusion_mib,
-       "fusion buffer (bucket) size cap, MiB, or auto: timed in the first steps (4, 16, 64)", {}},
+       "fusion buffer (bucket) size cap, MiB, or auto: timed in the first steps (0.5, 4, 16, 64)", {}},
       {"comm.first_bucket_mib", &c.comm.first_bucket_mib,
        "size cap of the first bucket, MiB, so reduction starts early", {}},
       {"comm.stall_timeout_s", &c.comm.stall_timeout_s,

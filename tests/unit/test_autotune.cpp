@@ -27,10 +27,17 @@ std::vector<TuneSettings> run(CoordinateSearch& search,
 
 BOOST_AUTO_TEST_SUITE(autotune)
 
+// The searches below try 4 and 64 MiB beside the start's 16.
+AutotuneOptions four_and_64() {
+  AutotuneOptions options;
+  options.fusion_candidates_mib = {4, 64};
+  return options;
+}
+
 // The start (overlap on) is the wrong first choice here: overlap off is 10 % faster at every
 // size, 4 MiB the fastest of the sizes. The search ends there.
 BOOST_AUTO_TEST_CASE(a_wrong_start_ends_at_the_faster_setting) {
-  CoordinateSearch search(AutotuneOptions{});
+  CoordinateSearch search(four_and_64());
   const auto tried = run(
       search, {{{true, 16}, 1.00}, {{false, 16}, 0.90}, {{false, 4}, 0.85}, {{false, 64}, 0.95}});
   BOOST_TEST_REQUIRE(tried.size() == 4u);
@@ -48,7 +55,7 @@ BOOST_AUTO_TEST_CASE(a_wrong_start_ends_at_the_faster_setting) {
 
 // Within the margin (2 %) the start stays: noise must not move a setting that is as good.
 BOOST_AUTO_TEST_CASE(a_challenger_within_the_margin_does_not_replace_the_start) {
-  CoordinateSearch search(AutotuneOptions{});
+  CoordinateSearch search(four_and_64());
   run(search, {{{true, 16}, 1.00}, {{false, 16}, 0.99}, {{true, 4}, 0.985}, {{true, 64}, 1.2}});
   BOOST_TEST((search.best() == TuneSettings{true, 16}));
   BOOST_TEST(search.reason().find("the start kept") != std::string::npos, search.reason());
@@ -56,7 +63,7 @@ BOOST_AUTO_TEST_CASE(a_challenger_within_the_margin_does_not_replace_the_start) 
 
 // A knob the deck fixes is never varied: comm.overlap = false searches only the fusion sizes.
 BOOST_AUTO_TEST_CASE(a_fixed_knob_is_not_searched) {
-  AutotuneOptions options;
+  AutotuneOptions options = four_and_64();
   options.search_overlap = false;
   options.start.overlap = false;
   CoordinateSearch search(options);
@@ -65,7 +72,7 @@ BOOST_AUTO_TEST_CASE(a_fixed_knob_is_not_searched) {
   for (const TuneSettings& s : tried) BOOST_TEST(!s.overlap);
   BOOST_TEST((search.best() == TuneSettings{false, 64}));
 
-  AutotuneOptions fusion_fixed;
+  AutotuneOptions fusion_fixed = four_and_64();
   fusion_fixed.search_fusion = false;
   fusion_fixed.start.fusion_mib = 0.5;
   CoordinateSearch overlap_only(fusion_fixed);
@@ -73,7 +80,7 @@ BOOST_AUTO_TEST_CASE(a_fixed_knob_is_not_searched) {
   BOOST_TEST(tried2.size() == 2u);
   BOOST_TEST((overlap_only.best() == TuneSettings{false, 0.5}));
 
-  AutotuneOptions both_fixed;
+  AutotuneOptions both_fixed = four_and_64();
   both_fixed.search_fusion = false;
   both_fixed.search_overlap = false;
   CoordinateSearch none(both_fixed);
