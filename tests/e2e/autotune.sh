@@ -22,17 +22,18 @@ line=$(grep "autotune: " "$work/auto.log") || fail "no autotune line: $(cat "$wo
 [ "$(attr "$h5" /autotune/overlap_setting)" = auto ] || fail "overlap_setting"
 h5dump -d /autotune/step_s "$h5" | grep -q "DATASPACE  SIMPLE { ( 3, 2 ) / ( 3, 2 ) }" \
   || fail "step_s is not 3 trials x 2 ranks: $(h5dump -d /autotune/step_s "$h5")"
-# The trials: the start, overlap flipped, then 0.5 MiB with the better overlap, one after the
-# other from step 3 (after 3 warm-up steps); a trial far behind ends after its first step.
+# The trials: the start (overlap on, 16 MiB), 0.5 MiB with overlap on, then overlap off at the
+# faster size, one after the other from step 3 (after 3 warm-up steps); a trial far behind
+# ends after its first step.
 "$PYTHON" - "$h5" "$work/out/auto.ckpt.h5" <<'PY' || fail "/autotune rows"
 import sys, h5py
 f, ckpt = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 g = f["autotune"]
 overlap, mib = list(g["overlap"][()]), list(g["fusion_mib"][()])
 first, steps = list(g["first_step"][()]), list(g["steps"][()])
-assert overlap[:2] == [1, 0] and mib == [16, 16, 0.5], (overlap, mib)
+assert overlap == [1, 1, 0] and mib[:2] == [16, 0.5], (overlap, mib)
 slowest = g["slowest_s"][()]
-assert overlap[2] == (0 if slowest[1] < 0.98 * slowest[0] else 1), (overlap, slowest)
+assert mib[2] == (0.5 if slowest[1] < 0.98 * slowest[0] else 16), (mib, slowest)
 assert first[0] == 3 and steps[0] == 3 and all(s in (1, 3) for s in steps), (first, steps)
 assert all(first[i + 1] == first[i] + steps[i] for i in range(2)), (first, steps)
 assert g.attrs["decided_at_step"] == first[2] + steps[2], dict(g.attrs)

@@ -89,16 +89,16 @@ AutotuneOptions small_search() {
   return options;
 }
 
-// Made-up step times. The last rank is the slow one and prefers overlap off and 1 MiB; the
-// others would pick overlap on and 0.01 MiB. The slowest rank's times decide: overlap off, 1 MiB.
-// 0.01 MiB's first step there is more than 25 % behind the incumbent: one step is its trial.
+// Made-up step times. The last rank is the slow one: 1 MiB with overlap off is its fastest;
+// the others would keep 0.01 MiB with overlap on. The slowest rank's times decide: overlap off,
+// 1 MiB. 0.01 MiB's first step there is more than 25 % behind the start: one step is its trial.
 double fake_seconds(const TuneSettings& s, int rank, int world) {
   static const std::map<std::pair<bool, double>, double> fast{
-      {{true, 0.05}, 1.0}, {{false, 0.05}, 1.2}, {{false, 0.01}, 1.1},
-      {{false, 1}, 1.3},   {{true, 0.01}, 0.9},  {{true, 1}, 1.0}};
+      {{true, 0.05}, 1.0}, {{true, 0.01}, 0.9},  {{true, 1}, 1.1},
+      {{false, 1}, 1.3},   {{false, 0.05}, 1.2}, {{false, 0.01}, 1.1}};
   static const std::map<std::pair<bool, double>, double> slow{
-      {{true, 0.05}, 2.0}, {{false, 0.05}, 1.5}, {{false, 0.01}, 2.0},
-      {{false, 1}, 1.4},   {{true, 0.01}, 2.1},  {{true, 1}, 2.2}};
+      {{true, 0.05}, 2.0}, {{true, 0.01}, 2.6},  {{true, 1}, 1.6},
+      {{false, 1}, 1.2},   {{false, 0.05}, 1.5}, {{false, 0.01}, 2.0}};
   return (rank == world - 1 ? slow : fast).at({s.overlap, s.fusion_mib});
 }
 
@@ -136,17 +136,17 @@ BOOST_AUTO_TEST_CASE(every_rank_switches_at_the_same_step_and_stays_bitwise_iden
   BOOST_TEST(rt_test::identical_on_every_rank(as_float), "settings differ between ranks");
   // The trials in their order, then the choice; the buckets were laid out anew each time.
   const std::vector<std::pair<bool, double>> expected{
-      {true, 0.05},  {true, 0.05},  {true, 0.05},  // warm-up, trial 1
-      {false, 0.05}, {false, 0.05},                // trial 2: overlap off wins
-      {false, 0.01},                               // trial 3: abandoned after its first step
-      {false, 1},    {false, 1},                   // trial 4: the fastest on the slowest rank
-      {false, 1},    {false, 1},    {false, 1}};   // the choice
+      {true, 0.05}, {true, 0.05}, {true, 0.05},  // warm-up, trial 1 (the start)
+      {true, 0.01},                              // trial 2: abandoned after its first step
+      {true, 1},    {true, 1},                   // trial 3: the fastest size on the slowest rank
+      {false, 1},   {false, 1},                  // trial 4: overlap flipped at 1 MiB wins
+      {false, 1},   {false, 1},   {false, 1}};   // the choice
   for (int step = 0; step < steps; ++step) {
     BOOST_TEST(layout[size_t(step) * 3] == double(expected[size_t(step)].first), "step " << step);
     BOOST_TEST(layout[size_t(step) * 3 + 1] == expected[size_t(step)].second, "step " << step);
   }
-  BOOST_TEST(layout[5 * 3 + 2] > layout[3 * 3 + 2], "0.01 MiB buckets outnumber 0.05 MiB ones");
-  BOOST_TEST(layout[6 * 3 + 2] < layout[3 * 3 + 2], "1 MiB buckets are fewer than 0.05 MiB ones");
+  BOOST_TEST(layout[3 * 3 + 2] > layout[1 * 3 + 2], "0.01 MiB buckets outnumber 0.05 MiB ones");
+  BOOST_TEST(layout[4 * 3 + 2] < layout[1 * 3 + 2], "1 MiB buckets are fewer than 0.05 MiB ones");
 
   const comm::fusion::Autotuner& tuner = *replica.parallel->autotuner();
   BOOST_TEST(!tuner.searching());
@@ -156,13 +156,13 @@ BOOST_AUTO_TEST_CASE(every_rank_switches_at_the_same_step_and_stays_bitwise_iden
     const auto& report = tuner.report();
     BOOST_TEST(report.source == "search");
     BOOST_TEST(report.decided_at_step == 8);
-    BOOST_TEST(report.trials[2].steps == 1);
+    BOOST_TEST(report.trials[1].steps == 1);
     BOOST_TEST_REQUIRE(report.trials.size() == 4u);
     BOOST_TEST(report.trials[0].rank_median_s.size() == size_t(world));
     BOOST_TEST(report.trials[0].slowest_s == 2.0);
-    BOOST_TEST(report.chosen_step_s == 1.4);
-    // Steps at 2.0 (two), 1.5 (two) and 2.0 s (one) where 1.4 s was possible.
-    BOOST_TEST(report.cost_s == 2 * 0.6 + 2 * 0.1 + 0.6, boost::test_tools::tolerance(1e-9));
+    BOOST_TEST(report.chosen_step_s == 1.3);  // the fast ranks' 1.3 s: now the slowest
+    // Steps at 2.0 (two), 2.6 (one) and 1.6 s (two) where 1.3 s was possible.
+    BOOST_TEST(report.cost_s == 2 * 0.7 + 1.3 + 2 * 0.3, boost::test_tools::tolerance(1e-9));
   }
 }
 

@@ -52,7 +52,7 @@ Decision unpack(const std::vector<uint8_t>& bytes) {
   return d;
 }
 
-// Trials a search over these knobs runs: the start, overlap flipped, the other fusion sizes.
+// Trials a search over these knobs runs: the start, the other fusion sizes, overlap flipped.
 size_t planned_trials(const AutotuneOptions& o) {
   if (!o.search_overlap && !o.search_fusion) return 0;
   size_t n = o.search_overlap ? 2 : 1;
@@ -69,29 +69,29 @@ std::string settings_text(const TuneSettings& s) {
 
 // ---- the search, without communication -------------------------------------------------------
 
+// Bucket sizes first, with the start's overlap (on): the size only matters while buckets are
+// reduced during backward; at 16 MiB a small model has one bucket, and overlap on and off time
+// the same there. Then overlap flipped at the fastest size.
 CoordinateSearch::CoordinateSearch(const AutotuneOptions& options)
     : options_(options), best_(options.start) {
   if (planned_trials(options_) == 0) return;
   plan_.push_back(options_.start);
-  if (options_.search_overlap) {
-    TuneSettings flipped = options_.start;
-    flipped.overlap = !flipped.overlap;
-    plan_.push_back(flipped);
-  } else {
-    plan_fusion_trials();
-  }
+  if (options_.search_fusion)
+    for (double mib : options_.fusion_candidates_mib) {
+      if (mib == options_.start.fusion_mib) continue;
+      TuneSettings s = options_.start;
+      s.fusion_mib = mib;
+      plan_.push_back(s);
+    }
+  if (!options_.search_overlap) overlap_planned_ = true;
 }
 
-// The second coordinate, from the better overlap: known only once overlap's trials are timed.
-void CoordinateSearch::plan_fusion_trials() {
-  fusion_planned_ = true;
-  if (!options_.search_fusion) return;
-  for (double mib : options_.fusion_candidates_mib) {
-    if (mib == options_.start.fusion_mib) continue;
-    TuneSettings s = best_;
-    s.fusion_mib = mib;
-    plan_.push_back(s);
-  }
+// The second coordinate, at the fastest size: known only once the sizes are timed.
+void CoordinateSearch::plan_overlap_trial() {
+  overlap_planned_ = true;
+  TuneSettings flipped = best_;
+  flipped.overlap = !flipped.overlap;
+  plan_.push_back(flipped);
 }
 
 TuneSettings CoordinateSearch::current() const {
@@ -107,7 +107,7 @@ void CoordinateSearch::record(double slowest_s) {
     best_s_ = slowest_s;
   }
   ++next_;
-  if (finished() && !fusion_planned_) plan_fusion_trials();
+  if (finished() && !overlap_planned_) plan_overlap_trial();
 }
 
 std::string CoordinateSearch::reason() const {

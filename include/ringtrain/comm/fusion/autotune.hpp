@@ -6,8 +6,8 @@
 //
 //   steps 1..W         warm-up, not timed (kernels are built, caches filled)
 //   trial 1            the start setting (overlap on, fusion_mib 16), T timed steps
-//   trial 2            overlap flipped                              (when overlap is searched)
-//   trials 3..         the better overlap with 0.5, 4 and 64 MiB     (when fusion is searched)
+//   trials 2..         overlap on with 0.5, 4 and 64 MiB             (when fusion is searched)
+//   last trial         overlap flipped at the fastest size           (when overlap is searched)
 //   then               the fastest setting for the rest of the run (a run shorter than twice
 //                      the search keeps the start)
 //
@@ -95,13 +95,13 @@ class CoordinateSearch {
   size_t trials() const { return plan_.size(); }
 
  private:
-  void plan_fusion_trials();
+  void plan_overlap_trial();
 
   AutotuneOptions options_;
   std::vector<TuneSettings> plan_;
   std::vector<double> times_;
   size_t next_ = 0;
-  bool fusion_planned_ = false;
+  bool overlap_planned_ = false;
   TuneSettings best_;
   double best_s_ = 0;
 };
