@@ -34,6 +34,14 @@ NPS=${NPS-"2 4"}
 SINGLE_COPY=${SINGLE_COPY:-cma}
 BIND=${BIND:---bind-to none}
 
+# The line a reader wants first: auto's lowest busbw ratio to MPI_Allreduce from 64 KiB up,
+# and at which size (from rt-allreduce-bench's rows, JSONL).
+worst_ratio() {  # label file.jsonl
+  sed -n 's/.*"algorithm":"auto[^"]*".*"bytes":\([0-9]*\),.*"ratio_vs_mpi":\([0-9.]*\),.*/\1 \2/p' "$2" |
+    awk -v label="$1" '$1 >= 65536 && (min == "" || $2 < min) { min = $2; at = $1 }
+      END { if (min != "") printf "== worst auto / MPI_Allreduce from 64 KiB, %s: %.2fx at %.0f KiB\n", label, min, at / 1024 }'
+}
+
 [ -x "$BIN/rt-allreduce-bench" ] || { echo "bench-allreduce: $BIN/rt-allreduce-bench missing: run make" >&2; exit 1; }
 mkdir -p "$OUT"
 export OMPI_MCA_btl_vader_single_copy_mechanism=$SINGLE_COPY
@@ -43,6 +51,7 @@ for np in $NPS; do
   # shellcheck disable=SC2086
   mpirun --oversubscribe --allow-run-as-root $BIND -np "$np" \
     "$BIN/rt-allreduce-bench" --output-dir "$OUT" --ranks-per-node 2 "$@" | tee "$OUT/allreduce-np$np.txt"
+  worst_ratio "$np ranks" "$OUT/allreduce-np$np.jsonl" | tee -a "$OUT/allreduce-np$np.txt"
 done
 
 NODE_LAYOUTS=${NODE_LAYOUTS-"2x1 2x2"}
@@ -73,4 +82,5 @@ for layout in $NODE_LAYOUTS; do
     --map-by "ppr:$per_node:node" --bind-to none -np $((2 * per_node)) \
     "$BIN/rt-allreduce-bench" --output-dir "$dir" "${node_max[@]}" "$@" \
     | tee "$dir/allreduce.txt"
+  worst_ratio "2 nodes x $per_node" "$dir/allreduce-np$((2 * per_node)).jsonl" | tee -a "$dir/allreduce.txt"
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-scaling.sh — `make bench-scaling`: weak scaling of ringtrain (overlap on and off) beside PyTorch DDP (gloo), fibernet and resnet18_cifar, 1/2/4 ranks x 1 thread.
+# bench-scaling.sh — `make bench-scaling`: weak scaling of ringtrain (its default, overlap and fusion size auto; overlap on; off) beside PyTorch DDP (gloo), fibernet and resnet18_cifar, 1/2/4 ranks x 1 thread.
 #
 #   make bench-scaling                     (PYTHON=... BIN=bin tools/bench-scaling.sh)
 #   ROUNDS=1 NPS="1 2" MODELS=fibernet tools/bench-scaling.sh
@@ -8,8 +8,9 @@
 # as a rank would own one device: 1 and 2 ranks fit this machine's 2 cores (bound one per core;
 # the 1-rank run too, as DDP's 1-rank run is, so its loader thread gets no spare core that a
 # rank of the 2-rank run lacks), 4 ranks share them (reported, not judged). For each round,
-# model and rank count, interleaved so other people's load falls on all three: ringtrain with
-# comm.overlap=true, PyTorch DDP with the same model, batch, loss, optimizer and bucket size
+# model and rank count, interleaved so other people's load falls on all of them: ringtrain as
+# shipped (comm.overlap and comm.fusion_mib auto: the default row, 2 ranks and up; its windows
+# start after the search, whose cost the table states), ringtrain with comm.overlap=true, PyTorch DDP with the same model, batch, loss, optimizer and bucket size
 # (tools/bench_scaling_torch.py), and ringtrain with comm.overlap=false, and (for 2..cores
 # ranks) N independent 1-rank ringtrain runs at once, one per core: the machine's
 # no-communication limit. img/s is the median over timed windows after the warm-up; efficiency
@@ -86,8 +87,9 @@ model_settings() {
   steps=$(( 3 + window * windows ))
   batch=$(sed -n 's/^batch_per_rank *= *//p' "$deck" | head -1)
   bucket=${FUSION_MIB:-$(sed -n 's/^fusion_mib *= *//p' "$deck" | head -1)}
-  comm_flags=(--comm.fusion_mib="$bucket" --train.precision="$PRECISION")
-  [ -n "$FIRST_BUCKET_MIB" ] && comm_flags+=(--comm.first_bucket_mib="$FIRST_BUCKET_MIB")
+  run_flags=(--train.precision="$PRECISION")
+  [ -n "$FIRST_BUCKET_MIB" ] && run_flags+=(--comm.first_bucket_mib="$FIRST_BUCKET_MIB")
+  comm_flags=(--comm.fusion_mib="$bucket" "${run_flags[@]}")
   return 0
 }
 
@@ -96,26 +98,30 @@ make_data() {
   max_np=$(tr ' ' '\n' <<<"$NPS 4" | grep . | sort -n | tail -1)
   model_settings fibernet
   # 80% of the images are train: enough for the largest rank count's steps x batch.
-  count=$(( max_np * steps * batch * 5 / 4 + 200 ))
+  count=$(( max_np * (steps + SEARCH_STEPS) * batch * 5 / 4 + 200 ))
   if [ "$(cat data/bench/fiber/.count 2>/dev/null || echo 0)" -lt "$count" ]; then
     rm -rf data/bench/fiber
     "$BIN/rt-fibergen" --output data/bench/fiber --count "$count" --seed 1 --size 64 --shards 2 >/dev/null
     echo "$count" >data/bench/fiber/.count
   fi
-  if [ ! -f data/bench/cifar10-synthetic/train-00000-of-00001.h5 ]; then
+  # 1,200 records a batch file: 5,500 train images, enough for 4 ranks of the default's
+  # longer run (39 steps x 32); a set made with 1,000 (before the default row) is made again.
+  if [ "$(cat data/bench/cifar10-synthetic/.records 2>/dev/null || echo 0)" != 1200 ]; then
     local raw=data/bench/cifar10-bin
+    rm -rf data/bench/cifar10-synthetic
     mkdir -p "$raw"
     # CIFAR-10's binary format: records of 1 label byte + 3,072 pixel bytes (R, G, B planes).
     "$PYTHON" - "$raw" <<'PY'
 import sys, numpy as np
 rng = np.random.default_rng(1)
 for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
-    rec = np.empty((1000, 3073), np.uint8)
+    rec = np.empty((1200, 3073), np.uint8)
     rec[:, 0] = rng.integers(0, 10, len(rec))
     rec[:, 1:] = rng.integers(0, 256, (len(rec), 3072))
     rec.tofile(f"{sys.argv[1]}/{name}")
 PY
     "$BIN/rt-shard" cifar10 --input "$raw" --output data/bench/cifar10-synthetic --val-count 500 >/dev/null
+    echo 1200 >data/bench/cifar10-synthetic/.records
   fi
 }
 
@@ -142,16 +148,22 @@ load_since() {
            (t ? b / t : 0), other, (other > 0.15 ? "true" : "false"), w - w0 }')
 }
 
-run_ringtrain() {  # model np overlap round
+# The most steps comm.overlap = auto's search takes (3 warm-up steps, 5 trials of 3): the
+# default's run is longer by that, so that as many windows follow its choice as the others have.
+SEARCH_STEPS=18
+
+run_ringtrain() {  # model np overlap(true|false|auto) round
   local dir="$OUT_DIR/scaling/round$4" name="$1-np$2-overlap-$3"
   mkdir -p "$dir"
-  local nodes=
+  local nodes= flags=("${comm_flags[@]}") run_steps=$steps
   [ "$NODE_MODE" = 1 ] && [ "$2" -gt 1 ] && nodes=$2  # one rank a node
+  # The default: overlap and fusion size both auto (the deck's fusion_mib is not applied).
+  [ "$3" = auto ] && flags=("${run_flags[@]}" --comm.fusion_mib=auto) run_steps=$(( steps + SEARCH_STEPS ))
   mark
   # shellcheck disable=SC2086  # EXTRA is a list of flags
   NODES=$nodes rt_mpirun "$2" "$BIN/ringtrain" --deck "$deck" --data.dir="$data" \
-    --data.samples_per_rank=$(( steps * batch )) --train.max_steps="$steps" \
-    --train.log_interval="$steps" --comm.overlap="$3" "${comm_flags[@]}" --output.dir="$dir" \
+    --data.samples_per_rank=$(( run_steps * batch )) --train.max_steps="$run_steps" \
+    --train.log_interval="$run_steps" --comm.overlap="$3" "${flags[@]}" --output.dir="$dir" \
     --output.name="$name" $EXTRA >"$dir/$name.log" 2>&1 || { tail -n 5 "$dir/$name.log" >&2; die "ringtrain failed: $dir/$name.log"; }
   load_since
   "$PYTHON" tools/bench_scaling_report.py row "$dir/$name.h5" --window "$window" \
@@ -236,6 +248,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for model in $MODELS; do
     model_settings "$model"
     for np in $(tr ' ' '\n' <<<"$NPS" | grep . | sort -n); do
+      [ "$np" -gt 1 ] && run_ringtrain "$model" "$np" auto "$round"
       run_ringtrain "$model" "$np" true "$round"
       [ "$PEER" = ddp ] && run_ddp "$model" "$np" "$round"
       run_ringtrain "$model" "$np" false "$round"

@@ -4,7 +4,9 @@
 
   row FILE.h5 --window W [--extra JSON]   one JSON line for a ringtrain run: img/s as the
       median over windows of W steps after the trainer's warm-up (a window lasts as long
-      as its slowest rank), exposed communication from /summary, mean phase times.
+      as its slowest rank), exposed communication from /summary, mean phase times; a run
+      with comm.overlap = auto: "overlap": "auto", the choice and its cost (/autotune), and
+      windows from the step the search chose on.
   timeline TRACE.json                     a ringtrain Chrome trace summarised per bucket: bytes,
       launch relative to the end of its rank's backward, duration; and per step the skew
       between ranks' ends of backward and the wait in synchronize (medians after warm-up).
@@ -38,6 +40,10 @@ def ringtrain_row(path, window):
         comm_seconds = np.asarray(f["comm/seconds"])
         comm_by_step = np.bincount(comm_step, weights=comm_seconds, minlength=steps)
         busy = step - wait  # a rank's step without its wait for communication or peers
+        tune = autotune_fields(f)
+        # comm.overlap = auto: the windows start once the search has chosen (its cost is the
+        # row's autotune_cost_s, and the run is longer by the search's steps).
+        warm = max(warm, tune.get("autotune_decided_at_step", 0))
         rates, exposed, compute_rates = [], [], []
         for first in range(warm, steps - window + 1, window):
             last = first + window
@@ -54,7 +60,7 @@ def ringtrain_row(path, window):
         comm_cpu = np.asarray(f["comm/cpu_seconds"])[comm_step >= warm]
         comm_rank = np.asarray(f["comm/rank"])[comm_step >= warm]
         timed_steps = (steps - warm) * world
-        return {
+        return dict({
             "system": "ringtrain", "model": text(f.attrs["model"]), "ranks": int(world),
             "overlap": bool(int(f.attrs["overlap"])), "batch_per_rank": int(f.attrs["batch_per_rank"]),
             "threads": int(f.attrs["threads_per_rank"]),
@@ -76,7 +82,21 @@ def ringtrain_row(path, window):
                 for r in range(world)],
             "forward_ms": round(phases["forward"], 3), "backward_ms": round(phases["backward"], 3),
             "optimizer_ms": round(phases["optimizer"], 3), "file": path,
-        }
+        }, **tune)
+
+
+def autotune_fields(f):
+    """A run with comm.overlap = auto (the default): "overlap": "auto", what the search chose,
+    from which step, and what it cost (/autotune)."""
+    if "autotune" not in f or text(f["autotune"].attrs["overlap_setting"]) != "auto":
+        return {}
+    a = f["autotune"].attrs
+    return {"overlap": "auto", "overlap_chosen": bool(int(a["overlap_chosen"])),
+            "fusion_mib_chosen": float(a["fusion_mib_chosen"]),
+            "autotune_source": text(a["source"]),
+            "autotune_decided_at_step": int(a["decided_at_step"]),
+            "autotune_cost_s": round(float(a["cost_s"]), 4),
+            "autotune_chosen_step_s": round(float(a["chosen_step_s"]), 4)}
 
 
 def timeline_summary(path):
@@ -186,6 +206,13 @@ def summarise(rounds):
             "other_cores": round(max(r["other_cores"] for r in rs), 3),
             "busy": any(r["busy"] for r in rs),
         }
+        if k[2] == "auto":
+            out[k]["overlap_chosen"] = [r.get("overlap_chosen") for r in rs]
+            out[k]["fusion_mib_chosen"] = [r.get("fusion_mib_chosen") for r in rs]
+            # The search's cost against a 100-step run at the chosen setting, per round.
+            out[k]["autotune_cost_pct_of_100_steps"] = [
+                round(100 * r["autotune_cost_s"] / (100 * r["autotune_chosen_step_s"]), 2)
+                if r.get("autotune_chosen_step_s") else 0.0 for r in rs]
         for field in ("exposed_comm_last_rank", "exposed_comm_all"):
             if all(field in r for r in rs):
                 out[k][field] = round(statistics.median(r[field] for r in rs), 4)
@@ -210,7 +237,8 @@ def whole_runs(summary):
     for model in sorted({k[0] for k in summary}):
         for n in sorted({k[3] for k in summary if k[0] == model and k[3] > 1}):
             cells = []
-            for system, overlap, label in (("ringtrain", True, "ringtrain"),
+            for system, overlap, label in (("ringtrain", "auto", "default"),
+                                           ("ringtrain", True, "ringtrain"),
                                            ("ringtrain", False, "no ovl"),
                                            ("pytorch-ddp", True, "DDP"),
                                            ("independent", False, "no-comm")):
@@ -230,7 +258,8 @@ def where_it_goes(rounds):
           "img/s if no rank waited, its slowest rank's data+forward+backward+optimizer alone,")
     print("against N x the 1-rank img/s; comm = img/s / that: what reducing gradients and "
           "waiting for peers cost):")
-    for k in sorted(k for k in rounds if k[1] == "ringtrain" and 1 < k[3] <= os.cpu_count()):
+    for k in sorted((k for k in rounds if k[1] == "ringtrain" and 1 < k[3] <= os.cpu_count()),
+                    key=lambda k: (k[0], k[3], str(k[2]))):
         base = one_rank_by_round(rounds, k)
         parts = []
         for n, r in sorted(rounds[k].items()):
@@ -239,7 +268,8 @@ def where_it_goes(rounds):
             eff, compute = r["img_s"] / (k[3] * base[n]), r["img_s_compute"] / (k[3] * base[n])
             parts.append(f"{100 * eff:.1f}% = {100 * compute:.1f}% x {100 * eff / compute:.1f}%")
         if parts:
-            print(f"  {k[0]:<15} {k[3]} ranks, overlap {'on ' if k[2] else 'off'}: " + "; ".join(parts))
+            label = "auto" if k[2] == "auto" else ("on " if k[2] else "off")
+            print(f"  {k[0]:<15} {k[3]} ranks, overlap {label}: " + "; ".join(parts))
 
 
 def table(raw, out_path):
@@ -261,7 +291,12 @@ def table(raw, out_path):
           "slowest one's img/s: what lockstep training could reach on these cores with free")
     print("communication (memory and cache contention, a slower core); rt/no-comm = ringtrain "
           "eff / no-comm eff)")
-    head = (f"{'model':<15} {'ranks':>5} | {'ringtrain':>9} {'eff':>6} {'exp':>5} {'last':>5} | "
+    print("default = ringtrain as shipped, comm.overlap = auto and comm.fusion_mib = auto: its "
+          "windows start after the search, chosen = the setting it picked (overlap/MiB, each "
+          "round), cost = the search's cost in % of a 100-step run; def/DDP = its eff and img/s "
+          "against DDP's")
+    head = (f"{'model':<15} {'ranks':>5} | {'default':>9} {'eff':>6} {'chosen':>14} {'cost':>5} | "
+            f"{'def/DDP eff':>11} {'img/s':>6} | {'ringtrain':>9} {'eff':>6} {'exp':>5} {'last':>5} | "
             f"{'no ovl':>8} {'eff':>6} {'exp':>5} | {'DDP':>8} {'eff':>6} {'exp':>5} | "
             f"{'rt/DDP eff':>10} {'rt/DDP img/s':>12} | {'no-comm eff':>11} {'rt/no-comm':>10} | "
             f"{'busy':>4}")
@@ -270,6 +305,7 @@ def table(raw, out_path):
     lines = []
     for model in sorted({k[0] for k in summary}):
         for n in sorted({k[3] for k in summary if k[0] == model}):
+            auto = summary.get((model, "ringtrain", "auto", n))
             on = summary.get((model, "ringtrain", True, n))
             off = summary.get((model, "ringtrain", False, n))
             ddp = summary.get((model, "pytorch-ddp", True, n))
@@ -285,18 +321,32 @@ def table(raw, out_path):
             ratio_img = on["img_s"] / ddp["img_s"] if on and ddp else None
             ratio_alone = (on["efficiency"] / alone["efficiency"]
                            if on and alone and on["efficiency"] and alone["efficiency"] else None)
-            busy = max((r["busy_fraction"] for r in (on, off, ddp, alone) if r), default=0)
+            busy = max((r["busy_fraction"] for r in (auto, on, off, ddp, alone) if r), default=0)
             note = " (oversubscribed)" if n > os.cpu_count() else ""
             last = on.get("exposed_comm_last_rank") if on and n > 1 else None
             cells[0] += f" {fmt(None if last is None else 100 * last, '4.0f'):>4}%"
-            print(f"{model:<15} {n:5d} | {cells[0]} | {cells[1]} | {cells[2]} | "
+            def_eff = (auto["efficiency"] / ddp["efficiency"]
+                       if auto and ddp and auto["efficiency"] and ddp["efficiency"] else None)
+            def_img = auto["img_s"] / ddp["img_s"] if auto and ddp else None
+            chosen = cost = "-"
+            if auto:
+                chosen = ",".join(f"{'on' if o else 'off'}/{m:g}" for o, m in
+                                  zip(auto["overlap_chosen"], auto["fusion_mib_chosen"]))
+                cost = f"{max(auto['autotune_cost_pct_of_100_steps']):.1f}%"
+            default = (f"{fmt(auto and auto['img_s'], '8.1f'):>8}{'*' if auto and auto['busy'] else ' '} "
+                       f"{fmt(auto and auto['efficiency'] and 100 * auto['efficiency'], '5.1f'):>5}% "
+                       f"{chosen:>14} {cost:>5} | {fmt(def_eff, '11.3f'):>11} {fmt(def_img, '6.3f'):>6}")
+            print(f"{model:<15} {n:5d} | {default} | {cells[0]} | {cells[1]} | {cells[2]} | "
                   f"{fmt(ratio_eff, '10.3f'):>10} {fmt(ratio_img, '12.3f'):>12} | "
                   f"{fmt(alone and alone['efficiency'] and 100 * alone['efficiency'], '10.1f'):>10}% "
                   f"{fmt(ratio_alone, '10.3f'):>10} | {100 * busy:3.0f}%{note}")
-            for r in (on, off, ddp, alone):
+            for r in (auto, on, off, ddp, alone):
                 if r:
                     r = dict(r)
-                    if r["system"] == "ringtrain" and r["overlap"]:
+                    if r["overlap"] == "auto":
+                        r["efficiency_ratio_vs_ddp"] = def_eff and round(def_eff, 4)
+                        r["img_s_ratio_vs_ddp"] = def_img and round(def_img, 4)
+                    elif r["system"] == "ringtrain" and r["overlap"]:
                         r["efficiency_ratio_vs_ddp"] = ratio_eff and round(ratio_eff, 4)
                         r["img_s_ratio_vs_ddp"] = ratio_img and round(ratio_img, 4)
                         r["efficiency_ratio_vs_no_comm"] = ratio_alone and round(ratio_alone, 4)

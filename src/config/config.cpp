@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <variant>
@@ -123,12 +124,15 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "milliseconds the straggler sleeps in every step's data phase", {}},
       {"comm.algorithm", &c.comm.algorithm, "gradient allreduce",
        {"ring", "rhd", "auto", "mpi", "hierarchical", "nccl"}},
-      {"comm.fusion_mib", &c.comm.fusion_mib, "fusion buffer (bucket) size cap, MiB", {}},
+      {"comm.fusion_mib", &c.comm.fusion_mib,
+       "fusion buffer (bucket) size cap, MiB, or auto: timed in the first steps (0.5, 4, 16, 64)", {}},
       {"comm.first_bucket_mib", &c.comm.first_bucket_mib,
        "size cap of the first bucket, MiB, so reduction starts early", {}},
       {"comm.stall_timeout_s", &c.comm.stall_timeout_s,
        "abort when a bucket waits this long for a rank, seconds (at most 1e6)", {}},
-      {"comm.overlap", &c.comm.overlap, "reduce buckets while backward runs (false: after it)", {}},
+      {"comm.overlap", &c.comm.overlap,
+       "reduce buckets while backward runs (false: after it; auto: timed in the first steps)",
+       {"auto", "true", "false"}},
       {"comm.local_gate", &c.comm.local_gate,
        "sleep until the node's ranks reach a bucket, not poll in MPI (false: poll)", {}},
       {"comm.shared_memory", &c.comm.shared_memory,
@@ -302,6 +306,17 @@ void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
   }
 }
 
+// A finite number, or NaN for anything else.
+double parse_mib(const std::string& text) {
+  const char* start = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(start, &end);
+  if (end == start || *end != '\0' || errno != 0 || !std::isfinite(value))
+    return std::numeric_limits<double>::quiet_NaN();
+  return value;
+}
+
 void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
                               const Source& src) {
   for (const auto& opt : table) {
@@ -365,8 +380,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.loss_scale_growth_interval >= 1, "train.loss_scale_growth_interval",
           std::to_string(t.loss_scale_growth_interval), "at least 1");
   const auto& m = c.comm;
-  require(m.fusion_mib > 0, "comm.fusion_mib", format_number(m.fusion_mib),
-          "a positive number of MiB");
+  require(m.fusion_mib == "auto" || parse_mib(m.fusion_mib) > 0, "comm.fusion_mib",
+          shown(m.fusion_mib), "auto or a positive number of MiB");
   require(m.first_bucket_mib >= 0, "comm.first_bucket_mib", format_number(m.first_bucket_mib),
           "0 or more MiB");
   require(m.stall_timeout_s > 0 && m.stall_timeout_s <= kMaxStallTimeoutS, "comm.stall_timeout_s",
@@ -465,6 +480,16 @@ std::string render_deck(const std::vector<Option>& table) {
 
 std::string default_loss_scale(const std::string& precision) {
   return precision == "fp16" ? "dynamic" : "none";
+}
+
+std::optional<double> fixed_fusion_mib(const CommConfig& comm) {
+  if (comm.fusion_mib == "auto") return std::nullopt;
+  return parse_mib(comm.fusion_mib);
+}
+
+std::optional<bool> fixed_overlap(const CommConfig& comm) {
+  if (comm.overlap == "auto") return std::nullopt;
+  return comm.overlap == "true";
 }
 
 std::string Config::checkpoint_path() const {

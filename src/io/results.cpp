@@ -1,5 +1,5 @@
 // results.cpp — writes the results file: root attributes, /deck, /epochs, /timings, /comm,
-// /summary.
+// /summary, /test, /autotune.
 #include "ringtrain/io/results.hpp"
 
 #include "ringtrain/build_config.hpp"
@@ -129,6 +129,40 @@ void write_summary(h5::Group& root, const Summary& s) {
   g.set_attr("baseline", s.baseline);
 }
 
+void write_autotune(h5::Group& root, const AutotuneRecord& a, int world_size) {
+  h5::Group g = root.create_group("autotune");
+  g.set_attr("description",
+             "comm.overlap and comm.fusion_mib: what the deck asked, the trials timed in the first "
+             "steps (one row each), the choice and why");
+  g.set_attr("overlap_setting", a.overlap_setting);
+  g.set_attr("fusion_mib_setting", a.fusion_mib_setting);
+  g.set_attr("source", a.source);
+  g.set_attr("reason", a.reason);
+  g.set_attr("overlap_chosen", int32_t(a.chosen_overlap));
+  g.set_attr("fusion_mib_chosen", a.chosen_fusion_mib);
+  g.set_attr("decided_at_step", a.decided_at_step);
+  g.set_attr("search_steps", a.search_steps);
+  g.set_attr("steps_per_trial", a.steps_per_trial);
+  g.set_attr("cost_s", a.cost_s);
+  g.set_attr("cost_meaning",
+             "seconds the trials took beyond the chosen setting's step time (slowest rank); the "
+             "trial steps train like any other and count in /timings and /summary");
+  g.set_attr("chosen_step_s", a.chosen_step_s);
+  const size_t trials = a.trial_slowest_s.size();
+  if (trials == 0) return;
+  RT_CHECK(a.trial_step_s.size() == trials * size_t(world_size),
+           "autotune: ", a.trial_step_s.size(), " step times for ", trials, " trials x ",
+           world_size, " ranks");
+  column(g, "overlap", a.trial_overlap, "1", "the trial's comm.overlap (1: on)");
+  column(g, "fusion_mib", a.trial_fusion_mib, "MiB", "the trial's comm.fusion_mib");
+  column(g, "first_step", a.trial_first_step, "1", "the trial's first timed step, from 0");
+  column(g, "steps", a.trial_steps, "1",
+         "the trial's timed steps (fewer than steps_per_trial: abandoned, far behind)");
+  g.write<double>("step_s", {hsize_t(trials), hsize_t(world_size)}, a.trial_step_s.data())
+      .set_attr("description", "median step time of the trial, row = trial, column = rank");
+  column(g, "slowest_s", a.trial_slowest_s, "s", "the slowest rank's median step time");
+}
+
 void write_test(h5::Group& root, const Results& r) {
   const size_t classes = r.class_names.size();
   if (r.test_confusion.empty() || r.test_confusion.size() != classes * classes) return;
@@ -189,6 +223,7 @@ void write_results(const std::string& path, const Results& r) {
   write_summary(root, r.summary);
   write_test(root, r);
   write_inspect(root, r.inspect);
+  if (!r.autotune.source.empty()) write_autotune(root, r.autotune, r.info.world_size);
   out.commit();
 }
 

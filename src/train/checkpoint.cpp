@@ -36,7 +36,8 @@ void CheckpointState::remove_stale_temp_files() const {
 }
 
 void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
-                           const io::ModelCard& card, const LossScaler* scaler) const {
+                           const io::ModelCard& card, const LossScaler* scaler,
+                           const comm::fusion::TuneSettings* tuned) const {
   const std::string path = config_.checkpoint_path();
   // Every rank's BN running statistics (they differ between ranks until an epoch's end).
   std::vector<float> mine = model.buffer_values();
@@ -57,6 +58,10 @@ void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
     if (scaler && scaler->dynamic()) {
       root.set_attr("loss_scale", scaler->state().scale);
       root.set_attr("loss_scale_clean_steps", scaler->state().clean_steps);
+    }
+    if (tuned) {
+      root.set_attr("autotune_overlap", int32_t(tuned->overlap));
+      root.set_attr("autotune_fusion_mib", tuned->fusion_mib);
     }
     h5::Group params = root.create_group("params");
     model.save(params);
@@ -138,8 +143,11 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd, LossScaler* sc
     const auto row = rows.begin() + std::ptrdiff_t(n * size_t(comm_.rank()));
     model.set_buffer_values(std::vector<float>(row, row + std::ptrdiff_t(n)));
   }
-  ResumePoint point{step, std::nullopt};
+  ResumePoint point{step, std::nullopt, std::nullopt};
   if (root.has_attr("pass_threshold")) point.pass_threshold = root.attr<float>("pass_threshold");
+  if (root.has_attr("autotune_overlap") && root.has_attr("autotune_fusion_mib"))
+    point.tuned = comm::fusion::TuneSettings{root.attr<int32_t>("autotune_overlap") != 0,
+                                             root.attr<double>("autotune_fusion_mib")};
   return point;
 }
 

@@ -2,10 +2,13 @@
 // gradients planned in backward order and bound into their buckets, the backward hook.
 #include "ringtrain/train/data_parallel.hpp"
 
+#include <algorithm>
+
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/parameter.hpp"
 
@@ -36,6 +39,18 @@ comm::fusion::BufferOps device_buffer_ops(backend::Backend& be,
 }
 
 }  // namespace
+
+comm::fusion::AutotuneOptions autotune_options(const CommConfig& comm, int64_t run_steps) {
+  comm::fusion::AutotuneOptions options;
+  const std::optional<bool> overlap = fixed_overlap(comm);
+  const std::optional<double> fusion_mib = fixed_fusion_mib(comm);
+  options.search_overlap = !overlap;
+  options.search_fusion = !fusion_mib;
+  if (overlap) options.start.overlap = *overlap;
+  if (fusion_mib) options.start.fusion_mib = *fusion_mib;
+  options.run_steps = run_steps;
+  return options;
+}
 
 DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
                            backend::Backend& backend, comm::allreduce::Allreducer& grad_reducer,
@@ -110,6 +125,60 @@ void DataParallel::backward(int micro) {
 
 void DataParallel::synchronize() {
   engine_->synchronize();
+}
+
+// Fusion sizes that lay this model's gradients out in the same buckets as the start, or as a
+// size kept before them, would time the same program twice: left out, and said so.
+comm::fusion::AutotuneOptions DataParallel::without_same_layouts(
+    comm::fusion::AutotuneOptions options) const {
+  if (!options.search_fusion) return options;
+  std::vector<std::vector<size_t>> seen{engine_->bucket_bytes_for(options.start.fusion_mib)};
+  std::vector<double> kept;
+  std::string same;
+  for (double mib : options.fusion_candidates_mib) {
+    std::vector<size_t> layout = engine_->bucket_bytes_for(mib);
+    if (std::find(seen.begin(), seen.end(), layout) == seen.end()) {
+      seen.push_back(std::move(layout));
+      kept.push_back(mib);
+    } else {
+      same += str(same.empty() ? "" : ", ", mib, " MiB");
+    }
+  }
+  if (!same.empty())
+    options.note = str("fusion ", same, " not tried (the same buckets as a size tried)");
+  options.fusion_candidates_mib = kept;
+  options.search_fusion = !kept.empty();
+  return options;
+}
+
+void DataParallel::start_autotune(const comm::fusion::AutotuneOptions& options,
+                                  const comm::fusion::TuneSettings* chosen) {
+  tuner_ = std::make_unique<comm::fusion::Autotuner>(comm_, without_same_layouts(options));
+  if (chosen) {
+    // A knob the deck fixes keeps the deck's value even when the checkpoint chose another.
+    comm::fusion::TuneSettings s = options.start;
+    if (options.search_overlap) s.overlap = chosen->overlap;
+    if (options.search_fusion) s.fusion_mib = chosen->fusion_mib;
+    tuner_->adopt(s);
+  }
+  const comm::fusion::TuneSettings s = tuner_->settings();
+  engine_->retune(s.overlap, s.fusion_mib);
+  if (!tuner_->searching()) log::info(tuner_->summary_line());
+}
+
+void DataParallel::end_step(double step_seconds) {
+  if (!tuner_ || !tuner_->searching()) return;
+  if (tuner_->step_done(step_seconds)) {
+    const comm::fusion::TuneSettings s = tuner_->settings();
+    engine_->retune(s.overlap, s.fusion_mib);
+  }
+  if (!tuner_->searching()) log::info(tuner_->summary_line());
+}
+
+const comm::fusion::TuneSettings* DataParallel::tuned_choice() const {
+  if (!tuner_ || tuner_->searching()) return nullptr;
+  const comm::fusion::AutotuneReport& r = tuner_->report();
+  return r.source == "search" || r.source == "checkpoint" ? &r.chosen : nullptr;
 }
 
 void DataParallel::set_loss_scale(double scale) {

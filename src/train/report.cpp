@@ -136,4 +136,30 @@ io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t war
   return s;
 }
 
+io::AutotuneRecord autotune_record(const comm::fusion::AutotuneReport& report,
+                                   const std::string& overlap_setting,
+                                   const std::string& fusion_mib_setting) {
+  io::AutotuneRecord a;
+  a.overlap_setting = overlap_setting;
+  a.fusion_mib_setting = fusion_mib_setting;
+  a.source = report.source;
+  a.reason = report.reason;
+  a.chosen_overlap = report.chosen.overlap;
+  a.chosen_fusion_mib = report.chosen.fusion_mib;
+  a.decided_at_step = report.decided_at_step;
+  a.search_steps = report.search_steps;
+  a.steps_per_trial = report.steps_per_trial;
+  a.cost_s = report.cost_s;
+  a.chosen_step_s = report.chosen_step_s;
+  for (const comm::fusion::Trial& t : report.trials) {
+    a.trial_overlap.push_back(t.settings.overlap);
+    a.trial_fusion_mib.push_back(t.settings.fusion_mib);
+    a.trial_first_step.push_back(t.first_step);
+    a.trial_steps.push_back(t.steps);
+    a.trial_step_s.insert(a.trial_step_s.end(), t.rank_median_s.begin(), t.rank_median_s.end());
+    a.trial_slowest_s.push_back(t.slowest_s);
+  }
+  return a;
+}
+
 }  // namespace ringtrain::train

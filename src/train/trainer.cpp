@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -90,7 +91,10 @@ class Trainer {
   bool nonfinite_step_is_skipped(const nn::Parameter* bad);
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
-  void save_checkpoint() { checkpoint_->save(*model_, *sgd_, global_step_, card_, scaler_.get()); }
+  void save_checkpoint() {
+    checkpoint_->save(*model_, *sgd_, global_step_, card_, scaler_.get(),
+                      parallel_->tuned_choice());
+  }
 
   const Config& cfg_;
   comm::Communicator& comm_;
@@ -168,11 +172,13 @@ void Trainer::set_up() {
   });
   checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_, batch_per_rank_);
   checkpoint_->remove_stale_temp_files();
+  std::optional<comm::fusion::TuneSettings> tuned;  // the checkpoint's autotune choice
   if (cfg_.resume) {
     agree_watched([&] {
       ResumePoint at = checkpoint_->load(*model_, *sgd_, scaler_.get());
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
+      tuned = at.tuned;
       if (scaler_) parallel_->set_loss_scale(scaler_->scale());
     });
     first_epoch_ = int(global_step_ / steps_per_epoch_) + 1;
@@ -180,6 +186,8 @@ void Trainer::set_up() {
     log::info(str("resumed from ", cfg_.checkpoint_path(), " at step ", global_step_, " (epoch ",
                   first_epoch_, ", step ", skip_steps_, ")"));
   }
+  parallel_->start_autotune(autotune_options(cfg_.comm, total_steps_ - global_step_),
+                            tuned ? &*tuned : nullptr);
   setup_watch_.reset();  // no longer registered: build_comm put the engine's in its place
 }
 
@@ -287,10 +295,11 @@ void Trainer::build_comm() {
     });
 
   comm::fusion::FusionOptions fusion;
-  fusion.fusion_mib = cfg_.comm.fusion_mib;
+  const comm::fusion::TuneSettings start = autotune_options(cfg_.comm, 0).start;
+  fusion.fusion_mib = start.fusion_mib;
   fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
   fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
-  fusion.overlap = cfg_.comm.overlap;
+  fusion.overlap = start.overlap;
   fusion.local_gate = cfg_.comm.local_gate;
   parallel_ =
       std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_, *stat_reducer_,
@@ -508,6 +517,7 @@ void Trainer::train_epoch(int epoch) {
     if (!train_step(loader, t)) break;
     t.step = comm::fusion::Timeline::now() - t0;
     phases_.add(t);
+    parallel_->end_step(t.step);  // collective: the autotune may switch settings here
     ++step;
     ++global_step_;
     if (step % cfg_.train.log_interval == 0 || step == steps_per_epoch_) {
@@ -833,9 +843,11 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.wire = cfg_.comm.wire;
   info.model = model_->name();
   info.dataset = train_loader_->info().dataset;
-  info.fusion_mib = cfg_.comm.fusion_mib;
+  info.fusion_mib = parallel_->engine().fusion_mib();  // the autotune's choice, or the deck's
   info.first_bucket_mib = cfg_.comm.first_bucket_mib;
-  info.overlap = cfg_.comm.overlap;
+  info.overlap = parallel_->engine().overlap();
+  r.autotune =
+      autotune_record(parallel_->autotuner()->report(), cfg_.comm.overlap, cfg_.comm.fusion_mib);
   info.threads_per_rank = threads_;
   info.batch_per_rank = batch_per_rank_;
   info.global_batch = batch_per_rank_ * world;

@@ -70,12 +70,16 @@ rows = [  # (system, overlap, ranks, img/s, windows, compute-limited img/s)
     ("ringtrain", True, 1, 100, [100, 100, 50], 100), ("ringtrain", False, 1, 100, [100], 100),
     ("ringtrain", True, 2, 190, [190, 190, 95], 195), ("ringtrain", False, 2, 180, [180], 185),
     ("pytorch-ddp", True, 1, 50, [50], None), ("pytorch-ddp", True, 2, 90, [90], None),
-    ("independent", False, 2, 98, [98], None), ("independent", False, 2, 96, [96], None)]
+    ("independent", False, 2, 98, [98], None), ("independent", False, 2, 96, [96], None),
+    ("ringtrain", "auto", 2, 194, [194], 196)]
 with open(sys.argv[1], "w") as out:
     for system, overlap, ranks, img_s, windows, compute in rows:
         r = dict(common, system=system, overlap=overlap, ranks=ranks, img_s=img_s, windows=windows)
         if compute is not None:
             r["img_s_compute"] = compute
+        if overlap == "auto":  # the default: what its search chose and cost (0.5 s at 1 s a step)
+            r.update(overlap_chosen=False, fusion_mib_chosen=16.0, autotune_cost_s=0.5,
+                     autotune_chosen_step_s=1.0)
         out.write(json.dumps(r) + "\n")
 PY
 "$PYTHON" tools/bench_scaling_report.py table "$work/raw.jsonl" "$work/table.jsonl" >"$work/table.txt"
@@ -85,6 +89,8 @@ grep -qF "  m               2 ranks, overlap on : 95.0% = 97.5% x 97.4%" "$work/
   || fail "no compute x comm split for overlap on: $(cat "$work/table.txt")"
 grep -qF "  m               2 ranks, overlap off: 90.0% = 92.5% x 97.3%" "$work/table.txt" \
   || fail "no compute x comm split for overlap off: $(cat "$work/table.txt")"
+grep -qE "^m +2 \| +194\.0  +97\.0% +off/16  0\.5% \| +1\.078  2\.156 \|" "$work/table.txt" \
+  || fail "no default row: $(cat "$work/table.txt")"
 "$PYTHON" - "$work/table.jsonl" <<'PY'
 import json, sys
 rows = {(r["system"], r["overlap"], r["ranks"]): r for r in map(json.loads, open(sys.argv[1]))}
@@ -100,6 +106,12 @@ assert on["efficiency_ratio_vs_no_comm"] == round(0.95 / 0.96, 4), on
 # Whole runs: the harmonic mean of equal windows; the base is (75 + 100) / 2 = 87.5 img/s.
 assert on["img_s_all"] == 142.5 and on["efficiency_all"] == round(142.5 / 175, 4), on
 assert rows["independent", False, 2]["efficiency_all"] == round(192 / 175, 4)
+# The default row: against ringtrain's 1-rank base and DDP's efficiency and img/s.
+auto = rows["ringtrain", "auto", 2]
+assert auto["efficiency"] == 0.97 and auto["efficiency_ratio_vs_ddp"] == round(0.97 / 0.9, 4), auto
+assert auto["img_s_ratio_vs_ddp"] == round(194 / 90, 4), auto
+assert auto["overlap_chosen"] == [False] and auto["fusion_mib_chosen"] == [16.0], auto
+assert auto["autotune_cost_pct_of_100_steps"] == [0.5], auto
 print("bench_scaling_report.py table: ok")
 PY
 echo "bench_report: ok"

@@ -59,7 +59,8 @@ BOOST_AUTO_TEST_CASE(good_deck_sets_values_and_defaults) {
   BOOST_TEST(c.train.epochs == 4);
   BOOST_TEST(c.train.batch_per_rank == 32);
   BOOST_TEST(c.train.lr == 0.05);
-  BOOST_TEST(c.comm.fusion_mib == 16.0);
+  BOOST_TEST(c.comm.fusion_mib == "16");
+  BOOST_TEST(fixed_fusion_mib(c.comm).value_or(0) == 16.0);
   BOOST_TEST(c.comm.algorithm == "auto");  // default
   BOOST_TEST(c.output.name == "good");     // the deck's stem
   BOOST_TEST(c.effective_deck.find("[train]\nbackend = cpu\n") != std::string::npos);
@@ -108,7 +109,7 @@ BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
                                  "[data]\ndir = d\n[model]\nname = cnn_small\n[train]\n"
                                  "batch_per_rank = 8\n[comm]\nfusion_mib = -2\n");
   BOOST_TEST(error_of({"--deck", deck4}) ==
-             deck4 + ":8: bad value '-2' for comm.fusion_mib (a positive number of MiB)");
+             deck4 + ":8: bad value '-2' for comm.fusion_mib (auto or a positive number of MiB)");
   // The four precisions are built (fp16 and tf32 on cuda); anything else is refused, naming them.
   std::string good = write_deck("precision.deck", kGoodDeck);
   BOOST_TEST(error_of({"--deck", good, "--train.precision=fp8"}) ==
@@ -183,10 +184,34 @@ BOOST_AUTO_TEST_CASE(numbers_are_finite_and_bounded) {
   std::string in_deck = write_deck("nan.deck", std::string(kGoodDeck) + "first_bucket_mib = nan\n");
   BOOST_TEST(error_of({"--deck", in_deck}) ==
              in_deck + ":12: bad value 'nan' for comm.first_bucket_mib (a finite number)");
-  for (const char* key : {"train.momentum", "train.warmup_epochs", "train.step_gamma",
-                          "train.straggler_ms", "comm.fusion_mib"})
+  for (const char* key :
+       {"train.momentum", "train.warmup_epochs", "train.step_gamma", "train.straggler_ms"})
     BOOST_TEST(error_of({"--deck", deck, std::string("--") + key + "=-inf"}) ==
                std::string("command line: bad value '-inf' for ") + key + " (a finite number)");
+  for (const char* value : {"-inf", "nan", "inf", "16MiB", "0"})
+    BOOST_TEST(error_of({"--deck", deck, std::string("--comm.fusion_mib=") + value}) ==
+               std::string("command line: bad value '") + value +
+                   "' for comm.fusion_mib (auto or a positive number of MiB)");
+}
+
+// auto (the default) leaves a knob to the autotune; a value in the deck or on the command
+// line fixes it.
+BOOST_AUTO_TEST_CASE(overlap_and_fusion_mib_are_auto_unless_given) {
+  std::string deck = write_deck("auto.deck",
+                                "[data]\ndir = d\n[model]\nname = m\n[train]\n"
+                                "batch_per_rank = 8\n");
+  const Config c = parse({"--deck", deck}).config;
+  BOOST_TEST(c.comm.overlap == "auto");
+  BOOST_TEST(c.comm.fusion_mib == "auto");
+  BOOST_TEST(!fixed_overlap(c.comm).has_value());
+  BOOST_TEST(!fixed_fusion_mib(c.comm).has_value());
+  const Config fixed =
+      parse({"--deck", deck, "--comm.overlap=false", "--comm.fusion_mib=0.5"}).config;
+  BOOST_TEST(fixed_overlap(fixed.comm).value_or(true) == false);
+  BOOST_TEST(fixed_fusion_mib(fixed.comm).value_or(0) == 0.5);
+  BOOST_TEST(error_of({"--deck", deck, "--comm.overlap=sometimes"}) ==
+             "command line: bad value 'sometimes' for comm.overlap (one of: auto, true, false)");
+  BOOST_TEST(help_text().find("--comm.overlap arg (=auto)") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(on_nonfinite_is_stop_or_skip) {
@@ -390,7 +415,7 @@ BOOST_AUTO_TEST_CASE(gpu_keys_reach_the_cuda_options) {
 
 BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {
   std::string help = help_text();
-  BOOST_TEST(help.find("--comm.fusion_mib arg (=16)") != std::string::npos);
+  BOOST_TEST(help.find("--comm.fusion_mib arg (=auto)") != std::string::npos);
   BOOST_TEST(help.find("--comm.stall_timeout_s arg (=60)") != std::string::npos);
   BOOST_TEST(help.find("--print-deck") != std::string::npos);
   BOOST_TEST(parse({"--help"}).help);

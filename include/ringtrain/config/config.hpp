@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -90,10 +91,12 @@ struct TrainConfig {
 
 struct CommConfig {
   std::string algorithm = "auto";  // ring | rhd | auto | mpi | hierarchical | nccl
-  double fusion_mib = 16;
+  // auto (the default): chosen from timed steps (comm/fusion/autotune.hpp); a value fixes the
+  // knob and turns its search off. Read them through fixed_fusion_mib() and fixed_overlap().
+  std::string fusion_mib = "auto";  // auto | MiB > 0
   double first_bucket_mib = 1;
   double stall_timeout_s = 60;
-  bool overlap = true;
+  std::string overlap = "auto";  // auto | true | false
   bool local_gate = true;
   bool shared_memory = true;
   std::string wire = "fp32";  // fp32 | bf16 | fp16
@@ -140,6 +143,10 @@ CommandLine parse_command_line(int argc, const char* const argv[]);
 // train.loss_scale = auto: dynamic for train.precision = fp16 (its small gradients flush to zero
 // unscaled), none for fp32 and bf16 (bf16 has fp32's exponent range).
 std::string default_loss_scale(const std::string& precision);
+
+// comm.fusion_mib and comm.overlap as fixed values; nullopt: auto (searched). Valid decks only.
+std::optional<double> fixed_fusion_mib(const CommConfig& comm);
+std::optional<bool> fixed_overlap(const CommConfig& comm);
 
 // The options description as help text: every key with its default and unit.
 std::string help_text();

@@ -78,6 +78,26 @@ struct InspectFigures {
   double threshold = 0.5, false_accept_target = 0;
 };
 
+// /autotune: how the fusion engine's overlap and bucket size were chosen (one row a trial).
+struct AutotuneRecord {
+  std::string overlap_setting, fusion_mib_setting;  // as the deck asked: auto, or a value
+  std::string source;                               // search | fixed | checkpoint | short run
+  std::string reason;
+  bool chosen_overlap = true;
+  double chosen_fusion_mib = 0;
+  int64_t decided_at_step = 0;  // the step (from 0, this process) the choice applies from
+  int64_t search_steps = 0;     // warm-up + trial steps of the search
+  int64_t steps_per_trial = 0;
+  double cost_s = 0;         // the trials' time beyond the chosen setting's, slowest rank
+  double chosen_step_s = 0;  // the chosen setting's trial time, slowest rank (0: no trial)
+  std::vector<int32_t> trial_overlap;
+  std::vector<double> trial_fusion_mib;
+  std::vector<int64_t> trial_first_step;
+  std::vector<int64_t> trial_steps;  // fewer than steps_per_trial: abandoned after its first step
+  std::vector<double> trial_step_s;  // [trials x world size], each rank's median step
+  std::vector<double> trial_slowest_s;
+};
+
 struct Results {
   std::string deck;  // effective deck text
   RunInfo info;
@@ -88,6 +108,7 @@ struct Results {
   std::vector<int64_t> test_confusion;  // [classes x classes], row = true class; empty: none
   std::vector<std::string> class_names;
   std::vector<InspectFigures> inspect;  // empty: model.heads = class
+  AutotuneRecord autotune;
 };
 
 // Writes path atomically (temp file, then rename). Throws ringtrain::Error naming the file.

@@ -8,13 +8,15 @@
 // dynamic loss scaling, the scale and its clean-step count too (loss_scale,
 // loss_scale_clean_steps), so a resumed run grows and backs off as the uninterrupted one. The data
 // position needs nothing more: the loader's order is a pure function of (seed, epoch), so step g is
-// batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1.
+// batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1. The autotune's choice
+// (autotune_overlap, autotune_fusion_mib), once made, so that a resumed run does not search again.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
 #include "ringtrain/comm/communicator.hpp"
+#include "ringtrain/comm/fusion/autotune.hpp"
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/io/model_file.hpp"
 #include "ringtrain/nn/model.hpp"
@@ -26,6 +28,7 @@ namespace ringtrain::train {
 struct ResumePoint {
   int64_t global_step = 0;
   std::optional<float> pass_threshold;  // the checkpoint's, when it has inspection heads
+  std::optional<comm::fusion::TuneSettings> tuned;  // the autotune's choice, when it had made one
 };
 
 class CheckpointState {
@@ -41,9 +44,11 @@ class CheckpointState {
   // (core/stop_signals.hpp: SIGTERM, SIGUSR1 or SIGINT).
   bool stop_requested() const;
   // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics,
-  // the model card (what inference needs) and a dynamic scaler's state (scaler may be null).
+  // the model card (what inference needs), a dynamic scaler's state (scaler may be null) and the
+  // autotune's choice (tuned: null when none was made).
   void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step, const io::ModelCard& card,
-            const LossScaler* scaler = nullptr) const;
+            const LossScaler* scaler = nullptr,
+            const comm::fusion::TuneSettings* tuned = nullptr) const;
   // Every rank reads the checkpoint, format version 1 or 2 (its own BN statistics when the world
   // size is the same); errors name the file and say how to start afresh; settings that differ from
   // the checkpoint's are warned about. A dynamic scaler (may be null) takes the checkpoint's scale

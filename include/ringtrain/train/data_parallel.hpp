@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "ringtrain/comm/fusion/autotune.hpp"
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/config/config.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 
 namespace ringtrain::backend {
@@ -30,6 +32,10 @@ class Allreducer;
 }
 
 namespace ringtrain::train {
+
+// The autotune of a run from the deck: comm.overlap and comm.fusion_mib searched where auto,
+// fixed where the deck or the command line gives a value; run_steps: the steps left to train.
+comm::fusion::AutotuneOptions autotune_options(const CommConfig& comm, int64_t run_steps);
 
 class DataParallel {
  public:
@@ -74,10 +80,25 @@ class DataParallel {
   // model use their mean over ranks. Collective; nothing to do on one rank.
   void average_bn_buffers();
 
+  // The engine's overlap and fusion size from the autotune (comm/fusion/autotune.hpp): from
+  // options.start, searched over the knobs it names. chosen: a choice recorded earlier (a
+  // checkpoint), applied now for the knobs searched, and no search. Call before the first step.
+  void start_autotune(const comm::fusion::AutotuneOptions& options,
+                      const comm::fusion::TuneSettings* chosen = nullptr);
+  // Collective, after each optimizer step (synchronize() done): the step's time on this rank.
+  // The autotune may switch the engine's settings here, on every rank at this step; rank 0
+  // logs the choice when the search ends.
+  void end_step(double step_seconds);
+  // Null without start_autotune().
+  const comm::fusion::Autotuner* autotuner() const { return tuner_.get(); }
+  // The choice a checkpoint keeps: made by a search or adopted from a checkpoint; else null.
+  const comm::fusion::TuneSettings* tuned_choice() const;
+
   const comm::fusion::FusionEngine& engine() const { return *engine_; }
 
  private:
   void bind_gradients();
+  comm::fusion::AutotuneOptions without_same_layouts(comm::fusion::AutotuneOptions options) const;
 
   const comm::Communicator& comm_;
   nn::Model& model_;
@@ -86,6 +107,7 @@ class DataParallel {
   int world_size_;
   int accumulate_steps_;
   std::unique_ptr<comm::fusion::FusionEngine> engine_;
+  std::unique_ptr<comm::fusion::Autotuner> tuner_;
   std::vector<size_t> slot_of_param_;  // parameter index -> the engine's gradient slot
   // Set between steps, read by the engine's thread as it reduces.
   std::atomic<double> loss_scale_{1.0};

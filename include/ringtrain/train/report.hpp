@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ringtrain/comm/fusion/autotune.hpp"
 #include "ringtrain/io/results.hpp"
 
 namespace ringtrain::train {
@@ -58,5 +59,10 @@ size_t warmup_steps(size_t steps);
 // waiting for that rank's compute (imbalance). Leaves the test, efficiency and epoch fields.
 io::Summary summarise(const io::Timings& t, const io::CommRecords& c, size_t warm,
                       int64_t global_batch);
+
+// /autotune from rank 0's report; the settings as the deck gave them (auto or a value).
+io::AutotuneRecord autotune_record(const comm::fusion::AutotuneReport& report,
+                                   const std::string& overlap_setting,
+                                   const std::string& fusion_mib_setting);
 
 }  // namespace ringtrain::train

@@ -128,13 +128,8 @@ std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
   }
 
   ready_.assign(specs_.size(), 0);
-  missing_in_bucket_.resize(buckets_.size());
-  for (size_t b = 0; b < buckets_.size(); ++b) missing_in_bucket_[b] = buckets_[b].tensor_count;
-  if (timeline_) {
+  if (timeline_)
     for (const auto& spec : specs_) enqueue_names_.push_back(timeline_->intern(spec.name));
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      bucket_names_.push_back(timeline_->intern(str("allreduce bucket ", b)));
-  }
 
   if (options_.stall_timeout_s > 0)
     inspector_ = std::make_unique<StallInspector>(
@@ -148,45 +143,92 @@ std::vector<float*> FusionEngine::plan(const std::vector<GradSpec>& specs) {
   return where;
 }
 
+// The layout, then the arena it needs, zeroed.
+void FusionEngine::lay_out_buckets() {
+  const size_t floats = plan_buckets(options_.fusion_mib, buckets_, bucket_of_, offsets_);
+  size_t total_bytes = std::max<size_t>(64, floats * sizeof(float));
+  arena_ = options_.buffer_ops.alloc(total_bytes);
+  RT_CHECK(arena_, "cannot allocate ", total_bytes, " bytes of fusion buffers");
+  // The padding between gradients must reduce to zero.
+  options_.buffer_ops.zero(arena_.get(), total_bytes / sizeof(float));
+  point_buckets_into_arena();
+}
+
 // Greedy, in backward order: a gradient joins the current bucket while the bucket stays within
 // its cap, else opens a new one; a gradient larger than the cap gets a bucket of its own.
 // Small gradients (at most 1/64 of the cap: biases, batch-norm scales) join the current bucket
 // even past the cap, by up to 1/8 of it. Otherwise resnet18's batch-norm parameters, which
 // come between two 9 MiB convolutions in backward order, made 4 KiB buckets of their own,
 // each one more allreduce with its latency (and two more thread wake-ups) inside backward.
-void FusionEngine::lay_out_buckets() {
+// Each gradient's offset depends only on the gradients before it, never on the caps: a new
+// layout (retune) keeps every gradient where backward writes it. Returns the arena's floats.
+size_t FusionEngine::plan_buckets(double fusion_mib, std::vector<BucketLayout>& buckets,
+                                  std::vector<size_t>& bucket_of,
+                                  std::vector<size_t>& offsets) const {
   auto cap_bytes = [](double mib) { return std::max<size_t>(64, size_t(mib * double(kMiB))); };
-  size_t first_cap = cap_bytes(first_bucket_cap_mib());
-  size_t rest_cap = cap_bytes(options_.fusion_mib);
+  const double first_mib =
+      options_.first_bucket_mib > 0 ? std::min(options_.first_bucket_mib, fusion_mib) : fusion_mib;
+  size_t first_cap = cap_bytes(first_mib);
+  size_t rest_cap = cap_bytes(fusion_mib);
+  buckets.clear();
+  bucket_of.clear();
+  offsets.clear();
 
   size_t offset = 0;   // floats
   size_t largest = 0;  // the current bucket's largest gradient, bytes
   for (size_t i = 0; i < specs_.size(); ++i) {
     size_t padded = (element_count(specs_[i]) + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
     size_t bytes = padded * sizeof(float);
-    size_t cap = buckets_.size() == 1 ? first_cap : rest_cap;  // the current bucket's cap
-    bool fits = !buckets_.empty() && buckets_.back().bytes + bytes <= cap;
-    bool rides_along = !buckets_.empty() && bytes <= cap / 64 &&
-                       buckets_.back().bytes + bytes <= std::max(cap, largest) + cap / 8;
+    size_t cap = buckets.size() == 1 ? first_cap : rest_cap;  // the current bucket's cap
+    bool fits = !buckets.empty() && buckets.back().bytes + bytes <= cap;
+    bool rides_along = !buckets.empty() && bytes <= cap / 64 &&
+                       buckets.back().bytes + bytes <= std::max(cap, largest) + cap / 8;
     if (!fits && !rides_along) {
-      buckets_.push_back(BucketLayout{i, 0, 0, nullptr});
+      buckets.push_back(BucketLayout{i, 0, 0, nullptr});
       largest = 0;
     }
-    buckets_.back().tensor_count += 1;
-    buckets_.back().bytes += bytes;
+    buckets.back().tensor_count += 1;
+    buckets.back().bytes += bytes;
     largest = std::max(largest, bytes);
-    bucket_of_.push_back(buckets_.size() - 1);
-    offsets_.push_back(offset);
+    bucket_of.push_back(buckets.size() - 1);
+    offsets.push_back(offset);
     offset += padded;
   }
+  return offset;
+}
 
-  size_t total_bytes = std::max<size_t>(64, offset * sizeof(float));
-  arena_ = options_.buffer_ops.alloc(total_bytes);
-  RT_CHECK(arena_, "cannot allocate ", total_bytes, " bytes of fusion buffers");
-  // The padding between gradients must reduce to zero.
-  options_.buffer_ops.zero(arena_.get(), total_bytes / sizeof(float));
+void FusionEngine::point_buckets_into_arena() {
   float* memory = arena_.get();
   for (auto& bucket : buckets_) bucket.data = memory + offsets_[bucket.first_tensor];
+  missing_in_bucket_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) missing_in_bucket_[b] = buckets_[b].tensor_count;
+  if (timeline_)
+    for (size_t b = bucket_names_.size(); b < buckets_.size(); ++b)
+      bucket_names_.push_back(timeline_->intern(str("allreduce bucket ", b)));
+}
+
+std::vector<size_t> FusionEngine::bucket_bytes_for(double fusion_mib) const {
+  std::vector<BucketLayout> buckets;
+  std::vector<size_t> bucket_of, offsets;
+  plan_buckets(fusion_mib, buckets, bucket_of, offsets);
+  std::vector<size_t> bytes;
+  for (const BucketLayout& b : buckets) bytes.push_back(b.bytes);
+  return bytes;
+}
+
+void FusionEngine::retune(bool overlap, double fusion_mib) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  rethrow_if_broken_locked();
+  RT_CHECK(arena_, "FusionEngine::retune before plan()");
+  const bool between_steps =
+      next_bucket_ == 0 && std::none_of(ready_.begin(), ready_.end(), [](uint8_t r) { return r; });
+  RT_CHECK(between_steps, "FusionEngine::retune in step ", step_,
+           " after gradients were enqueued: only between synchronize() and the next enqueue");
+  options_.overlap = overlap;
+  options_.fusion_mib = fusion_mib;
+  check_options();
+  plan_buckets(options_.fusion_mib, buckets_, bucket_of_, offsets_);
+  point_buckets_into_arena();
 }
 
 double FusionEngine::first_bucket_cap_mib() const {

@@ -146,6 +146,16 @@ class FusionEngine {
   // options.buffer_ops put them (host memory by default).
   std::vector<float*> plan(const std::vector<GradSpec>& specs);
 
+  // Between steps (after synchronize(), before the next enqueue), on every rank at the same
+  // step: from the next step on, reduce while backward runs or not, and lay the buckets out
+  // anew with this cap (FusionOptions::overlap, fusion_mib; the autotune's trials). Every
+  // gradient keeps its place in memory: only the bucket boundaries move.
+  void retune(bool overlap, double fusion_mib);
+  // The sizes of the buckets plan() would lay out with this cap (after plan()).
+  std::vector<size_t> bucket_bytes_for(double fusion_mib) const;
+  bool overlap() const { return options_.overlap; }
+  double fusion_mib() const { return options_.fusion_mib; }
+
   // One line for the log: "5 buckets (first <= 1 MiB, then <= 64 MiB): 0.9, 63.8, ... MiB".
   std::string layout_summary() const;
 
@@ -179,6 +189,9 @@ class FusionEngine {
   void check_options() const;
   double first_bucket_cap_mib() const;
   void lay_out_buckets();
+  size_t plan_buckets(double fusion_mib, std::vector<BucketLayout>& buckets,
+                      std::vector<size_t>& bucket_of, std::vector<size_t>& offsets) const;
+  void point_buckets_into_arena();
   void comm_loop();
   void reduce_bucket(size_t b);
   void note_progress_locked(bool arm, Clock::time_point now);
