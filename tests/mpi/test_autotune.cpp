@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE autotune
 #include <map>
 
+#include "model_weights.hpp"
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
@@ -68,15 +69,7 @@ struct Replica {
     sgd->step(0.05);
   }
 
-  std::vector<float> weights() const {
-    std::vector<float> all;
-    for (auto* p : model->parameters()) {
-      std::vector<float> host(size_t(p->numel()));
-      be->download(p->value, host.data());
-      all.insert(all.end(), host.begin(), host.end());
-    }
-    return all;
-  }
+  std::vector<float> weights() const { return rt_test::model_weights(*model, *be); }
 };
 
 AutotuneOptions small_search() {

@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE data_parallel
 #include <cmath>
 
+#include "model_weights.hpp"
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/devices.hpp"
@@ -85,15 +86,7 @@ struct Replica {
     model->loss(labels.data());
   }
 
-  std::vector<float> weights() const {
-    std::vector<float> all;
-    for (auto* p : model->parameters()) {
-      std::vector<float> host(size_t(p->numel()));
-      be->download(p->value, host.data());
-      all.insert(all.end(), host.begin(), host.end());
-    }
-    return all;
-  }
+  std::vector<float> weights() const { return rt_test::model_weights(*model, *be); }
 };
 
 // The data-parallel replica: the trainer's own DataParallel binds the gradients into the

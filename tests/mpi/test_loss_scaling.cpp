@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "model_weights.hpp"
 #include "mpi_test.hpp"
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
@@ -83,15 +84,7 @@ struct Replica {
     parallel->synchronize();
   }
 
-  std::vector<float> weights() const {
-    std::vector<float> all;
-    for (auto* p : model->parameters()) {
-      std::vector<float> host(size_t(p->numel()));
-      be->download(p->value, host.data());
-      all.insert(all.end(), host.begin(), host.end());
-    }
-    return all;
-  }
+  std::vector<float> weights() const { return rt_test::model_weights(*model, *be); }
 };
 
 struct ScaledRun {
