@@ -64,7 +64,7 @@ refused batch "ranks disagree on train.batch_per_rank: rank 1 has 16, rank 0 has
   "" "--train.batch_per_rank=16"
 refused model "ranks disagree on model.name: rank 1 has fibernet, rank 0 has cnn_small $same" \
   "" "--model.name=fibernet"
-refused fusion "ranks disagree on comm.fusion_mib: rank 1 has 2, rank 0 has 16 $same" \
+refused fusion "ranks disagree on comm.fusion_mib: rank 1 has 2, rank 0 has auto $same" \
   "" "--comm.fusion_mib=2"
 # The first key in --print-deck's order; the lowest rank that differs, and the others.
 refused three "ranks disagree on train.max_steps: rank 1 has 3, rank 0 has 2; ranks 2, 3 differ from rank 0 too $same" \
