@@ -1,4 +1,4 @@
-# rt_results.py — reads ringtrain results files for rt-report and rt-model (layout: DESIGN.md, src/io/results.cpp).
+# rt_results.py — reads ringtrain results files for rt-report and rt-model (layout: src/io/results.cpp).
 """Shared by tools/rt-report and tools/rt-model: open and check a results file, parse its deck.
 
 Needs h5py and numpy (Debian's python3-h5py, python3-numpy).
