@@ -16,6 +16,8 @@ LoadedModel load_model_file(const std::string& path, Backend& be, const std::str
   const ModelInput in{card.input_shape[0], card.input_shape[1], card.input_shape[2]};
   loaded.model = make_model(card.model, in, int(card.class_names.size()), be, 0, heads);
   loaded.model->load(file.root().open_group("params"));
+  if (file.root().has_attr("global_step"))
+    loaded.global_step = file.root().attr<int64_t>("global_step");
   return loaded;
 }
 

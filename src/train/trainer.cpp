@@ -355,7 +355,8 @@ void Trainer::print_start() const {
       " | ", cfg_.comm.algorithm, " allreduce");
   log::info(deck_box(header, cfg_.effective_deck));
   log::info(str("threads: ", comm_.cpu_threads_description()));
-  if (!backend_->libraries().empty()) log::info(str("libraries: ", backend_->libraries()));
+  const std::string libraries = backend_->libraries();  // a GPU's: a few driver queries
+  if (!libraries.empty()) log::info("libraries: " + libraries);
   log::info(str("data: ", info.dataset, " ", info.channels, "x", info.height, "x", info.width, ", ",
                 info.classes, " classes; train ", t.sampler().samples(), " samples, ",
                 steps_per_epoch_, " steps/epoch of ",

@@ -20,13 +20,32 @@ struct TestImage {
   std::vector<uint16_t> pixels;
 };
 
+// libpng's write structs on an open file, freed and closed whatever happens. (setjmp stays in
+// each writer: it must be called in the frame libpng longjmps to.)
+struct PngWriter {
+  std::FILE* f;
+  png_structp png;
+  png_infop info;
+  explicit PngWriter(const std::string& path)
+      : f(std::fopen(path.c_str(), "wb")),
+        png(png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr)),
+        info(png ? png_create_info_struct(png) : nullptr) {
+    if (!f || !png || !info) throw std::runtime_error("cannot create " + path);
+  }
+  PngWriter(const PngWriter&) = delete;
+  PngWriter& operator=(const PngWriter&) = delete;
+  ~PngWriter() {
+    png_destroy_write_struct(&png, &info);
+    if (f) std::fclose(f);
+  }
+};
+
 inline void write_png_file(const std::string& path, const TestImage& im) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot create " + path);
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
+  PngWriter w(path);
+  png_structp png = w.png;
+  png_infop info = w.info;
   if (setjmp(png_jmpbuf(png))) throw std::runtime_error("libpng failed on " + path);
-  png_init_io(png, f);
+  png_init_io(png, w.f);
   const int type = im.channels == 1   ? PNG_COLOR_TYPE_GRAY
                    : im.channels == 3 ? PNG_COLOR_TYPE_RGB
                                       : PNG_COLOR_TYPE_RGBA;
@@ -44,8 +63,6 @@ inline void write_png_file(const std::string& path, const TestImage& im) {
     png_write_row(png, row.data());
   }
   png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  std::fclose(f);
 }
 
 // Packed PNG samples written from one byte each (png_set_packing): a palette image (indices
@@ -53,12 +70,11 @@ inline void write_png_file(const std::string& path, const TestImage& im) {
 inline void write_png_packed(const std::string& path, int width, int height, int depth,
                              const std::vector<uint8_t>& values,
                              const std::vector<png_color>& palette) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot create " + path);
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
+  PngWriter w(path);
+  png_structp png = w.png;
+  png_infop info = w.info;
   if (setjmp(png_jmpbuf(png))) throw std::runtime_error("libpng failed on " + path);
-  png_init_io(png, f);
+  png_init_io(png, w.f);
   png_set_IHDR(png, info, png_uint_32(width), png_uint_32(height), depth,
                palette.empty() ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_PALETTE, PNG_INTERLACE_NONE,
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
@@ -71,8 +87,6 @@ inline void write_png_packed(const std::string& path, int width, int height, int
     png_write_row(png, row.data());
   }
   png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  std::fclose(f);
 }
 
 // A grey 8-bit TIFF in 16 x 16 tiles: libtiff's RGBA reader, not the scanline path.

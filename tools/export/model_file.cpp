@@ -2,7 +2,6 @@
 #include "model_file.hpp"
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/io/h5.hpp"
 #include "ringtrain/nn/model_file.hpp"
 
 namespace ringtrain::tools {
@@ -17,8 +16,7 @@ ModelFile read_model_file(const std::string& path) {
       "(ringtrain --deck DECK --resume) to rewrite it as one");
   f.card = std::move(loaded.card);
   f.model = std::move(loaded.model);
-  const h5::File file = h5::File::open_read(path);
-  if (file.root().has_attr("global_step")) f.global_step = file.root().attr<int64_t>("global_step");
+  f.global_step = loaded.global_step;
   return f;
 }
 

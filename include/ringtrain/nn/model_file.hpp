@@ -3,6 +3,7 @@
 // (rank 0's) BN running statistics. ringtrain predict and rt-export share it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,7 @@ namespace ringtrain::nn {
 struct LoadedModel {
   io::ModelCard card;
   std::unique_ptr<Model> model;
+  int64_t global_step = 0;  // the training step the weights are from (0 when not recorded)
 };
 
 // InputError naming the file when it is not HDF5 or not a model file; a version-1 checkpoint's

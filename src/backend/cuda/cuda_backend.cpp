@@ -56,6 +56,23 @@ void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
            shape_str(b.shape()), " differ in size");
 }
 
+// Device memory from the pool, grown on demand and reused by every call (stream order keeps
+// the calls apart).
+class ScratchBlock {
+ public:
+  void* reserve(DevicePool& pool, size_t bytes) {
+    if (bytes_ < bytes) {
+      block_ = pool.allocate(bytes);
+      bytes_ = bytes;
+    }
+    return block_.get();
+  }
+
+ private:
+  std::shared_ptr<void> block_;
+  size_t bytes_ = 0;
+};
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaOptions& options) : ctx_(options) {}
@@ -136,11 +153,7 @@ class CudaBackend : public Backend {
     // One block, reused by every call (stream order keeps calls apart): totals, per-row
     // losses, labels in, correct flags out.
     const size_t bytes = size_t(n + 2) * sizeof(double) + 2 * size_t(n) * sizeof(int32_t);
-    if (loss_scratch_bytes_ < bytes) {
-      loss_scratch_ = ctx_.pool().allocate(bytes);
-      loss_scratch_bytes_ = bytes;
-    }
-    auto* totals = static_cast<double*>(loss_scratch_.get());
+    auto* totals = static_cast<double*>(loss_scratch_.reserve(ctx_.pool(), bytes));
     double* row_loss = totals + 2;
     auto* device_labels = reinterpret_cast<int32_t*>(row_loss + n);
     int32_t* row_correct = device_labels + n;
@@ -178,11 +191,7 @@ class CudaBackend : public Backend {
     const Tensor& logits = ctx_.as_plain_f32(logits_in, bce_logits_f32_);
     ctx_.ensure(dlogits, logits.shape());
     const size_t bytes = size_t(count + 1) * sizeof(double) + size_t(count) * sizeof(float);
-    if (bce_scratch_bytes_ < bytes) {
-      bce_scratch_ = ctx_.pool().allocate(bytes);
-      bce_scratch_bytes_ = bytes;
-    }
-    auto* total = static_cast<double*>(bce_scratch_.get());
+    auto* total = static_cast<double*>(bce_scratch_.reserve(ctx_.pool(), bytes));
     double* value_loss = total + 1;
     auto* device_targets = reinterpret_cast<float*>(value_loss + count);
     CUDA_CHECK(cudaMemcpyAsync(device_targets, targets, size_t(count) * sizeof(float),
@@ -309,10 +318,8 @@ class CudaBackend : public Backend {
   Tensor bce_logits_f32_;               // its own: the class loss may still be reading logits_f32_
   std::shared_ptr<void> finite_flags_;  // first_nonfinite: a flag per tensor, and their copy
   PinnedBuffer finite_flags_host_;
-  std::shared_ptr<void> loss_scratch_;
-  size_t loss_scratch_bytes_ = 0;
-  std::shared_ptr<void> bce_scratch_;  // total, per-value losses, targets
-  size_t bce_scratch_bytes_ = 0;
+  ScratchBlock loss_scratch_;  // totals, per-row losses, labels, correct flags
+  ScratchBlock bce_scratch_;   // total, per-value losses, targets
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;
   std::mutex ready_mutex_;
   std::vector<std::unique_ptr<ReadyEvent>> ready_events_;

@@ -163,41 +163,31 @@ class NcclAllreduce final : public Allreducer {
   void enqueue(float* data, size_t count, float divisor) {
     cudaStream_t s = stream_->get();
     const auto n = static_cast<int64_t>(count);
+    const bool packed = options_.wire != Wire::fp32;  // a 16-bit wire: converted around the sum
+    const bool bf16 = options_.wire == Wire::bf16;
+    auto* wire =
+        packed ? static_cast<uint16_t*>(staging_.reserve(count * sizeof(uint16_t))) : nullptr;
+    // fp16 (largest value 65504): each rank sends its value / P, P the power of two from the
+    // world size up, so no partial sum NCCL forms outgrows one rank's largest value (as the
+    // host wire's pre-divide, fp16_predivide.hpp); exact, as P is a power of two. bf16 has
+    // fp32's range: nothing to do.
+    const float predivide = options_.wire == Wire::fp16 ? fp16_predivide_ : 1.0f;
+    divisor /= predivide;
     OrderedCollective steps;
-    if (options_.wire == Wire::fp32) {
-      steps.collective = [=] {
+    steps.before = [=] {
+      if (predivide != 1.0f) backend::cuda::kernels::divide(data, n, predivide, s);
+      if (packed && bf16) backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
+      if (packed && !bf16) backend::cuda::kernels::f32_to_f16(data, wire, n, s);
+    };
+    steps.collective = [=] {
+      if (!packed)
         return NCCL_QUEUED(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, s));
-      };
-    } else {
-      auto* wire = static_cast<uint16_t*>(staging_.reserve(count * sizeof(uint16_t)));
-      const bool bf16 = options_.wire == Wire::bf16;
-      // fp16 (largest value 65504): each rank sends its value / P, P the power of two from the
-      // world size up, so no partial sum NCCL forms outgrows one rank's largest value (as the
-      // host wire's pre-divide, fp16_predivide.hpp); exact, as P is a power of two. bf16 has
-      // fp32's range: nothing to do.
-      const float predivide = bf16 ? 1.0f : fp16_predivide_;
-      divisor /= predivide;
-      steps.before = [=] {
-        if (predivide != 1.0f) backend::cuda::kernels::divide(data, n, predivide, s);
-        if (bf16)
-          backend::cuda::kernels::f32_to_bf16(data, wire, n, s);
-        else
-          backend::cuda::kernels::f32_to_f16(data, wire, n, s);
-      };
-      steps.collective = [=] {
-        return NCCL_QUEUED(
-            ncclAllReduce(wire, wire, count, bf16 ? ncclBfloat16 : ncclHalf, ncclSum, nccl_, s));
-      };
-      steps.after = [=] {
-        if (bf16)
-          backend::cuda::kernels::bf16_to_f32(wire, data, n, s);
-        else
-          backend::cuda::kernels::f16_to_f32(wire, data, n, s);
-      };
-    }
-    auto after = std::move(steps.after);
+      return NCCL_QUEUED(
+          ncclAllReduce(wire, wire, count, bf16 ? ncclBfloat16 : ncclHalf, ncclSum, nccl_, s));
+    };
     steps.after = [=] {
-      if (after) after();
+      if (packed && bf16) backend::cuda::kernels::bf16_to_f32(wire, data, n, s);
+      if (packed && !bf16) backend::cuda::kernels::f16_to_f32(wire, data, n, s);
       if (divisor != 1.0f) backend::cuda::kernels::divide(data, n, divisor, s);
     };
     DeviceWaitOps launched = poll_ops();
