@@ -1,7 +1,7 @@
 // rt-bench-compute.cpp — training throughput of one model on the CPU backend or one GPU
 // (forward, loss, backward, SGD), or with --inference the throughput of ringtrain predict's step
-// (forward in inference mode, logits to the host), in timed windows after warm-up; one JSON line
-// per window set.
+// (the model's InferencePlan, logits to the host), in timed windows after warm-up; one JSON
+// line per window set.
 //
 //   rt-bench-compute --model cnn_small --batch 64 --threads 2 [--input 1x28x28]
 //                    [--classes 10] [--warmup 3] [--windows 5] [--steps 5] [--precision bf16]
@@ -24,6 +24,7 @@
 #include "ringtrain/backend/peak.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
+#include "ringtrain/nn/inference_plan.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 
@@ -140,9 +141,12 @@ int run(int argc, char** argv) {
   // with synchronize()), as PyTorch does when nobody calls loss.item().
   const bool inference = vm.count("inference") > 0;
   std::vector<float> logits(size_t(batch) * size_t(classes));
+  std::unique_ptr<nn::InferencePlan> plan;
+  if (inference) plan = std::make_unique<nn::InferencePlan>(*model);
   auto step = [&] {
     if (inference) {
-      be->download(model->forward(x, false), logits.data());
+      plan->run(x);
+      be->download(plan->logits(), logits.data());
       return;
     }
     model->forward(x, true);

@@ -22,6 +22,7 @@
 #include "ringtrain/data/image_decode.hpp"
 #include "ringtrain/io/h5.hpp"
 #include "ringtrain/io/model_file.hpp"
+#include "ringtrain/nn/inference_plan.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/model_file.hpp"
 #include "ringtrain/train/agree.hpp"
@@ -223,6 +224,7 @@ class Predictor {
         sources_(std::move(sources)),
         be_(be),
         model_(model),
+        plan_(model),
         normaliser_(card.mean, card.std) {}
 
   // This rank's images [first, last), batch by batch: values_per_image() floats each.
@@ -277,15 +279,15 @@ class Predictor {
                                card_.input_shape[2]};
     if (input_.empty() || input_.shape() != shape) input_ = be_.alloc(shape);
     be_.upload(input_host_.data(), input_);
-    const backend::Tensor& logits = model_.forward(input_, false);
+    plan_.run(input_);
     const size_t classes = card_.class_names.size();
     logits_.resize(n * classes);
-    be_.download(logits, logits_.data());
+    be_.download(plan_.logits(), logits_.data());
     std::vector<std::vector<float>> heads;
-    if (nn::InspectHeads* inspect = model_.inspect())
+    if (model_.inspect())
       for (nn::Head h : {nn::Head::kDefects, nn::Head::kPass, nn::Head::kZones}) {
-        heads.emplace_back(size_t(inspect->output(h).numel()));
-        be_.download(inspect->output(h), heads.back().data());
+        heads.emplace_back(size_t(plan_.head(h).numel()));
+        be_.download(plan_.head(h), heads.back().data());
       }
     for (size_t i = 0; i < n; ++i) {
       append_softmax(logits_.data() + i * classes, classes, values);
@@ -309,6 +311,7 @@ class Predictor {
   std::vector<Source> sources_;
   backend::Backend& be_;
   nn::Model& model_;
+  nn::InferencePlan plan_;  // the model's inference pass, batch norms folded (inference_plan.hpp)
   data::Normaliser normaliser_;
   std::vector<uint8_t> pixels_;
   std::vector<float> input_host_, logits_;

@@ -46,6 +46,13 @@ struct ConvSpec {
   int padding = 0;
   bool bias = true;
   bool fuse_relu = false;  // y = relu(conv(x)); backward_* then expect dy of the conv output
+  // Inference only (forward, no backward): the weights handed to forward are the same, unchanged
+  // tensor every call, so a backend may keep them prepared (reordered) after the first.
+  bool inference = false;
+  // With inference: forward adds into y, y = conv(x) + bias + y (then the ReLU), where y holds a
+  // residual on entry, in any layout: a residual connection fused into the convolution. Only
+  // on a backend whose fuses_conv_residual() is true.
+  bool accumulate = false;
 };
 
 struct LinearSpec {
@@ -179,6 +186,10 @@ class Backend {
   // ("oneDNN 2.6.3"; the GPU, driver, cuDNN, cuBLAS and NCCL on cuda), for the start line and
   // the results file; "" where there are none (ref).
   virtual std::string libraries() const { return ""; }
+
+  // Whether make_conv takes ConvSpec::accumulate (a residual addition fused into the
+  // convolution); where it does not, the caller adds with make_add.
+  virtual bool fuses_conv_residual() const { return false; }
 
   // Plain memory on the device, uninitialised.
   virtual Tensor alloc(const Shape& shape, DType dtype = DType::kF32) = 0;

@@ -42,8 +42,11 @@ class Conv : public ConvOp {
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     Plan& p = plan_for(x);
     memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), x_scratch_, x_reorder_);
-    memory wts = as_layout(ctx_, w, p.fwd_pd.weights_desc(), w_scratch_, w_reorder_);
-    ensure(y, p.y_shape, p.fwd_pd.dst_desc());
+    memory wts = weights(w, p);
+    if (s_.accumulate)
+      residual_into_dst(y, p);
+    else
+      ensure(y, p.y_shape, p.fwd_pd.dst_desc());
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, y)}};
     if (s_.bias) args[DNNL_ARG_BIAS] = mem_of(ctx_, *bias);
@@ -91,6 +94,30 @@ class Conv : public ConvOp {
     conv_bwd_weights bwd_weights;
   };
 
+  // The weights in the primitive's layout. Inference weights are constant (ConvSpec): they
+  // are reordered on the first call and then again only when handed another tensor.
+  memory weights(const Tensor& w, const Plan& p) {
+    const memory::desc& want = p.fwd_pd.weights_desc();
+    if (!s_.inference) return as_layout(ctx_, w, want, w_scratch_, w_reorder_);
+    if (prepared_from_ != w.raw() || prepared_.get_desc() != want) {
+      prepared_ = as_layout(ctx_, w, want, w_scratch_, w_reorder_);
+      prepared_from_ = w.raw();
+    }
+    return prepared_;
+  }
+
+  // y holds the residual the sum post-op adds: brought into the destination's layout when
+  // its producer chose another (into a scratch of this op's, reused every call).
+  void residual_into_dst(Tensor& y, const Plan& p) {
+    RT_CHECK(!y.empty() && y.shape() == p.y_shape, "conv accumulate: the residual has shape ",
+             shape_str(y.shape()), ", expected ", shape_str(p.y_shape));
+    const memory::desc& want = p.fwd_pd.dst_desc();
+    if (desc_of(y) == want) return;
+    memory moved = as_layout(ctx_, y, want, residual_scratch_, residual_reorder_);
+    (void)moved;
+    y = residual_scratch_;
+  }
+
   memory::dims strides() const { return {s_.stride, s_.stride}; }
   memory::dims pads() const { return {s_.padding, s_.padding}; }
 
@@ -108,16 +135,17 @@ class Conv : public ConvOp {
     p->y_shape = {x.dim(0), s_.out_channels, oh, ow};
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any) : memory::desc();
+    const auto kind =
+        s_.inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
     auto d =
-        conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+        conv_fwd::desc(kind, dnnl::algorithm::convolution_direct,
                        any_desc(to_dims(x.shape()), ctx_.act), any_desc(weight_dims(), ctx_.act),
                        bias_md, any_desc(to_dims(p->y_shape), ctx_.act), strides(), pads(), pads());
     dnnl::primitive_attr attr;
-    if (s_.fuse_relu) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-      attr.set_post_ops(ops);
-    }
+    dnnl::post_ops ops;
+    if (s_.accumulate) ops.append_sum(1.0f);  // before the ReLU: relu(conv + residual)
+    if (s_.fuse_relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
     p->fwd_pd =
         dnnl_try("conv forward", [&] { return conv_fwd::primitive_desc(d, attr, ctx_.engine); });
     p->fwd = conv_fwd(p->fwd_pd);
@@ -126,6 +154,7 @@ class Conv : public ConvOp {
   }
 
   Plan& current(const char* op, const Tensor& dy) {
+    RT_CHECK(!s_.inference, op, " of an inference convolution");
     RT_CHECK(current_ != nullptr, op, " before forward");
     check_same_shape(dy, current_->y_shape, op, "dy");
     return *current_;
@@ -161,8 +190,10 @@ class Conv : public ConvOp {
   ConvSpec s_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
-  Tensor x_scratch_, w_scratch_, wb_scratch_, dy_scratch_, dw_scratch_;
-  CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_;
+  Tensor x_scratch_, w_scratch_, wb_scratch_, dy_scratch_, dw_scratch_, residual_scratch_;
+  CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_, residual_reorder_;
+  memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
+  const void* prepared_from_ = nullptr;
 };
 
 class Linear : public LinearOp {

@@ -94,6 +94,7 @@ class CpuBackend : public HostBackend {
 
   void synchronize() override { ctx_.stream.wait(); }
 
+  bool fuses_conv_residual() const override { return true; }
   std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) override { return cpu::make_conv(ctx_, s); }
   std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) override {
     return cpu::make_linear(ctx_, s);

@@ -323,6 +323,8 @@ class Linear : public LinearOp {
 }  // namespace
 
 std::unique_ptr<ConvOp> make_conv(Context& ctx, const ConvSpec& spec) {
+  RT_CHECK(!spec.accumulate,
+           "cuda conv: ConvSpec::accumulate is not fused here (fuses_conv_residual)");
   return std::make_unique<Conv>(ctx, spec);
 }
 std::unique_ptr<LinearOp> make_linear(Context& ctx, const LinearSpec& spec) {

@@ -371,6 +371,7 @@ class Add : public AddOp {
 }  // namespace
 
 std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) {
+  RT_CHECK(!s.accumulate, "ref conv: ConvSpec::accumulate is not fused here (fuses_conv_residual)");
   return std::make_unique<Conv>(s);
 }
 std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) {
