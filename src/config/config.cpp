@@ -52,7 +52,9 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"data.max_train_samples", &c.data.max_train_samples, "use only the first N train samples (0 = all)", {}},
       {"data.samples_per_rank", &c.data.samples_per_rank,
        "weak scaling: train on world_size * N samples (0 = off)", {}},
-      {"model.name", &c.model.name, "model from the zoo: cnn_small, resnet18_cifar, fibernet", {}, true},
+      // The zoo's names (nn::model_names(); test_config.cpp holds them equal): a name checked
+      // here is refused with its deck line before any rank opens data.
+      {"model.name", &c.model.name, "model from the zoo", {"cnn_small", "resnet18_cifar", "fibernet"}, true},
       {"model.heads", &c.model.heads,
        "class: the primary class; inspect: also defects (multi-label), pass/fail and zones A-D "
        "(fiber data)", {"class", "inspect"}},
@@ -208,6 +210,7 @@ po::options_description describe(const std::vector<Option>& table) {
 po::options_description cli_only() {
   po::options_description desc("Command line");
   desc.add_options()("help,h", "list every option with its default and unit, then exit")(
+      "help-markdown", "the same list as Markdown (docs/DECK.md), then exit")(
       "deck", po::value<std::string>(), "input deck (INI) to read; the command line overrides it")(
       "print-deck", "print the effective deck and exit")("resume",
                                                          "continue from the run's checkpoint");
@@ -315,6 +318,13 @@ double parse_mib(const std::string& text) {
   if (end == start || *end != '\0' || errno != 0 || !std::isfinite(value))
     return std::numeric_limits<double>::quiet_NaN();
   return value;
+}
+
+// ", "-separated choices after `lead`, or "" for a key that takes any value of its type.
+std::string choice_list(const Option& opt, const char* lead) {
+  std::string list;
+  for (const auto& ch : opt.choices) list += (list.empty() ? lead : ", ") + ch;
+  return list;
 }
 
 void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
@@ -509,6 +519,65 @@ std::string help_text() {
   return out.str();
 }
 
+namespace {
+
+// A table cell: '|' would end it, and a newline the row.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '|')
+      out += "\\|";
+    else
+      out += ch == '\n' ? ' ' : ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string help_markdown() {
+  Config defaults;
+  std::string step_epochs;
+  int64_t seed = int64_t(defaults.train.seed);
+  std::ostringstream out;
+  out << "# Deck reference\n\n"
+      << "<!-- Generated from the option table in src/config/config.cpp by `bin/ringtrain "
+         "--help-markdown > docs/DECK.md` (`make docs`); tests/e2e/deck_reference.sh fails when "
+         "this file differs from it. Edit the table, not this file. -->\n\n"
+      << "A deck is an INI file with the sections `[data] [model] [train] [comm] [output]`; "
+         "every key can also be given on the command line as `--section.key=value`, which wins "
+         "over the deck (`--section.key=` sets an empty value). `ringtrain --help` prints this "
+         "table, `ringtrain --deck FILE --print-deck` the effective deck. A wrong key, a bad "
+         "value or a missing required key stops every rank with one line naming the deck line, "
+         "the key and the value, exit code 2.\n\n"
+      << "## Command line\n\n| flag | what |\n|---|---|\n";
+  const po::options_description cli = cli_only();
+  for (const auto& opt : cli.options()) {
+    out << "| `--" << cell(opt->long_name()) << "` | " << cell(opt->description()) << " |\n";
+  }
+  std::string section;
+  for (const auto& opt : option_table(defaults, step_epochs, seed)) {
+    const std::string key = opt.key;
+    const std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) {
+      out << "\n## [" << sec << "]\n\n| key | default | what |\n|---|---|---|\n";
+      section = sec;
+    }
+    const std::string text = field_text(opt.field);
+    const std::string value = opt.required   ? "(required)"
+                              : text.empty() ? "(empty)"
+                                             : "`" + text + "`";
+    std::string what = opt.help;
+    if (!opt.choices.empty()) {
+      what += "; one of ";
+      for (size_t i = 0; i < opt.choices.size(); ++i)
+        what += (i ? ", `" : "`") + opt.choices[i] + "`";
+    }
+    out << "| `" << key << "` | " << cell(value) << " | " << cell(what) << " |\n";
+  }
+  return out.str();
+}
+
 CommandLine parse_command_line(int argc, const char* const argv[]) {
   CommandLine result;
   Config& c = result.config;
@@ -523,16 +592,22 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   po::variables_map vm;
   po::parsed_options cli(&all);
   try {
-    cli = po::command_line_parser(split_empty_values(argc, argv)).options(all).run();
+    // No guessing: Boost took --train.batch=10 for train.batch_per_rank (a unique prefix), so
+    // a mistyped or half-remembered key trained silently on a value it never named.
+    cli =
+        po::command_line_parser(split_empty_values(argc, argv))
+            .options(all)
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .run();
   } catch (const po::error& e) {
     throw InputError(str("command line: ", e.what(), "; ringtrain --help lists every key"));
   }
   store_checked(cli, vm, all, table, [](const std::string&) { return "command line"; });
   for (const auto& o : cli.options) src.from_cli.insert(o.string_key);
 
-  result.help = vm.count("help") > 0;
+  result.help = vm.count("help") > 0 || vm.count("help-markdown") > 0;
   if (result.help) {
-    result.help_text = help_text();
+    result.help_text = vm.count("help-markdown") ? help_markdown() : help_text();
     return result;
   }
   result.print_deck = vm.count("print-deck") > 0;
@@ -557,7 +632,7 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   for (const auto& opt : table)
     if (opt.required && (!vm.count(opt.key) || field_text(opt.field).empty()))
       throw InputError(str(src.deck.empty() ? "command line" : src.deck, ": missing required key ",
-                           opt.key, " (", opt.help, ")"));
+                           opt.key, " (", opt.help, choice_list(opt, "; one of "), ")"));
   if (seed < 0)
     throw InputError(
         str(src.of("train.seed"), ": bad value '", seed, "' for train.seed (0 or more)"));

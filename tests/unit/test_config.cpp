@@ -5,6 +5,7 @@
 
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/nn/model.hpp"
 #include "ringtrain/train/trainer.hpp"
 #include "temp_dir.hpp"
 
@@ -126,7 +127,7 @@ BOOST_AUTO_TEST_CASE(missing_key_and_missing_value) {
   std::string deck = write_deck("missing.deck", "[data]\ndir = d\n[train]\nbatch_per_rank = 8\n");
   BOOST_TEST(error_of({"--deck", deck}) ==
              deck +
-                 ": missing required key model.name (model from the zoo: cnn_small, "
+                 ": missing required key model.name (model from the zoo; one of cnn_small, "
                  "resnet18_cifar, fibernet)");
   std::string empty =
       write_deck("empty.deck", "[data]\ndir =\n[model]\nname = x\n[train]\nbatch_per_rank = 8\n");
@@ -451,3 +452,47 @@ BOOST_AUTO_TEST_CASE(agreed_text_leaves_out_only_the_per_rank_keys) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A newcomer's model name is refused at parse time, naming the key: the table's choices are the
+// zoo's names, in its order.
+BOOST_AUTO_TEST_CASE(model_name_choices_are_the_zoo) {
+  std::string names;
+  for (const auto& name : nn::model_names()) names += (names.empty() ? "" : "|") + name;
+  BOOST_TEST(help_text().find("[" + names + "]") != std::string::npos);
+  std::string deck = write_deck("zoo.deck",
+                                "[data]\ndir = d\n[model]\nname = resnet50\n[train]\n"
+                                "batch_per_rank = 8\n");
+  BOOST_TEST(error_of({"--deck", deck}) ==
+             deck +
+                 ":4: bad value 'resnet50' for model.name (one of: cnn_small, resnet18_cifar, "
+                 "fibernet)");
+}
+
+// Boost's guessing took --train.batch=10 for train.batch_per_rank: a key must be named in full.
+BOOST_AUTO_TEST_CASE(abbreviated_keys_are_refused) {
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch=10"}) ==
+             "command line: unrecognised option '--train.batch=10'; ringtrain --help lists every "
+             "key");
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch_per_rank=10",
+                       "--print-dec"}) ==
+             "command line: unrecognised option '--print-dec'; ringtrain --help lists every key");
+}
+
+// docs/DECK.md's text: every key of --help, in a table per section, with its default.
+BOOST_AUTO_TEST_CASE(help_markdown_lists_every_key) {
+  const std::string md = help_markdown();
+  BOOST_TEST(md.find("| `train.batch_per_rank` | `0` | images per rank per step") !=
+             std::string::npos);
+  BOOST_TEST(md.find("| `data.dir` | (required) |") != std::string::npos);
+  BOOST_TEST(md.find("| `data.eval_split` | `val` |") != std::string::npos);
+  BOOST_TEST(md.find("| `output.checkpoint_dir` | (empty) |") != std::string::npos);
+  for (const char* section : {"data", "model", "train", "comm", "output"})
+    BOOST_TEST(md.find(std::string("\n## [") + section + "]\n") != std::string::npos);
+  const std::string help = help_text();
+  size_t keys = 0;
+  for (size_t at = help.find("\n  --"); at != std::string::npos; at = help.find("\n  --", at + 1))
+    ++keys;
+  size_t rows = 0;
+  for (size_t at = md.find("\n| `"); at != std::string::npos; at = md.find("\n| `", at + 1)) ++rows;
+  BOOST_TEST(rows == keys + 1);  // --help's -h line starts "  -h", not "  --"
+}

@@ -150,6 +150,9 @@ std::optional<bool> fixed_overlap(const CommConfig& comm);
 
 // The options description as help text: every key with its default and unit.
 std::string help_text();
+// The same table as Markdown: docs/DECK.md is this text (ringtrain --help-markdown), and
+// tests/e2e/deck_reference.sh fails when the committed file differs from it.
+std::string help_markdown();
 
 // Checks what depends on the world size (global batch divisible by ranks, ...).
 void validate_for_world(const Config& config, int world_size);
