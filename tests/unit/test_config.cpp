@@ -199,7 +199,7 @@ BOOST_AUTO_TEST_CASE(numbers_are_finite_and_bounded) {
 // line fixes it.
 BOOST_AUTO_TEST_CASE(overlap_and_fusion_mib_are_auto_unless_given) {
   std::string deck = write_deck("auto.deck",
-                                "[data]\ndir = d\n[model]\nname = m\n[train]\n"
+                                "[data]\ndir = d\n[model]\nname = fibernet\n[train]\n"
                                 "batch_per_rank = 8\n");
   const Config c = parse({"--deck", deck}).config;
   BOOST_TEST(c.comm.overlap == "auto");
