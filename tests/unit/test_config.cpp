@@ -451,14 +451,13 @@ BOOST_AUTO_TEST_CASE(agreed_text_leaves_out_only_the_per_rank_keys) {
   BOOST_TEST(d.b == "false");
 }
 
-BOOST_AUTO_TEST_SUITE_END()
-
 // A newcomer's model name is refused at parse time, naming the key: the table's choices are the
 // zoo's names, in its order.
 BOOST_AUTO_TEST_CASE(model_name_choices_are_the_zoo) {
   std::string names;
-  for (const auto& name : nn::model_names()) names += (names.empty() ? "" : "|") + name;
-  BOOST_TEST(help_text().find("[" + names + "]") != std::string::npos);
+  for (const auto& name : nn::model_names()) names += (names.empty() ? "`" : ", `") + name + "`";
+  BOOST_TEST(help_markdown().find("| model from the zoo; one of " + names + " |") !=
+             std::string::npos);
   std::string deck = write_deck("zoo.deck",
                                 "[data]\ndir = d\n[model]\nname = resnet50\n[train]\n"
                                 "batch_per_rank = 8\n");
@@ -496,3 +495,5 @@ BOOST_AUTO_TEST_CASE(help_markdown_lists_every_key) {
   for (size_t at = md.find("\n| `"); at != std::string::npos; at = md.find("\n| `", at + 1)) ++rows;
   BOOST_TEST(rows == keys + 1);  // --help's -h line starts "  -h", not "  --"
 }
+
+BOOST_AUTO_TEST_SUITE_END()
