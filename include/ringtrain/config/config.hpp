@@ -164,7 +164,7 @@ void prepare_output_paths(const Config& config);
 
 // The keys each rank may set for itself: they change how a rank runs (its threads, its
 // prefetch depth) or name paths only rank 0 uses (output.dir, output.baseline), never what the
-// ranks compute together. README.md, "One job, one configuration", lists them.
+// ranks compute together. docs/GUIDE.md, "One job, one configuration", lists them.
 const std::vector<std::string>& per_rank_keys();
 
 // What every rank of a job must share: every key of the effective deck (after defaults, deck
