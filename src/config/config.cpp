@@ -612,6 +612,11 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   }
   result.print_deck = vm.count("print-deck") > 0;
   c.resume = vm.count("resume") > 0;
+  // A first try with no arguments at all: name the flag that is missing, not the first key.
+  if (!vm.count("deck") && cli.options.empty())
+    throw InputError(
+        "command line: no deck; give --deck FILE (e.g. --deck inputs/quickstart.deck), or "
+        "--help for every key");
   if (vm.count("deck")) {
     src.deck = c.deck_path = vm["deck"].as<std::string>();
     if (std::filesystem::is_directory(src.deck))

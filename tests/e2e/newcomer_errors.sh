@@ -2,7 +2,7 @@
 # newcomer_errors.sh — a new user's mistakes end, on 2 ranks, in one line naming the deck key to
 # change, exit 2 on every rank, before any training: a batch too large for host memory (with the
 # largest that fits), a wrong data.dir, a misspelt split, a batch larger than the split, an unknown
-# model, an abbreviated key.
+# model, an abbreviated key, no arguments at all.
 source tests/e2e/lib/e2e.sh
 e2e_workdir newcomer-errors
 
@@ -27,12 +27,15 @@ DECK
 # (each rank's code in $work/NAME.codes: the wrapper exits 0 so mpirun ends no rank early), no
 # epoch trained and no results file. RINGTRAIN_HOST_MEMORY: the node's memory, so the message's
 # largest batch is exact on any machine.
+# NO_DECK=1: without the --deck argument.
 expect() {
   local name=$1 message=$2; shift 2
+  local deck=(--deck "$work/new.deck")
+  [ -z "${NO_DECK:-}" ] || deck=()
   RINGTRAIN_HOST_MEMORY=8000000000 mpirun -q -np 2 --oversubscribe --bind-to none \
     -x RINGTRAIN_HOST_MEMORY bash -c \
     '"$0" "$@"; echo "$OMPI_COMM_WORLD_RANK $?" >>"'"$work/$name.codes"'"' \
-    "$BIN/ringtrain" --deck "$work/new.deck" "$@" >"$work/$name.out" 2>"$work/$name.err" ||
+    "$BIN/ringtrain" "${deck[@]}" "$@" >"$work/$name.out" 2>"$work/$name.err" ||
     fail "$name: mpirun failed"
   [ "$(sort "$work/$name.codes" | tr '\n' ' ')" = "0 2 1 2 " ] ||
     fail "$name: rank exit codes '$(tr '\n' ' ' <"$work/$name.codes")', expected 2 on both ($(cat "$work/$name.err"))"
@@ -66,3 +69,5 @@ expect model "command line: bad value 'resnet50' for model.name (one of: cnn_sma
 # Boost took a unique prefix for the key it starts: this trained with batch_per_rank = 10.
 expect abbreviated "command line: unrecognised option '--train.batch=10'; ringtrain --help lists every key" \
   --train.batch=10
+# The very first try, with no arguments: the flag to give, not the first required key.
+NO_DECK=1 expect no_arguments "command line: no deck; give --deck FILE (e.g. --deck inputs/quickstart.deck), or --help for every key"

@@ -467,6 +467,13 @@ BOOST_AUTO_TEST_CASE(model_name_choices_are_the_zoo) {
                  "fibernet)");
 }
 
+// ringtrain with no arguments names --deck, not the first required key.
+BOOST_AUTO_TEST_CASE(no_arguments_names_the_deck_flag) {
+  BOOST_TEST(error_of({}) ==
+             "command line: no deck; give --deck FILE (e.g. --deck inputs/quickstart.deck), or "
+             "--help for every key");
+}
+
 // Boost's guessing took --train.batch=10 for train.batch_per_rank: a key must be named in full.
 BOOST_AUTO_TEST_CASE(abbreviated_keys_are_refused) {
   BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch=10"}) ==
