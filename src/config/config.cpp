@@ -280,6 +280,51 @@ std::string value_of(const po::parsed_options& parsed, const std::string& key) {
   return "";
 }
 
+// Edits (insertions, deletions, substitutions) from a to b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "did you mean train.epochs? " for a key one typo away from a real one, in its section or in
+// another (epochs under [comm]), the start of exactly one key (train.batch: Boost once took it
+// for train.batch_per_rank) or a key with more after it (data.directory); the command line's own
+// flags with their dashes ("--print-deck"); "" when nothing is that close.
+std::string did_you_mean(const std::string& key, const std::vector<Option>& table) {
+  std::vector<std::string> candidates = {"deck", "print-deck", "resume", "help", "help-markdown"};
+  for (const auto& opt : table) candidates.push_back(opt.key);
+  const auto name_of = [](const std::string& k) { return k.substr(k.find('.') + 1); };
+  std::string best, prefixed;
+  size_t best_distance = std::numeric_limits<size_t>::max(), prefixes = 0;
+  for (const auto& candidate : candidates) {
+    if (candidate.rfind(key, 0) == 0 || key.rfind(candidate, 0) == 0) {
+      ++prefixes;
+      prefixed = candidate;
+    }
+    // Another section costs one edit more than the same name in the right one.
+    const size_t distance = std::min(edit_distance(key, candidate),
+                                     edit_distance(name_of(key), name_of(candidate)) + 1);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  const size_t allowed = std::max<size_t>(2, name_of(key).size() / 4);
+  const std::string found = prefixes == 1 ? prefixed : best_distance <= allowed ? best : "";
+  if (found.empty()) return "";
+  return str("did you mean ", found.find('.') == std::string::npos ? "--" : "", found, "? ");
+}
+
 // Stores one source's options, turning Boost's errors into our one-line messages.
 void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
                    const po::options_description& desc, const std::vector<Option>& table,
@@ -291,8 +336,8 @@ void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
                            "'; keys are given as --section.key=value, the deck as --deck FILE"));
     if (o.unregistered || !desc.find_nothrow(o.string_key, false))
       throw InputError(str(where(o.string_key), ": unknown key '", shown(o.string_key),
-                           "' (value '", shown(o.value.empty() ? "" : o.value.front()),
-                           "'); ringtrain --help lists every key"));
+                           "' (value '", shown(o.value.empty() ? "" : o.value.front()), "'); ",
+                           did_you_mean(o.string_key, table), "ringtrain --help lists every key"));
     if (!seen.insert(o.string_key).second)
       throw InputError(str(where(o.string_key), ": duplicate key ", o.string_key));
   }
@@ -598,6 +643,7 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
         po::command_line_parser(split_empty_values(argc, argv))
             .options(all)
             .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .allow_unregistered()  // store_checked names the key and the nearest real one
             .run();
   } catch (const po::error& e) {
     throw InputError(str("command line: ", e.what(), "; ringtrain --help lists every key"));

@@ -67,7 +67,7 @@ expect global_split "train.global_batch = 400: one optimizer step takes 400 imag
 expect model "command line: bad value 'resnet50' for model.name (one of: cnn_small, resnet18_cifar, fibernet)" \
   --model.name=resnet50
 # Boost took a unique prefix for the key it starts: this trained with batch_per_rank = 10.
-expect abbreviated "command line: unrecognised option '--train.batch=10'; ringtrain --help lists every key" \
+expect abbreviated "command line: unknown key 'train.batch' (value '10'); did you mean train.batch_per_rank? ringtrain --help lists every key" \
   --train.batch=10
 # The very first try, with no arguments: the flag to give, not the first required key.
 NO_DECK=1 expect no_arguments "command line: no deck; give --deck FILE (e.g. --deck inputs/quickstart.deck), or --help for every key"

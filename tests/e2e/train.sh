@@ -157,7 +157,7 @@ expect_bad() {  # expect_bad NAME MESSAGE ARGS...
   [ "$err" = "ringtrain: error: $message" ] || fail "$name: got '$err'"
   [ ! -e "$work/out/$name.h5" ] || fail "$name: a results file was written"
 }
-expect_bad unknown "command line: unrecognised option '--train.epochz=3'; ringtrain --help lists every key" --train.epochz=3
+expect_bad unknown "command line: unknown key 'train.epochz' (value '3'); did you mean train.epochs? ringtrain --help lists every key" --train.epochz=3
 expect_bad badvalue "command line: bad value 'x' for train.epochs (expected an integer)" --train.epochs=x
 expect_bad model "command line: bad value 'resnet' for model.name (one of: cnn_small, resnet18_cifar, fibernet)" \
   --model.name=resnet

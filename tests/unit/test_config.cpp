@@ -89,7 +89,9 @@ BOOST_AUTO_TEST_CASE(effective_deck_parses_back_to_the_same_config) {
 BOOST_AUTO_TEST_CASE(unknown_key_names_file_line_key_and_value) {
   std::string deck = write_deck("unknown.deck", std::string(kGoodDeck) + "epochz = 3\n");
   BOOST_TEST(error_of({"--deck", deck}) ==
-             deck + ":12: unknown key 'comm.epochz' (value '3'); ringtrain --help lists every key");
+             deck +
+                 ":12: unknown key 'comm.epochz' (value '3'); did you mean train.epochs? "
+                 "ringtrain --help lists every key");
 }
 
 BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
@@ -474,14 +476,25 @@ BOOST_AUTO_TEST_CASE(no_arguments_names_the_deck_flag) {
              "--help for every key");
 }
 
-// Boost's guessing took --train.batch=10 for train.batch_per_rank: a key must be named in full.
+// Boost's guessing took --train.batch=10 for train.batch_per_rank: a key must be named in full,
+// and an unknown one is answered with the nearest real key.
 BOOST_AUTO_TEST_CASE(abbreviated_keys_are_refused) {
   BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch=10"}) ==
-             "command line: unrecognised option '--train.batch=10'; ringtrain --help lists every "
-             "key");
+             "command line: unknown key 'train.batch' (value '10'); did you mean "
+             "train.batch_per_rank? ringtrain --help lists every key");
   BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch_per_rank=10",
                        "--print-dec"}) ==
-             "command line: unrecognised option '--print-dec'; ringtrain --help lists every key");
+             "command line: unknown key 'print-dec' (value ''); did you mean --print-deck? "
+             "ringtrain --help lists every key");
+  // One typo, a key in the wrong section, a longer name: the nearest key; nothing near: none.
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--comm.epochs=3"}) ==
+             "command line: unknown key 'comm.epochs' (value '3'); did you mean train.epochs? "
+             "ringtrain --help lists every key");
+  BOOST_TEST(error_of({"--data.directory=d", "--model.name=fibernet"}) ==
+             "command line: unknown key 'data.directory' (value 'd'); did you mean data.dir? "
+             "ringtrain --help lists every key");
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--foo=1"}) ==
+             "command line: unknown key 'foo' (value '1'); ringtrain --help lists every key");
 }
 
 // docs/DECK.md's text: every key of --help, in a table per section, with its default.
