@@ -140,7 +140,7 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Objects of tools and tests are intermediate to make; keep them, so a relink recompiles nothing.
 .SECONDARY:
 
-.PHONY: all deps bench-deps bundle test run bench bench-compute bench-allreduce bench-scaling clean found format FORCE
+.PHONY: all deps bench-deps bundle test run bench bench-compute bench-allreduce bench-scaling clean found format docs FORCE
 .DEFAULT_GOAL := all
 
 all: $(BIN)/ringtrain $(TOOLS)
@@ -247,6 +247,11 @@ bench-compute: bench-deps
 bench-scaling: bench-deps
 	@$(MAKE) --no-print-directory all
 	@PYTHON=$(PYTHON) BIN=$(BIN) tools/bench-scaling.sh
+
+# docs/DECK.md is generated from the option table (src/config/config.cpp) that --help prints;
+# tests/e2e/deck_reference.sh fails when the committed file differs from it.
+docs: $(BIN)/ringtrain
+	$(BIN)/ringtrain --help-markdown >docs/DECK.md
 
 format:
 	clang-format -i $$(find include src tools tests -name '*.hpp' -o -name '*.cpp' -o -name '*.cu')

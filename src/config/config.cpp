@@ -52,7 +52,9 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"data.max_train_samples", &c.data.max_train_samples, "use only the first N train samples (0 = all)", {}},
       {"data.samples_per_rank", &c.data.samples_per_rank,
        "weak scaling: train on world_size * N samples (0 = off)", {}},
-      {"model.name", &c.model.name, "model from the zoo: cnn_small, resnet18_cifar, fibernet", {}, true},
+      // The zoo's names (nn::model_names(); test_config.cpp holds them equal): a name checked
+      // here is refused with its deck line before any rank opens data.
+      {"model.name", &c.model.name, "model from the zoo", {"cnn_small", "resnet18_cifar", "fibernet"}, true},
       {"model.heads", &c.model.heads,
        "class: the primary class; inspect: also defects (multi-label), pass/fail and zones A-D "
        "(fiber data)", {"class", "inspect"}},
@@ -208,6 +210,7 @@ po::options_description describe(const std::vector<Option>& table) {
 po::options_description cli_only() {
   po::options_description desc("Command line");
   desc.add_options()("help,h", "list every option with its default and unit, then exit")(
+      "help-markdown", "the same list as Markdown (docs/DECK.md), then exit")(
       "deck", po::value<std::string>(), "input deck (INI) to read; the command line overrides it")(
       "print-deck", "print the effective deck and exit")("resume",
                                                          "continue from the run's checkpoint");
@@ -277,6 +280,51 @@ std::string value_of(const po::parsed_options& parsed, const std::string& key) {
   return "";
 }
 
+// Edits (insertions, deletions, substitutions) from a to b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "did you mean train.epochs? " for a key one typo away from a real one, in its section or in
+// another (epochs under [comm]), the start of exactly one key (train.batch: Boost once took it
+// for train.batch_per_rank) or a key with more after it (data.directory); the command line's own
+// flags with their dashes ("--print-deck"); "" when nothing is that close.
+std::string did_you_mean(const std::string& key, const std::vector<Option>& table) {
+  std::vector<std::string> candidates = {"deck", "print-deck", "resume", "help", "help-markdown"};
+  for (const auto& opt : table) candidates.push_back(opt.key);
+  const auto name_of = [](const std::string& k) { return k.substr(k.find('.') + 1); };
+  std::string best, prefixed;
+  size_t best_distance = std::numeric_limits<size_t>::max(), prefixes = 0;
+  for (const auto& candidate : candidates) {
+    if (candidate.rfind(key, 0) == 0 || key.rfind(candidate, 0) == 0) {
+      ++prefixes;
+      prefixed = candidate;
+    }
+    // Another section costs one edit more than the same name in the right one.
+    const size_t distance = std::min(edit_distance(key, candidate),
+                                     edit_distance(name_of(key), name_of(candidate)) + 1);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  const size_t allowed = std::max<size_t>(2, name_of(key).size() / 4);
+  const std::string found = prefixes == 1 ? prefixed : best_distance <= allowed ? best : "";
+  if (found.empty()) return "";
+  return str("did you mean ", found.find('.') == std::string::npos ? "--" : "", found, "? ");
+}
+
 // Stores one source's options, turning Boost's errors into our one-line messages.
 void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
                    const po::options_description& desc, const std::vector<Option>& table,
@@ -288,8 +336,8 @@ void store_checked(const po::parsed_options& parsed, po::variables_map& vm,
                            "'; keys are given as --section.key=value, the deck as --deck FILE"));
     if (o.unregistered || !desc.find_nothrow(o.string_key, false))
       throw InputError(str(where(o.string_key), ": unknown key '", shown(o.string_key),
-                           "' (value '", shown(o.value.empty() ? "" : o.value.front()),
-                           "'); ringtrain --help lists every key"));
+                           "' (value '", shown(o.value.empty() ? "" : o.value.front()), "'); ",
+                           did_you_mean(o.string_key, table), "ringtrain --help lists every key"));
     if (!seen.insert(o.string_key).second)
       throw InputError(str(where(o.string_key), ": duplicate key ", o.string_key));
   }
@@ -315,6 +363,13 @@ double parse_mib(const std::string& text) {
   if (end == start || *end != '\0' || errno != 0 || !std::isfinite(value))
     return std::numeric_limits<double>::quiet_NaN();
   return value;
+}
+
+// ", "-separated choices after `lead`, or "" for a key that takes any value of its type.
+std::string choice_list(const Option& opt, const char* lead) {
+  std::string list;
+  for (const auto& ch : opt.choices) list += (list.empty() ? lead : ", ") + ch;
+  return list;
 }
 
 void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
@@ -509,6 +564,65 @@ std::string help_text() {
   return out.str();
 }
 
+namespace {
+
+// A table cell: '|' would end it, and a newline the row.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '|')
+      out += "\\|";
+    else
+      out += ch == '\n' ? ' ' : ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string help_markdown() {
+  Config defaults;
+  std::string step_epochs;
+  int64_t seed = int64_t(defaults.train.seed);
+  std::ostringstream out;
+  out << "# Deck reference\n\n"
+      << "<!-- Generated from the option table in src/config/config.cpp by `bin/ringtrain "
+         "--help-markdown > docs/DECK.md` (`make docs`); tests/e2e/deck_reference.sh fails when "
+         "this file differs from it. Edit the table, not this file. -->\n\n"
+      << "A deck is an INI file with the sections `[data] [model] [train] [comm] [output]`; "
+         "every key can also be given on the command line as `--section.key=value`, which wins "
+         "over the deck (`--section.key=` sets an empty value). `ringtrain --help` prints this "
+         "table, `ringtrain --deck FILE --print-deck` the effective deck. A wrong key, a bad "
+         "value or a missing required key stops every rank with one line naming the deck line, "
+         "the key and the value, exit code 2.\n\n"
+      << "## Command line\n\n| flag | what |\n|---|---|\n";
+  const po::options_description cli = cli_only();
+  for (const auto& opt : cli.options()) {
+    out << "| `--" << cell(opt->long_name()) << "` | " << cell(opt->description()) << " |\n";
+  }
+  std::string section;
+  for (const auto& opt : option_table(defaults, step_epochs, seed)) {
+    const std::string key = opt.key;
+    const std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) {
+      out << "\n## [" << sec << "]\n\n| key | default | what |\n|---|---|---|\n";
+      section = sec;
+    }
+    const std::string text = field_text(opt.field);
+    const std::string value = opt.required   ? "(required)"
+                              : text.empty() ? "(empty)"
+                                             : "`" + text + "`";
+    std::string what = opt.help;
+    if (!opt.choices.empty()) {
+      what += "; one of ";
+      for (size_t i = 0; i < opt.choices.size(); ++i)
+        what += (i ? ", `" : "`") + opt.choices[i] + "`";
+    }
+    out << "| `" << key << "` | " << cell(value) << " | " << cell(what) << " |\n";
+  }
+  return out.str();
+}
+
 CommandLine parse_command_line(int argc, const char* const argv[]) {
   CommandLine result;
   Config& c = result.config;
@@ -523,20 +637,32 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   po::variables_map vm;
   po::parsed_options cli(&all);
   try {
-    cli = po::command_line_parser(split_empty_values(argc, argv)).options(all).run();
+    // No guessing: Boost took --train.batch=10 for train.batch_per_rank (a unique prefix), so
+    // a mistyped or half-remembered key trained silently on a value it never named.
+    cli =
+        po::command_line_parser(split_empty_values(argc, argv))
+            .options(all)
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .allow_unregistered()  // store_checked names the key and the nearest real one
+            .run();
   } catch (const po::error& e) {
     throw InputError(str("command line: ", e.what(), "; ringtrain --help lists every key"));
   }
   store_checked(cli, vm, all, table, [](const std::string&) { return "command line"; });
   for (const auto& o : cli.options) src.from_cli.insert(o.string_key);
 
-  result.help = vm.count("help") > 0;
+  result.help = vm.count("help") > 0 || vm.count("help-markdown") > 0;
   if (result.help) {
-    result.help_text = help_text();
+    result.help_text = vm.count("help-markdown") ? help_markdown() : help_text();
     return result;
   }
   result.print_deck = vm.count("print-deck") > 0;
   c.resume = vm.count("resume") > 0;
+  // A first try with no arguments at all: name the flag that is missing, not the first key.
+  if (!vm.count("deck") && cli.options.empty())
+    throw InputError(
+        "command line: no deck; give --deck FILE (e.g. --deck inputs/quickstart.deck), or "
+        "--help for every key");
   if (vm.count("deck")) {
     src.deck = c.deck_path = vm["deck"].as<std::string>();
     if (std::filesystem::is_directory(src.deck))
@@ -557,7 +683,7 @@ CommandLine parse_command_line(int argc, const char* const argv[]) {
   for (const auto& opt : table)
     if (opt.required && (!vm.count(opt.key) || field_text(opt.field).empty()))
       throw InputError(str(src.deck.empty() ? "command line" : src.deck, ": missing required key ",
-                           opt.key, " (", opt.help, ")"));
+                           opt.key, " (", opt.help, choice_list(opt, "; one of "), ")"));
   if (seed < 0)
     throw InputError(
         str(src.of("train.seed"), ": bad value '", seed, "' for train.seed (0 or more)"));

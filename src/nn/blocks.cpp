@@ -63,6 +63,16 @@ double Sequential::forward_flops(const Shape& in) const {
   return flops;
 }
 
+int64_t Sequential::activation_floats(const Shape& in) const {
+  int64_t floats = 0;
+  Shape shape = in;
+  for (const auto& layer : layers_) {
+    floats += layer->activation_floats(shape);
+    shape = layer->output_shape(shape);
+  }
+  return floats;
+}
+
 void Sequential::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {
   for (auto& layer : layers_) layer->collect(params, buffers);
 }
@@ -131,6 +141,15 @@ double BasicBlock::forward_flops(const Shape& in) const {
   double flops = conv1_.forward_flops(in) + conv2_.forward_flops(mid);
   if (down_conv_) flops += down_conv_->forward_flops(in);
   return flops;
+}
+
+// The children's, and the block's own output, the gradient of the sum and its input gradient.
+int64_t BasicBlock::activation_floats(const Shape& in) const {
+  const Shape mid = conv1_.output_shape(in);
+  int64_t floats = conv1_.activation_floats(in) + bn1_.activation_floats(mid) +
+                   conv2_.activation_floats(mid) + bn2_.activation_floats(mid);
+  if (down_conv_) floats += down_conv_->activation_floats(in) + down_bn_->activation_floats(mid);
+  return floats + 2 * backend::shape_numel(mid) + backend::shape_numel(in);
 }
 
 void BasicBlock::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {

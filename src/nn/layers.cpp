@@ -26,6 +26,10 @@ void require_4d(const std::string& layer, const Shape& in) {
 
 }  // namespace
 
+int64_t Layer::activation_floats(const Shape& in) const {
+  return backend::shape_numel(output_shape(in)) + backend::shape_numel(in);
+}
+
 void Layer::collect_backward_order(std::vector<Parameter*>& order) {
   std::vector<NamedBuffer> unused;
   collect(order, unused);
@@ -73,6 +77,12 @@ const Tensor& Conv2d::backward(const Tensor& dy, const GradReady& ready) {
   if (!needs_input_grad_) return empty_;
   op_->backward_data(*g, weight_.value, dx_);
   return dx_;
+}
+
+// With the ReLU fused, the gradient before it is one more output-sized tensor.
+int64_t Conv2d::activation_floats(const Shape& in) const {
+  return Layer::activation_floats(in) +
+         (spec_.fuse_relu ? backend::shape_numel(output_shape(in)) : 0);
 }
 
 double Conv2d::forward_flops(const Shape& in) const {

@@ -35,6 +35,7 @@ Model::Model(std::string name, Backend& be, const ModelInput& in, int classes,
   forward_flops_ = net_->forward_flops(image) + (inspect_ ? inspect_->forward_flops() : 0.0);
   // Backward computes the input and the weight gradients: two more forwards' worth.
   train_flops_ = 3.0 * forward_flops_;
+  activation_bytes_ = net_->activation_floats(image) * int64_t(sizeof(float));
 }
 
 int64_t Model::parameter_count() const {

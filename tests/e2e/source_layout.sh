@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # source_layout.sh — the layout rules of comm/ hold: <mpi.h> only behind the communicator and
 # the MPI helpers, the fusion engine's and timeline's headers free of MPI, no private header of
-# another module, no include cycle, namespaces that match folders.
+# another module, no include cycle, namespaces that match folders; and docs/ARCHITECTURE.md
+# stays true: every folder and file it names exists, and every source folder is named in it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -101,9 +102,43 @@ for path in comm_files:
     if closes and closes[-1] != want:
         problems.append(f"{path} defines namespace {closes[-1]}, but its folder says {want}")
 
+# 6. docs/ARCHITECTURE.md names what exists, and every source folder. A backticked path is
+# looked up as written and under src/ and include/ringtrain/ (the table names modules as
+# `comm/shm/`); a folder counts as named when its path, or its path under src/ or
+# include/ringtrain/, appears backticked with its trailing '/'.
+import glob
+ARCH = "docs/ARCHITECTURE.md"
+with open(ARCH) as f:
+    arch = f.read()
+named = set()
+for token in re.findall(r"`([^`\s]+)`", arch):
+    if "/" not in token or token.startswith(("-", "http")) or any(c in token for c in "<{:"):
+        continue  # a flag, a URL, a pattern such as src/<module>/, a namespace
+    path = token.split("#")[0]
+    bases = ("", "src/", "include/ringtrain/")
+    if not any(glob.glob(base + path) for base in bases):
+        problems.append(f"{ARCH} names `{token}`, which does not exist (as written, under src/ "
+                        "or include/ringtrain/)")
+    if path.endswith("/"):
+        named.add(path.rstrip("/"))
+def dirs(pattern):
+    return sorted(d for d in glob.glob(pattern) if os.path.isdir(d) and "__pycache__" not in d)
+source_folders = (dirs("src/*") + dirs("src/*/*") + dirs("include/ringtrain/*") +
+                  dirs("include/ringtrain/*/*") + ["tools"] + dirs("tools/*") + ["jobs"] +
+                  dirs("jobs/*") + ["inputs", "tests"] + dirs("tests/*"))
+for folder in source_folders:
+    short = folder
+    for base in ("src/", "include/ringtrain/"):
+        if folder.startswith(base):
+            short = folder[len(base):]
+    if folder not in named and short not in named:
+        ways = f"`{short}/`" + (f" or `{folder}/`" if short != folder else "")
+        problems.append(f"{folder}/ is not named in {ARCH} (as {ways}): say there what it owns")
+
 for p in problems:
     print("source layout: " + p)
 print(f"source layout: {len(comm_files)} comm/ files, {sum(map(len, edges.values()))} include "
-      f"edges between them, {len(problems)} problem(s)")
+      f"edges between them, {len(source_folders)} source folders against {ARCH}, "
+      f"{len(problems)} problem(s)")
 sys.exit(1 if problems else 0)
 PY

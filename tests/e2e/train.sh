@@ -157,11 +157,11 @@ expect_bad() {  # expect_bad NAME MESSAGE ARGS...
   [ "$err" = "ringtrain: error: $message" ] || fail "$name: got '$err'"
   [ ! -e "$work/out/$name.h5" ] || fail "$name: a results file was written"
 }
-expect_bad unknown "command line: unrecognised option '--train.epochz=3'; ringtrain --help lists every key" --train.epochz=3
+expect_bad unknown "command line: unknown key 'train.epochz' (value '3'); did you mean train.epochs? ringtrain --help lists every key" --train.epochz=3
 expect_bad badvalue "command line: bad value 'x' for train.epochs (expected an integer)" --train.epochs=x
-expect_bad model "unknown model 'resnet': known models are cnn_small, resnet18_cifar, fibernet (every rank)" \
+expect_bad model "command line: bad value 'resnet' for model.name (one of: cnn_small, resnet18_cifar, fibernet)" \
   --model.name=resnet
-expect_bad nodata "shard directory $work/none does not exist; create the shards with rt-shard (CIFAR-10, IDX) or rt-fibergen (fiber) --output $work/none (every rank)" \
+expect_bad nodata "data.dir = $work/none: no such directory; set data.dir to a folder of shards (rt-shard or rt-fibergen --output $work/none makes one) (every rank)" \
   --data.dir="$work/none"
 expect_bad world "$work/tiny.deck: train.global_batch = 33 does not divide over 2 ranks; use a multiple of the world size or train.batch_per_rank" \
   --train.batch_per_rank=0 --train.global_batch=33

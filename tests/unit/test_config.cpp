@@ -5,6 +5,7 @@
 
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/nn/model.hpp"
 #include "ringtrain/train/trainer.hpp"
 #include "temp_dir.hpp"
 
@@ -88,7 +89,9 @@ BOOST_AUTO_TEST_CASE(effective_deck_parses_back_to_the_same_config) {
 BOOST_AUTO_TEST_CASE(unknown_key_names_file_line_key_and_value) {
   std::string deck = write_deck("unknown.deck", std::string(kGoodDeck) + "epochz = 3\n");
   BOOST_TEST(error_of({"--deck", deck}) ==
-             deck + ":12: unknown key 'comm.epochz' (value '3'); ringtrain --help lists every key");
+             deck +
+                 ":12: unknown key 'comm.epochz' (value '3'); did you mean train.epochs? "
+                 "ringtrain --help lists every key");
 }
 
 BOOST_AUTO_TEST_CASE(bad_value_names_file_line_key_and_value) {
@@ -126,7 +129,7 @@ BOOST_AUTO_TEST_CASE(missing_key_and_missing_value) {
   std::string deck = write_deck("missing.deck", "[data]\ndir = d\n[train]\nbatch_per_rank = 8\n");
   BOOST_TEST(error_of({"--deck", deck}) ==
              deck +
-                 ": missing required key model.name (model from the zoo: cnn_small, "
+                 ": missing required key model.name (model from the zoo; one of cnn_small, "
                  "resnet18_cifar, fibernet)");
   std::string empty =
       write_deck("empty.deck", "[data]\ndir =\n[model]\nname = x\n[train]\nbatch_per_rank = 8\n");
@@ -198,7 +201,7 @@ BOOST_AUTO_TEST_CASE(numbers_are_finite_and_bounded) {
 // line fixes it.
 BOOST_AUTO_TEST_CASE(overlap_and_fusion_mib_are_auto_unless_given) {
   std::string deck = write_deck("auto.deck",
-                                "[data]\ndir = d\n[model]\nname = m\n[train]\n"
+                                "[data]\ndir = d\n[model]\nname = fibernet\n[train]\n"
                                 "batch_per_rank = 8\n");
   const Config c = parse({"--deck", deck}).config;
   BOOST_TEST(c.comm.overlap == "auto");
@@ -448,6 +451,69 @@ BOOST_AUTO_TEST_CASE(agreed_text_leaves_out_only_the_per_rank_keys) {
   BOOST_TEST(d.key == "--resume");
   BOOST_TEST(d.a == r.checkpoint_path());
   BOOST_TEST(d.b == "false");
+}
+
+// A newcomer's model name is refused at parse time, naming the key: the table's choices are the
+// zoo's names, in its order.
+BOOST_AUTO_TEST_CASE(model_name_choices_are_the_zoo) {
+  std::string names;
+  for (const auto& name : nn::model_names()) names += (names.empty() ? "`" : ", `") + name + "`";
+  BOOST_TEST(help_markdown().find("| model from the zoo; one of " + names + " |") !=
+             std::string::npos);
+  std::string deck = write_deck("zoo.deck",
+                                "[data]\ndir = d\n[model]\nname = resnet50\n[train]\n"
+                                "batch_per_rank = 8\n");
+  BOOST_TEST(error_of({"--deck", deck}) ==
+             deck +
+                 ":4: bad value 'resnet50' for model.name (one of: cnn_small, resnet18_cifar, "
+                 "fibernet)");
+}
+
+// ringtrain with no arguments names --deck, not the first required key.
+BOOST_AUTO_TEST_CASE(no_arguments_names_the_deck_flag) {
+  BOOST_TEST(error_of({}) ==
+             "command line: no deck; give --deck FILE (e.g. --deck inputs/quickstart.deck), or "
+             "--help for every key");
+}
+
+// Boost's guessing took --train.batch=10 for train.batch_per_rank: a key must be named in full,
+// and an unknown one is answered with the nearest real key.
+BOOST_AUTO_TEST_CASE(abbreviated_keys_are_refused) {
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch=10"}) ==
+             "command line: unknown key 'train.batch' (value '10'); did you mean "
+             "train.batch_per_rank? ringtrain --help lists every key");
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--train.batch_per_rank=10",
+                       "--print-dec"}) ==
+             "command line: unknown key 'print-dec' (value ''); did you mean --print-deck? "
+             "ringtrain --help lists every key");
+  // One typo, a key in the wrong section, a longer name: the nearest key; nothing near: none.
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--comm.epochs=3"}) ==
+             "command line: unknown key 'comm.epochs' (value '3'); did you mean train.epochs? "
+             "ringtrain --help lists every key");
+  BOOST_TEST(error_of({"--data.directory=d", "--model.name=fibernet"}) ==
+             "command line: unknown key 'data.directory' (value 'd'); did you mean data.dir? "
+             "ringtrain --help lists every key");
+  BOOST_TEST(error_of({"--data.dir=d", "--model.name=fibernet", "--foo=1"}) ==
+             "command line: unknown key 'foo' (value '1'); ringtrain --help lists every key");
+}
+
+// docs/DECK.md's text: every key of --help, in a table per section, with its default.
+BOOST_AUTO_TEST_CASE(help_markdown_lists_every_key) {
+  const std::string md = help_markdown();
+  BOOST_TEST(md.find("| `train.batch_per_rank` | `0` | images per rank per step") !=
+             std::string::npos);
+  BOOST_TEST(md.find("| `data.dir` | (required) |") != std::string::npos);
+  BOOST_TEST(md.find("| `data.eval_split` | `val` |") != std::string::npos);
+  BOOST_TEST(md.find("| `output.checkpoint_dir` | (empty) |") != std::string::npos);
+  for (const char* section : {"data", "model", "train", "comm", "output"})
+    BOOST_TEST(md.find(std::string("\n## [") + section + "]\n") != std::string::npos);
+  const std::string help = help_text();
+  size_t keys = 0;
+  for (size_t at = help.find("\n  --"); at != std::string::npos; at = help.find("\n  --", at + 1))
+    ++keys;
+  size_t rows = 0;
+  for (size_t at = md.find("\n| `"); at != std::string::npos; at = md.find("\n| `", at + 1)) ++rows;
+  BOOST_TEST(rows == keys + 1);  // --help's -h line starts "  -h", not "  --"
 }
 
 BOOST_AUTO_TEST_SUITE_END()

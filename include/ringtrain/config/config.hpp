@@ -150,6 +150,9 @@ std::optional<bool> fixed_overlap(const CommConfig& comm);
 
 // The options description as help text: every key with its default and unit.
 std::string help_text();
+// The same table as Markdown: docs/DECK.md is this text (ringtrain --help-markdown), and
+// tests/e2e/deck_reference.sh fails when the committed file differs from it.
+std::string help_markdown();
 
 // Checks what depends on the world size (global batch divisible by ranks, ...).
 void validate_for_world(const Config& config, int world_size);
@@ -161,7 +164,7 @@ void prepare_output_paths(const Config& config);
 
 // The keys each rank may set for itself: they change how a rank runs (its threads, its
 // prefetch depth) or name paths only rank 0 uses (output.dir, output.baseline), never what the
-// ranks compute together. README.md, "One job, one configuration", lists them.
+// ranks compute together. docs/GUIDE.md, "One job, one configuration", lists them.
 const std::vector<std::string>& per_rank_keys();
 
 // What every rank of a job must share: every key of the effective deck (after defaults, deck

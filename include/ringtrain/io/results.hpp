@@ -1,4 +1,4 @@
-// results.hpp — the run's results file (layout: README "Results"), written by rank 0, atomically.
+// results.hpp — the run's results file (docs/RESULTS_FILE.md), written by rank 0, atomically.
 #pragma once
 
 #include <cstdint>

@@ -40,6 +40,10 @@ class Layer {
     (void)in;
     return 0;
   }
+  // Floats of activation memory training keeps for an input of shape in (with the batch
+  // dimension): the layer's output and its input's gradient. An estimate, so that a batch too
+  // large for memory is refused by key before any of it is allocated (Model::training_bytes).
+  virtual int64_t activation_floats(const Shape& in) const;
   virtual void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {
     (void)params;
     (void)buffers;
@@ -66,6 +70,7 @@ class Conv2d : public Layer {
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
+  int64_t activation_floats(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   std::string trace(Graph& graph, const std::string& input) const override;
   Parameter& weight() { return weight_; }
@@ -155,6 +160,7 @@ class Flatten : public Layer {
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool) override { return x; }
   const Tensor& backward(const Tensor& dy, const GradReady&) override { return dy; }
+  int64_t activation_floats(const Shape&) const override { return 0; }  // views, no memory
   std::string trace(Graph& graph, const std::string& input) const override;
 };
 
@@ -190,6 +196,7 @@ class Sequential : public Layer {
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
+  int64_t activation_floats(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
@@ -214,6 +221,7 @@ class BasicBlock : public Layer {
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   double forward_flops(const Shape& in) const override;
+  int64_t activation_floats(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;

@@ -73,6 +73,10 @@ class Model {
   // FLOPs of one training image: forward + backward (input and weight gradients).
   double train_flops_per_image() const { return train_flops_; }
   double forward_flops_per_image() const { return forward_flops_; }
+  // Bytes of activations and their gradients one training image keeps on the device, in fp32
+  // (Layer::activation_floats): an estimate without layouts' padding or the backend's scratch,
+  // so that a batch too large for memory is refused before any of it is allocated.
+  int64_t activation_bytes_per_image() const { return activation_bytes_; }
 
   // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
   void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }
@@ -105,6 +109,7 @@ class Model {
   std::vector<size_t> backward_order_;
   std::unordered_map<const Parameter*, size_t> index_;  // position in params_
   double forward_flops_ = 0, train_flops_ = 0;
+  int64_t activation_bytes_ = 0;
   const Tensor* logits_ = nullptr;
   Tensor dlogits_;
 };

@@ -49,7 +49,7 @@ class CpuBackend : public HostBackend {
   CpuBackend(int threads, Precision precision)
       : HostBackend(threads), precision_(precision), isa_(dnnl::get_effective_cpu_isa()) {
     // Without AVX512-BF16 or AMX oneDNN would emulate bf16 through fp32, slower than fp32
-    // itself: stop instead of training slowly in silence (README, "Mixed precision").
+    // itself: stop instead of training slowly in silence (docs/GUIDE.md, "Mixed precision").
     RT_REQUIRE_INPUT(precision != Precision::kBF16 || has_bf16_instructions(isa_),
                      "train.precision = bf16 needs a CPU with AVX512-BF16 or AMX, but oneDNN "
                      "runs on ",
