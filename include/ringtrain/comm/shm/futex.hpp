@@ -5,8 +5,11 @@
 #include <climits>
 #include <cstdint>
 
+#include "ringtrain/comm/shm/wait_style.hpp"
+
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -43,15 +46,29 @@ constexpr int kSpinsBeforeSleep = 4096;
 // one can cost more than a small bucket's whole reduction (docs/TUNING.md, "Futex spins").
 constexpr int kSpinsWhileIdle = 1 << 20;
 
+// Yields before a WaitStyle::yield waiter sleeps: a yield with a peer runnable here lets it run
+// (the wait ends without a wake-up); with nothing else runnable, 64 of them are a few tens of
+// microseconds.
+constexpr int kYieldsBeforeSleep = 64;
+
 // Sleeps until `word` reaches `want` (modulo 2^32), after a short spin (a long one while
-// *spin_hint is true); returns the value seen.
+// *spin_hint is true) or, for WaitStyle::yield, after kYieldsBeforeSleep yields; returns the
+// value seen.
 inline uint32_t wait_until_reached(std::atomic<uint32_t>& word, uint32_t want,
-                                   const std::atomic<bool>* spin_hint = nullptr) {
+                                   const std::atomic<bool>* spin_hint = nullptr,
+                                   WaitStyle style = WaitStyle::spin) {
   uint32_t seen = word.load(std::memory_order_acquire);
-  const int spins =
-      spin_hint && spin_hint->load(std::memory_order_relaxed) ? kSpinsWhileIdle : kSpinsBeforeSleep;
-  for (int spin = 0; spin < spins && !reached(seen, want); ++spin)
-    seen = word.load(std::memory_order_acquire);
+  if (style == WaitStyle::yield) {
+    for (int yields = 0; yields < kYieldsBeforeSleep && !reached(seen, want); ++yields) {
+      sched_yield();
+      seen = word.load(std::memory_order_acquire);
+    }
+  } else {
+    const int spins = spin_hint && spin_hint->load(std::memory_order_relaxed) ? kSpinsWhileIdle
+                                                                              : kSpinsBeforeSleep;
+    for (int spin = 0; spin < spins && !reached(seen, want); ++spin)
+      seen = word.load(std::memory_order_acquire);
+  }
   while (!reached(seen, want)) {
     futex_wait(word, seen);
     seen = word.load(std::memory_order_acquire);
