@@ -99,19 +99,10 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
   if (one_wait >= 0) {
     buckets->set_one_wait_max_bytes(size_t(one_wait));
   } else {
-    const double start = now_seconds();
     buckets->one_wait_max_bytes_ = buckets->probe_one_wait_max(node.get());
-    const double took = now_seconds() - start;
-    // The caller's first call is call 1 again (stall reports name calls): every rank has left
-    // the probe's last call (its closing MPI_Allreduce), and none publishes before all reset.
-    buckets->calls_ = 0;
-    Counters& mine = buckets->counters(rank);
-    for (std::atomic<uint32_t>* word : {&mine.arrived, &mine.reduced, &mine.done}) word->store(0);
-    MPI_CHECK(MPI_Barrier(node.get()));
     log::info(str("shared buckets: calls up to ", buckets->one_wait_max_bytes_ >> 10,
                   " KiB wait once (every rank sums all), larger ones three times (each sums a "
-                  "part): measured at start-up in ",
-                  int(took * 1e3 + 0.5), " ms"));
+                  "part): measured here at start-up"));
   }
   return buckets;
 #else
