@@ -4,16 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <new>
-#include <vector>
 
 #include "ringtrain/comm/shm/futex.hpp"
 #include "ringtrain/comm/shm/shared_segment.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
-#include "ringtrain/core/timer.hpp"
 
 namespace ringtrain::comm::shm {
 namespace {
@@ -21,12 +18,6 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr size_t kPartAlign = kLine / sizeof(float);  // parts start on a cache line
 constexpr size_t kBlock = 2048;  // floats summed at a time: the running sum stays in L1
-// The staging slots' size, the most the one-wait path can take: past it every rank reading n
-// whole copies costs more than two waits on any machine measured (docs/TUNING.md).
-constexpr size_t kOneWaitLimit = size_t(1) << 20;
-// The probe's sizes (doubling) and calls per path and size (alternating the paths).
-constexpr size_t kProbeMinBytes = 4096;
-constexpr int kProbeCalls = 7;
 
 size_t round_up(size_t value, size_t to) {
   return (value + to - 1) / to * to;
@@ -35,29 +26,6 @@ size_t round_up(size_t value, size_t to) {
 size_t page_bytes() {
   const long page = sysconf(_SC_PAGESIZE);
   return page > 0 ? size_t(page) : 4096;
-}
-
-// RINGTRAIN_SHM_ONE_WAIT_MAX as rank 0 of node has it, on every rank: -1 when unset (probe).
-// A value that is not a whole number of bytes is an input error on every rank alike.
-long long one_wait_setting(MPI_Comm node) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(node, &rank));
-  long long value = -1;
-  const char* text = rank == 0 ? std::getenv("RINGTRAIN_SHM_ONE_WAIT_MAX") : nullptr;
-  if (text) {
-    char* end = nullptr;
-    value = std::strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || value < 0) value = -2;
-  }
-  MPI_CHECK(MPI_Bcast(&value, 1, MPI_LONG_LONG, 0, node));
-  RT_REQUIRE_INPUT(value != -2, "RINGTRAIN_SHM_ONE_WAIT_MAX=", text ? text : "(rank 0's)",
-                   ": expected a number of bytes");
-  return value;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace
@@ -82,28 +50,18 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
   const size_t page = page_bytes();
   const size_t control = round_up(size_t(size) * sizeof(Counters), page);
   const size_t region = round_up(std::max<size_t>(bytes, 1), page);
-  const size_t slot = round_up(std::min(region, kOneWaitLimit), page);
-  const long long one_wait = one_wait_setting(node.get());
-  auto segment = std::make_unique<SharedSegment>(
-      node.get(), control + size_t(size) * (region + 2 * slot), "buckets");
+  auto segment =
+      std::make_unique<SharedSegment>(node.get(), control + size_t(size) * region, "buckets");
   if (!segment->data()) {
     why_not = segment->problem();
     return nullptr;
   }
   std::shared_ptr<SharedBuckets> buckets(
-      new SharedBuckets(std::move(segment), rank, size, region, slot, wait_style));
+      new SharedBuckets(std::move(segment), rank, size, region, wait_style));
   // Said only when it is not the usual spin: yielding is the oversubscribed case's answer.
   if (wait_style == WaitStyle::yield) log::info(str("shared buckets: ", wait_why));
   // Nobody may publish before every rank has constructed the counters.
   MPI_CHECK(MPI_Barrier(node.get()));
-  if (one_wait >= 0) {
-    buckets->set_one_wait_max_bytes(size_t(one_wait));
-  } else {
-    buckets->one_wait_max_bytes_ = buckets->probe_one_wait_max(node.get());
-    log::info(str("shared buckets: calls up to ", buckets->one_wait_max_bytes_ >> 10,
-                  " KiB wait once (every rank sums all), larger ones three times (each sums a "
-                  "part): measured here at start-up"));
-  }
   return buckets;
 #else
   (void)comm, (void)bytes;
@@ -113,12 +71,11 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
 }
 
 SharedBuckets::SharedBuckets(std::unique_ptr<SharedSegment> segment, int rank, int size,
-                             size_t region_bytes, size_t slot_bytes, WaitStyle wait_style)
+                             size_t region_bytes, WaitStyle wait_style)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(size),
       region_bytes_(region_bytes),
-      slot_bytes_(slot_bytes),
       wait_style_(wait_style) {
   control_bytes_ = round_up(size_t(size) * sizeof(Counters), page_bytes());
   // The segment is zero-filled: every counter starts at call 0, as calls_ does.
@@ -130,17 +87,6 @@ SharedBuckets::~SharedBuckets() = default;
 float* SharedBuckets::region(int rank) const {
   char* base = static_cast<char*>(segment_->data());
   return reinterpret_cast<float*>(base + control_bytes_ + size_t(rank) * region_bytes_);
-}
-
-// Staging slot call % 2 of `rank`: after every region.
-float* SharedBuckets::slot(int rank, uint32_t call) const {
-  char* base =
-      static_cast<char*>(segment_->data()) + control_bytes_ + size_t(size_) * region_bytes_;
-  return reinterpret_cast<float*>(base + (size_t(rank) * 2 + call % 2) * slot_bytes_);
-}
-
-void SharedBuckets::set_one_wait_max_bytes(size_t bytes) {
-  one_wait_max_bytes_ = std::min(bytes, slot_bytes_);
 }
 
 SharedBuckets::Counters& SharedBuckets::counters(int rank) const {
@@ -210,14 +156,6 @@ std::string SharedBuckets::describe_wait() const {
 void SharedBuckets::allreduce(float* data, size_t count, float divisor) {
   RT_CHECK(holds(data, count), "shared-bucket allreduce: the data is not in this rank's region");
   const uint32_t call = ++calls_;
-  // Every rank passes the same count and holds the same limit: every rank takes the same path.
-  if (count * sizeof(float) <= one_wait_max_bytes_)
-    reduce_with_one_wait(data, count, divisor, call);
-  else
-    reduce_in_place(data, count, divisor, call);
-}
-
-void SharedBuckets::reduce_in_place(float* data, size_t count, float divisor, uint32_t call) {
   const size_t offset = size_t(data - mine());
   auto part_begin = [&](int part) {
     return std::min(count, round_up(count * size_t(part) / size_t(size_), kPartAlign));
@@ -235,63 +173,6 @@ void SharedBuckets::reduce_in_place(float* data, size_t count, float divisor, ui
   }
   publish_and_wake(counters(rank_).done, call);
   wait_all(&Counters::done, call);
-}
-
-void SharedBuckets::reduce_with_one_wait(float* data, size_t count, float divisor, uint32_t call) {
-  std::memcpy(slot(rank_, call), data, count * sizeof(float));
-  publish_and_wake(counters(rank_).arrived, call);
-  wait_all(&Counters::arrived, call);
-  // reduce_part's operations, in its order, on the slots: the in-place path's bits.
-  alignas(kLine) float sum[kBlock];
-  for (size_t block = 0; block < count; block += kBlock) {
-    const size_t len = std::min(kBlock, count - block);
-    std::memcpy(sum, slot(0, call) + block, len * sizeof(float));
-    for (int peer = 1; peer < size_; ++peer) {
-      const float* __restrict in = slot(peer, call) + block;
-      for (size_t i = 0; i < len; ++i) sum[i] += in[i];
-    }
-    float* __restrict out = data + block;
-    if (divisor == 1.0f)
-      std::memcpy(out, sum, len * sizeof(float));
-    else
-      for (size_t i = 0; i < len; ++i) out[i] = sum[i] / divisor;
-  }
-  // The other two stages, for stages_done() and describe_wait(); nobody waits on them for a
-  // one-wait call (every rank takes the same path), so no wake-up.
-  counters(rank_).reduced.store(call, std::memory_order_release);
-  counters(rank_).done.store(call, std::memory_order_release);
-}
-
-// Times both paths on this rank's region (zero-filled still: the sums leave it zero) at 4 KiB,
-// 8 KiB, ... up to the slots, alternating them; every rank gets the same slowest-rank times
-// (MPI_MAX), so every rank decides the same. Stops at the first size the one wait loses.
-size_t SharedBuckets::probe_one_wait_max(MPI_Comm node) {
-  size_t best = 0;
-  for (size_t bytes = kProbeMinBytes; bytes <= std::min(slot_bytes_, region_bytes_); bytes *= 2) {
-    const size_t count = bytes / sizeof(float);
-    std::vector<double> took(2 * kProbeCalls);
-    for (int call = 0; call < kProbeCalls; ++call)
-      for (int turn = 0; turn < 2; ++turn) {
-        const int path = (call + turn) % 2;  // ABBA...: neither always goes first
-        const double start = now_seconds();
-        const uint32_t seq = ++calls_;
-        if (path == 0)
-          reduce_with_one_wait(mine(), count, 1.0f, seq);
-        else
-          reduce_in_place(mine(), count, 1.0f, seq);
-        took[size_t(2 * call + path)] = now_seconds() - start;
-      }
-    MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, took.data(), int(took.size()), MPI_DOUBLE, MPI_MAX, node));
-    std::vector<double> one, three;
-    for (int call = 0; call < kProbeCalls; ++call) {
-      one.push_back(took[size_t(2 * call)]);
-      three.push_back(took[size_t(2 * call + 1)]);
-    }
-    if (median(one) >= median(three)) break;
-    best = bytes;
-  }
-  return best;
 }
 
 }  // namespace ringtrain::comm::shm

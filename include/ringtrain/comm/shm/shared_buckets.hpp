@@ -15,19 +15,6 @@
 //
 // Each rank reads the whole vector once and writes its own buffer once: a third less memory
 // traffic than ShmRing for 2 ranks, and 3 waits a call instead of 2(n-1) x chunks.
-//
-// Small calls (up to one_wait_max_bytes(), measured at start-up) take one wait instead:
-//
-//   stage      rank r copies its data into its staging slot (call % 2) and publishes arrived[r]
-//   sum        after every arrived[j] = call, rank r sums the whole vector over every rank's
-//              slot, in rank order, divides, and writes it into its own buffer
-//
-// Each rank reads n copies of the vector instead of one, but waits once: where ranks outnumber
-// CPUs each wait costs a round of context switches, and the three waits, not the bytes, made
-// 64 KiB on 4 ranks slower than MPI_Allreduce (docs/TUNING.md, "Shared buckets: one wait").
-// Slot call % 2 is written again at call + 2, after every rank arrived at call + 1, so after
-// each had finished reading it. The sums are the in-place path's operations in the same order,
-// so both paths give the same bits, and every rank gets them.
 // Part r is only ever written by rank r (in its buffer) and read by the others after
 // reduced[r]; a rank writes part j of its own buffer (gather) only after rank j published
 // reduced[j], by which time rank j has finished reading every buffer. Each part's value is
@@ -70,13 +57,6 @@ class SharedBuckets {
   // buckets are). Not thread-safe: one call at a time per instance (the caller's lock).
   void allreduce(float* data, size_t count, float divisor);
   void set_spin_hint(const std::atomic<bool>* hint) { spin_hint_ = hint; }
-  // Calls of up to this many bytes take the one-wait path. Measured at try_make (the largest
-  // size from 4 KiB, doubling, at which it beat the in-place path there and at every smaller
-  // size; the slowest rank's median) unless RINGTRAIN_SHM_ONE_WAIT_MAX (bytes, rank 0's value)
-  // sets it. Never above the staging slots' size. The same on every rank.
-  size_t one_wait_max_bytes() const { return one_wait_max_bytes_; }
-  // For tests: every rank must set the same value, between calls. Clamped to the slots' size.
-  void set_one_wait_max_bytes(size_t bytes);
   // How its waits pass the time (wait_style.hpp): chosen at try_make, the same on every rank.
   WaitStyle wait_style() const { return wait_style_; }
   // This rank's stages (arrive, reduce, leave) published so far: moves while the calls move.
@@ -89,20 +69,15 @@ class SharedBuckets {
  private:
   struct Counters;
   SharedBuckets(std::unique_ptr<SharedSegment> segment, int rank, int size, size_t region_bytes,
-                size_t slot_bytes, WaitStyle wait_style);
+                WaitStyle wait_style);
   float* region(int rank) const;
-  float* slot(int rank, uint32_t call) const;
   Counters& counters(int rank) const;
   void reduce_part(size_t offset, size_t begin, size_t end, float divisor);
-  void reduce_in_place(float* data, size_t count, float divisor, uint32_t call);
-  void reduce_with_one_wait(float* data, size_t count, float divisor, uint32_t call);
-  size_t probe_one_wait_max(MPI_Comm node);
   void wait_all(std::atomic<uint32_t> Counters::*word, uint32_t want) const;
 
   std::unique_ptr<SharedSegment> segment_;
   int rank_ = 0, size_ = 1;
-  size_t control_bytes_ = 0, region_bytes_ = 0, slot_bytes_ = 0;
-  size_t one_wait_max_bytes_ = 0;
+  size_t control_bytes_ = 0, region_bytes_ = 0;
   std::atomic<uint32_t> calls_{0};  // written by the caller's thread, read by describe_wait()
   const std::atomic<bool>* spin_hint_ = nullptr;
   WaitStyle wait_style_ = WaitStyle::spin;
