@@ -1,6 +1,6 @@
-// test_shm_wait_style.cpp — how the node's shared-memory waits pass the time (spin or yield):
-// every rank agrees, the rule follows ranks and CPUs, RINGTRAIN_SHM_WAIT forces either, a bad
-// value fails on every rank, and under each style the sums are exact and bitwise equal.
+// test_shm_wait_style.cpp — how the node's shared-memory waits pass the time (spin, yield, sleep):
+// every rank agrees, the rule follows ranks and CPUs, RINGTRAIN_SHM_WAIT forces each style, a
+// bad value fails on every rank, and under each style the sums are exact and bitwise equal.
 // np: 1 2 3 4 5
 // nodes: 2x2
 #define BOOST_TEST_MODULE shm_wait_style
@@ -81,8 +81,8 @@ BOOST_AUTO_TEST_CASE(the_rule_follows_ranks_and_cpus_and_every_rank_agrees) {
   BOOST_TEST(same_on_every_rank(int(buckets->wait_style())));
 }
 
-BOOST_AUTO_TEST_CASE(the_setting_forces_either_style_on_buckets_and_ring) {
-  for (const char* value : {"spin", "yield", "auto"}) {
+BOOST_AUTO_TEST_CASE(the_setting_forces_each_style_on_buckets_and_ring) {
+  for (const char* value : {"spin", "yield", "sleep", "auto"}) {
     WaitSetting setting(value);
     std::string why_not;
     auto buckets = comm::shm::SharedBuckets::try_make(MPI_COMM_WORLD, 4096, why_not);
@@ -120,7 +120,7 @@ BOOST_AUTO_TEST_CASE(a_bad_setting_is_an_input_error_on_every_rank) {
 // the same bytes on every rank, and a bucket rewritten the moment each call returns.
 BOOST_AUTO_TEST_CASE(sums_are_exact_and_identical_under_each_style) {
   const int p = rt_test::world_size(), rank = rt_test::world_rank();
-  for (const char* value : {"spin", "yield"}) {
+  for (const char* value : {"spin", "yield", "sleep"}) {
     WaitSetting setting(value);
     comm::Communicator world;
     auto reducer =

@@ -229,9 +229,11 @@ BOOST_AUTO_TEST_CASE(shm_waits_yield_where_ranks_outnumber_cpus) {
   BOOST_TEST((wait_style_for(1, 1, nullptr) == WaitStyle::spin));
   BOOST_TEST((wait_style_for(4, 2, "spin") == WaitStyle::spin));
   BOOST_TEST((wait_style_for(2, 16, "yield") == WaitStyle::yield));
+  BOOST_TEST((wait_style_for(4, 2, "sleep") == WaitStyle::sleep));
   BOOST_TEST(input_error([] { wait_style_for(2, 2, "Yield"); }).find("RINGTRAIN_SHM_WAIT=Yield") !=
              std::string::npos);
   BOOST_TEST(comm::shm::to_string(WaitStyle::yield) == "yield");
+  BOOST_TEST(comm::shm::to_string(WaitStyle::sleep) == "sleep");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

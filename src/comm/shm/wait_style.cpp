@@ -19,15 +19,16 @@ constexpr size_t kSettingBytes = 32;
 }  // namespace
 
 std::string to_string(WaitStyle style) {
-  return style == WaitStyle::yield ? "yield" : "spin";
+  return style == WaitStyle::yield ? "yield" : style == WaitStyle::sleep ? "sleep" : "spin";
 }
 
 WaitStyle wait_style_for(int ranks, int cpus, const char* setting) {
   const std::string text = setting ? setting : "";
   if (text == "spin") return WaitStyle::spin;
   if (text == "yield") return WaitStyle::yield;
+  if (text == "sleep") return WaitStyle::sleep;
   RT_REQUIRE_INPUT(text.empty() || text == "auto", "RINGTRAIN_SHM_WAIT=", text,
-                   ": expected spin, yield or auto");
+                   ": expected spin, yield, sleep or auto");
   return ranks > cpus ? WaitStyle::yield : WaitStyle::spin;
 }
 
