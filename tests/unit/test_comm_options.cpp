@@ -9,6 +9,7 @@
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/allreduce/auto_allreduce.hpp"
 #include "ringtrain/comm/cpu_share.hpp"
+#include "ringtrain/comm/shm/wait_style.hpp"
 #include "ringtrain/core/error.hpp"
 
 using namespace ringtrain;
@@ -214,6 +215,25 @@ BOOST_AUTO_TEST_CASE(auto_across_nodes_of_several_ranks) {
   BOOST_TEST((choose_automatic(1u << 20, two_by_one) == Algorithm::ring));
   BOOST_TEST((choose_automatic(1u << 20, Topology{4, 1, 4}) == Algorithm::rhd));
   BOOST_TEST((choose_automatic(32u << 20, Topology{4, 1, 4}) == Algorithm::ring));
+}
+
+// Shared-memory waits yield only where the node's ranks outnumber its CPUs (4 ranks on 2 vCPUs
+// lost to MPI_Allreduce at 64 KiB spinning then sleeping); RINGTRAIN_SHM_WAIT overrides.
+BOOST_AUTO_TEST_CASE(shm_waits_yield_where_ranks_outnumber_cpus) {
+  using comm::shm::wait_style_for;
+  using comm::shm::WaitStyle;
+  BOOST_TEST((wait_style_for(2, 2, nullptr) == WaitStyle::spin));
+  BOOST_TEST((wait_style_for(3, 2, nullptr) == WaitStyle::yield));
+  BOOST_TEST((wait_style_for(4, 2, "") == WaitStyle::yield));
+  BOOST_TEST((wait_style_for(4, 2, "auto") == WaitStyle::yield));
+  BOOST_TEST((wait_style_for(1, 1, nullptr) == WaitStyle::spin));
+  BOOST_TEST((wait_style_for(4, 2, "spin") == WaitStyle::spin));
+  BOOST_TEST((wait_style_for(2, 16, "yield") == WaitStyle::yield));
+  BOOST_TEST((wait_style_for(4, 2, "sleep") == WaitStyle::sleep));
+  BOOST_TEST(input_error([] { wait_style_for(2, 2, "Yield"); }).find("RINGTRAIN_SHM_WAIT=Yield") !=
+             std::string::npos);
+  BOOST_TEST(comm::shm::to_string(WaitStyle::yield) == "yield");
+  BOOST_TEST(comm::shm::to_string(WaitStyle::sleep) == "sleep");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -49,7 +49,7 @@ void LocalGate::arrive_and_wait(uint32_t ticket) {
 #if defined(__linux__)
   publish_and_wake(slot(local_rank_), ticket);
   for (int r = 0; r < local_size_; ++r)
-    if (r != local_rank_) wait_until_reached(slot(r), ticket);
+    if (r != local_rank_) wait_until_reached(slot(r), ticket, nullptr, WaitStyle::sleep);
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include "ringtrain/comm/shm/futex.hpp"
 #include "ringtrain/comm/shm/shared_segment.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
 
 namespace ringtrain::comm::shm {
 namespace {
@@ -44,6 +45,8 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
   MPI_CHECK(MPI_Comm_size(comm, &size));
   CommHandle node = whole_comm_on_this_node(comm, why_not);
   if (!node.valid()) return nullptr;
+  std::string wait_why;
+  const WaitStyle wait_style = choose_wait_style(node.get(), wait_why);
   const size_t page = page_bytes();
   const size_t control = round_up(size_t(size) * sizeof(Counters), page);
   const size_t region = round_up(std::max<size_t>(bytes, 1), page);
@@ -53,7 +56,10 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
     why_not = segment->problem();
     return nullptr;
   }
-  std::shared_ptr<SharedBuckets> buckets(new SharedBuckets(std::move(segment), rank, size, region));
+  std::shared_ptr<SharedBuckets> buckets(
+      new SharedBuckets(std::move(segment), rank, size, region, wait_style));
+  // Said only when it is not the usual spin: yielding is the oversubscribed case's answer.
+  if (wait_style == WaitStyle::yield) log::info(str("shared buckets: ", wait_why));
   // Nobody may publish before every rank has constructed the counters.
   MPI_CHECK(MPI_Barrier(node.get()));
   return buckets;
@@ -65,8 +71,12 @@ std::shared_ptr<SharedBuckets> SharedBuckets::try_make(MPI_Comm comm, size_t byt
 }
 
 SharedBuckets::SharedBuckets(std::unique_ptr<SharedSegment> segment, int rank, int size,
-                             size_t region_bytes)
-    : segment_(std::move(segment)), rank_(rank), size_(size), region_bytes_(region_bytes) {
+                             size_t region_bytes, WaitStyle wait_style)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      region_bytes_(region_bytes),
+      wait_style_(wait_style) {
   control_bytes_ = round_up(size_t(size) * sizeof(Counters), page_bytes());
   // The segment is zero-filled: every counter starts at call 0, as calls_ does.
   new (&counters(rank_)) Counters{};
@@ -91,7 +101,7 @@ bool SharedBuckets::holds(const float* data, size_t count) const {
 
 void SharedBuckets::wait_all(std::atomic<uint32_t> Counters::*word, uint32_t want) const {
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) wait_until_reached(counters(peer).*word, want, spin_hint_);
+    if (peer != rank_) wait_until_reached(counters(peer).*word, want, spin_hint_, wait_style_);
 }
 
 // Part [begin, end) of the vector at `offset` floats into every region: summed in rank order
@@ -157,7 +167,7 @@ void SharedBuckets::allreduce(float* data, size_t count, float divisor) {
   // Gather from the next rank on, so the ranks do not all read one owner's part at once.
   for (int step = 1; step < size_; ++step) {
     const int owner = (rank_ + step) % size_;
-    wait_until_reached(counters(owner).reduced, call, spin_hint_);
+    wait_until_reached(counters(owner).reduced, call, spin_hint_, wait_style_);
     const size_t begin = part_begin(owner), end = part_begin(owner + 1);
     std::memcpy(data + begin, region(owner) + offset + begin, (end - begin) * sizeof(float));
   }

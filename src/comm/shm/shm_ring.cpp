@@ -37,6 +37,8 @@ std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, 
   // All of comm on this node: local ranks are comm ranks, and inboxes go by comm rank.
   CommHandle node = whole_comm_on_this_node(comm, why_not);
   if (!node.valid()) return nullptr;
+  std::string wait_why;
+  const WaitStyle wait_style = choose_wait_style(node.get(), wait_why);
   slot_bytes = round_up(slot_bytes, kLine);
   const size_t inbox_bytes = kHeaderBytes + size_t(slots) * slot_bytes;
   auto segment = std::make_unique<SharedSegment>(node.get(), size_t(size) * inbox_bytes, "ring");
@@ -45,7 +47,7 @@ std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, 
     return nullptr;
   }
   std::unique_ptr<ShmRing> ring(
-      new ShmRing(std::move(segment), rank, right, slots, slot_bytes, first_message));
+      new ShmRing(std::move(segment), rank, right, slots, slot_bytes, first_message, wait_style));
   // Nobody may publish before every rank has constructed the counters.
   MPI_CHECK(MPI_Barrier(node.get()));
   return ring;
@@ -57,7 +59,7 @@ std::unique_ptr<ShmRing> ShmRing::try_make(MPI_Comm comm, int right, int slots, 
 }
 
 ShmRing::ShmRing(std::unique_ptr<SharedSegment> segment, int rank, int right, int slots,
-                 size_t slot_bytes, uint32_t first_message)
+                 size_t slot_bytes, uint32_t first_message, WaitStyle wait_style)
     : segment_(std::move(segment)),
       rank_(rank),
       right_(right),
@@ -65,7 +67,8 @@ ShmRing::ShmRing(std::unique_ptr<SharedSegment> segment, int rank, int right, in
       slot_bytes_(slot_bytes),
       inbox_bytes_(kHeaderBytes + size_t(slots) * slot_bytes),
       sent_(first_message),
-      received_(first_message) {
+      received_(first_message),
+      wait_style_(wait_style) {
   char* mine = static_cast<char*>(segment_->data()) + size_t(rank_) * inbox_bytes_;
   new (mine) std::atomic<uint32_t>(first_message);
   new (mine + kLine) std::atomic<uint32_t>(first_message);
@@ -84,7 +87,7 @@ ShmRing::Inbox ShmRing::inbox(int rank) const {
 void* ShmRing::claim_send_slot() {
   const Inbox to = inbox(right_);
   // Slot sent_ % K last held message sent_ - K: the neighbour must have consumed it.
-  wait_until_reached(*to.consumed, sent_ + 1 - uint32_t(slots_), spin_hint_);
+  wait_until_reached(*to.consumed, sent_ + 1 - uint32_t(slots_), spin_hint_, wait_style_);
   return to.slots + size_t(sent_ % uint32_t(slots_)) * slot_bytes_;
 }
 
@@ -94,7 +97,7 @@ void ShmRing::send_claimed() {
 
 const void* ShmRing::wait_message() {
   const Inbox mine = inbox(rank_);
-  wait_until_reached(*mine.published, received_ + 1, spin_hint_);
+  wait_until_reached(*mine.published, received_ + 1, spin_hint_, wait_style_);
   return mine.slots + size_t(received_ % uint32_t(slots_)) * slot_bytes_;
 }
 

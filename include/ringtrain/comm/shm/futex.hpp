@@ -5,8 +5,11 @@
 #include <climits>
 #include <cstdint>
 
+#include "ringtrain/comm/shm/wait_style.hpp"
+
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -43,15 +46,31 @@ constexpr int kSpinsBeforeSleep = 4096;
 // one can cost more than a small bucket's whole reduction (docs/TUNING.md, "Futex spins").
 constexpr int kSpinsWhileIdle = 1 << 20;
 
-// Sleeps until `word` reaches `want` (modulo 2^32), after a short spin (a long one while
-// *spin_hint is true); returns the value seen.
+// Yields before a waiter sleeps (after its spin, for WaitStyle::spin): a yield with a peer
+// runnable on this CPU lets it run, and the wait ends without a sleep and a wake-up; with nothing
+// else runnable, 64 of them are a few tens of microseconds. A spinning waiter yields too before
+// it sleeps: with other jobs on the machine two ranks can share a CPU even where the node has one
+// for each (docs/TUNING.md, "Waits when ranks outnumber CPUs").
+constexpr int kYieldsBeforeSleep = 64;
+
+// Sleeps until `word` reaches `want` (modulo 2^32): for WaitStyle::spin after a short spin (a
+// long one while *spin_hint is true), then kYieldsBeforeSleep yields; for WaitStyle::yield after
+// the yields alone; for WaitStyle::sleep after the short spin alone. Returns the value seen.
 inline uint32_t wait_until_reached(std::atomic<uint32_t>& word, uint32_t want,
-                                   const std::atomic<bool>* spin_hint = nullptr) {
+                                   const std::atomic<bool>* spin_hint = nullptr,
+                                   WaitStyle style = WaitStyle::spin) {
   uint32_t seen = word.load(std::memory_order_acquire);
-  const int spins =
-      spin_hint && spin_hint->load(std::memory_order_relaxed) ? kSpinsWhileIdle : kSpinsBeforeSleep;
-  for (int spin = 0; spin < spins && !reached(seen, want); ++spin)
+  if (style != WaitStyle::yield) {
+    const int spins = spin_hint && spin_hint->load(std::memory_order_relaxed) ? kSpinsWhileIdle
+                                                                              : kSpinsBeforeSleep;
+    for (int spin = 0; spin < spins && !reached(seen, want); ++spin)
+      seen = word.load(std::memory_order_acquire);
+  }
+  for (int yields = 0;
+       style != WaitStyle::sleep && yields < kYieldsBeforeSleep && !reached(seen, want); ++yields) {
+    sched_yield();
     seen = word.load(std::memory_order_acquire);
+  }
   while (!reached(seen, want)) {
     futex_wait(word, seen);
     seen = word.load(std::memory_order_acquire);

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "ringtrain/comm/mpi_check.hpp"  // MPI_Comm
+#include "ringtrain/comm/shm/wait_style.hpp"
 
 namespace ringtrain::comm::shm {
 
@@ -56,6 +57,8 @@ class SharedBuckets {
   // buckets are). Not thread-safe: one call at a time per instance (the caller's lock).
   void allreduce(float* data, size_t count, float divisor);
   void set_spin_hint(const std::atomic<bool>* hint) { spin_hint_ = hint; }
+  // How its waits pass the time (wait_style.hpp): chosen at try_make, the same on every rank.
+  WaitStyle wait_style() const { return wait_style_; }
   // This rank's stages (arrive, reduce, leave) published so far: moves while the calls move.
   // Safe on any thread, as is describe_wait().
   uint64_t stages_done() const;
@@ -65,7 +68,8 @@ class SharedBuckets {
 
  private:
   struct Counters;
-  SharedBuckets(std::unique_ptr<SharedSegment> segment, int rank, int size, size_t region_bytes);
+  SharedBuckets(std::unique_ptr<SharedSegment> segment, int rank, int size, size_t region_bytes,
+                WaitStyle wait_style);
   float* region(int rank) const;
   Counters& counters(int rank) const;
   void reduce_part(size_t offset, size_t begin, size_t end, float divisor);
@@ -76,6 +80,7 @@ class SharedBuckets {
   size_t control_bytes_ = 0, region_bytes_ = 0;
   std::atomic<uint32_t> calls_{0};  // written by the caller's thread, read by describe_wait()
   const std::atomic<bool>* spin_hint_ = nullptr;
+  WaitStyle wait_style_ = WaitStyle::spin;
 };
 
 }  // namespace ringtrain::comm::shm

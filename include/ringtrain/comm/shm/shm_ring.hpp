@@ -29,6 +29,7 @@
 #include <string>
 
 #include "ringtrain/comm/mpi_check.hpp"  // MPI_Comm
+#include "ringtrain/comm/shm/wait_style.hpp"
 
 namespace ringtrain::comm::shm {
 
@@ -48,6 +49,7 @@ class ShmRing {
   ShmRing& operator=(const ShmRing&) = delete;
 
   size_t slot_bytes() const { return slot_bytes_; }
+  WaitStyle wait_style() const { return wait_style_; }
   // While *hint is true, this process's core has nothing else to run, so waits spin longer
   // before they sleep (futex.hpp). Null: the short spin only. Set before the ring is used.
   void set_spin_hint(const std::atomic<bool>* hint) { spin_hint_ = hint; }
@@ -63,7 +65,7 @@ class ShmRing {
  private:
   struct Inbox;
   ShmRing(std::unique_ptr<SharedSegment> segment, int rank, int right, int slots, size_t slot_bytes,
-          uint32_t first_message);
+          uint32_t first_message, WaitStyle wait_style);
   Inbox inbox(int rank) const;
 
   std::unique_ptr<SharedSegment> segment_;
@@ -71,6 +73,7 @@ class ShmRing {
   size_t slot_bytes_ = 0, inbox_bytes_ = 0;
   uint32_t sent_ = 0, received_ = 0;  // messages so far, modulo 2^32
   const std::atomic<bool>* spin_hint_ = nullptr;
+  WaitStyle wait_style_ = WaitStyle::spin;  // chosen at try_make (wait_style.hpp)
 };
 
 }  // namespace ringtrain::comm::shm
