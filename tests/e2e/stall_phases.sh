@@ -5,11 +5,14 @@
 # the set-up before the engine's watchdog exists (data, model, buckets) — makes every other
 # rank print one line naming the phase, the step and the silent rank, and the job exits
 # non-zero within the stall deadline + 10 s, leaving no process behind. The stop comes from
-# RINGTRAIN_STOP_AT=PHASE@RANK (core/fault.hpp). I/O phases wait 10 x the timeout.
+# RINGTRAIN_STOP_AT=PHASE@RANK (core/fault.hpp). I/O phases wait RINGTRAIN_STALL_IO_FACTOR x
+# the timeout: 3 here, not the 10 of a real run (comm/stall_watch.hpp), so the four I/O cases
+# wait 3 s, not 10 s, for a report that says the same.
 source tests/e2e/lib/e2e.sh
 set +e  # every case runs; failures are counted
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
 e2e_workdir stall
+export RINGTRAIN_STALL_IO_FACTOR=3
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 tiny_fiber_data "$work/data"
@@ -61,10 +64,10 @@ case_ 2 stop-check@1 1 "stall: after 1 s, rank 0 waits in the stop check at step
 case_ 3 stop-check@1 1 "stall: after 1 s, ranks 0, 2 wait in the stop check at step 1; rank 1 $silent"
 case_ 3 metrics@2 1 "stall: after 1 s, ranks 0, 1 wait in the loss and accuracy reduction at step 5; rank 2 $silent"
 case_ 2 evaluation@0 1 "stall: after 1 s, rank 1 waits in evaluation at step 20; rank 0 $silent"
-case_ 2 checkpoint@1 10 "stall: after 10 s, rank 0 waits in the checkpoint at step 20; rank 1 $silent"
-case_ 3 results@0 10 "stall: after 10 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
-# Nothing trains here, so a shorter timeout cannot fire early: 10 x 0.5 s.
-extra_args=--comm.stall_timeout_s=0.5 case_ 2 set-up@1 5 "stall: after 5 s, rank 0 waits in the set-up (data, model, buckets) at step 0; rank 1 $silent"
-extra_args=--output.timeline=true case_ 2 timeline@0 10 "stall: after 10 s, rank 1 waits in the timeline at step 20; rank 0 $silent"
+case_ 2 checkpoint@1 3 "stall: after 3 s, rank 0 waits in the checkpoint at step 20; rank 1 $silent"
+case_ 3 results@0 3 "stall: after 3 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
+# Nothing trains here, so a shorter timeout cannot fire early: 3 x 0.5 s.
+extra_args=--comm.stall_timeout_s=0.5 case_ 2 set-up@1 2 "stall: after 1.5 s, rank 0 waits in the set-up (data, model, buckets) at step 0; rank 1 $silent"
+extra_args=--output.timeline=true case_ 2 timeline@0 3 "stall: after 3 s, rank 1 waits in the timeline at step 20; rank 0 $silent"
 [ "$failures" = 0 ] || exit 1
 echo "stall phases: all passed"
