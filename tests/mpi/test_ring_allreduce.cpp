@@ -2,7 +2,7 @@
 // allreduce: exact sums at awkward counts, bitwise equality across ranks, bf16/fp16 wire bounds,
 // non-main threads, count mismatches.
 // np: 1 2 3 4 5
-// quick: 2
+// quick: 3
 #define BOOST_TEST_MODULE ring_allreduce
 #define OMPI_SKIP_MPICXX 1
 #include <cmath>
