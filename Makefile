@@ -33,7 +33,8 @@ BUNDLE    ?= dist/ringtrain
 COMMA := ,
 # Every core unless -j is given (make -j1 for a serial build): a build from a clean clone is
 # mostly compiling, and one compiler at a time left half of a 2-core machine idle.
-ifeq ($(filter -j%,$(MAKEFLAGS)),)
+# Only the top make: the makes it starts share its job slots.
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
   MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 ifeq ($(filter $(CUDA),auto 0 1),)
@@ -234,7 +235,8 @@ bundle: deps
 
 # ---- the README's commands -----------------------------------------------------------
 test: deps
-	@$(MAKE) --no-print-directory found all tests
+	@$(MAKE) --no-print-directory found
+	@$(MAKE) --no-print-directory all tests
 	@PYTHON=$(PYTHON) BIN=$(BIN) tests/run.sh
 
 # The inner loop (docs/TESTING.md): the unit tests and each MPI test at its "// quick:" rank
