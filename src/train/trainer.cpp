@@ -244,7 +244,7 @@ void Trainer::watch_set_up() {
 }
 
 // agree() with the whole phase watched: its collectives (the allreducers' and the engine's
-// set-up, not only agree's own) and the work between them (I/O: kIoPhaseTimeoutFactor).
+// set-up, not only agree's own) and the work between them (I/O: io_phase_timeout_factor()).
 void Trainer::agree_watched(const std::function<void()>& phase) {
   comm::WatchedCollective watched(watch_);
   agree(comm_, phase);

@@ -11,9 +11,9 @@ source tests/e2e/lib/e2e.sh
 prefix=rtf$(($$ % 100000))
 e2e_workdir mnfault 'jobs/local/cluster.sh down --prefix "$prefix"'
 # The launcher notices a dead link after RT_LINK_TIMEOUT_S + 3 s of silence (2 + 3 here), before
-# ringtrain's watchdog (8 s) would send an abort that the dead link holds up.
+# ringtrain's watchdog (8 s in that case) would send an abort that the dead link holds up. With
+# the link up nothing races the watchdog, so the stopped-ranks case waits 3 s, not 8.
 timeout_s=8
-limit_s=$((timeout_s + 10))
 export RT_LINK_TIMEOUT_S=2
 
 cluster_up_or_skip "$prefix"
@@ -41,12 +41,13 @@ DECK
 
 node_pids() { ip netns pids "$prefix-node$1" 2>/dev/null | tr '\n' ' '; }
 
-# fault NAME NP HOW: starts a 2-node job of NP ranks, applies HOW once the checkpoint of step 10 is written, and
-# checks how the job ends.
+# fault NAME NP HOW TIMEOUT_S: starts a 2-node job of NP ranks whose comm.stall_timeout_s is
+# TIMEOUT_S, applies HOW once the checkpoint of step 10 is written, and checks how the job ends.
 fault() {
-  local name=$1 np=$2 how=$3 log=$work/$1.log start end elapsed code
+  local name=$1 np=$2 how=$3 timeout_s=$4 log=$work/$1.log start end elapsed code
+  local limit_s=$(($4 + 10))
   NODES=2 RT_CLUSTER=$prefix BIN=$BIN jobs/local/train.sh "$work/long.deck" "$np" \
-    --output.name="$name" >"$log" 2>&1 &
+    --output.name="$name" --comm.stall_timeout_s="$timeout_s" >"$log" 2>&1 &
   local job=$!
   for _ in $(seq 1200); do grep -q "^checkpoint: step 10 " "$log" && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   grep -q "^checkpoint: step 10 " "$log" || { tail -5 "$log"; fail "$name: the job did not reach step 10"; }
@@ -87,6 +88,6 @@ fault() {
   return 0
 }
 
-fault stop_node1_2x2 4 stop-node1
-fault link_down_2x1 2 link-down  # last: the link stays down until the cluster goes
+fault stop_node1_2x2 4 stop-node1 3
+fault link_down_2x1 2 link-down "$timeout_s"  # last: the link stays down until the cluster goes
 echo "multinode faults: all passed"

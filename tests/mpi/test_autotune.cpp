@@ -2,6 +2,7 @@
 // times as arguments): every rank switches at the same step to rank 0's choice from the
 // slowest rank's times, weights stay bitwise identical across the switches, a choice adopted
 // from a checkpoint is applied without a search; one rank does not search. np: 1 2 3 4
+// quick: 2
 #define BOOST_TEST_MODULE autotune
 #include <map>
 

@@ -3,6 +3,7 @@
 // why, and nothing waits forever (rank 0 failing before the id broadcast; a rank failing to
 // start; a rank whose initialisation never finishes).
 // np: 1 2 3
+// quick: 2
 #define BOOST_TEST_MODULE collective_setup
 #define OMPI_SKIP_MPICXX 1
 #include <string>

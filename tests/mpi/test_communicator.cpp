@@ -1,6 +1,7 @@
 // test_communicator.cpp — ranks, nodes and ring order, the ranks-per-node split, the CPU share,
 // and the checked collectives the trainer and results writer use instead of MPI.
 // np: 1 2 3 4
+// quick: 2
 #define BOOST_TEST_MODULE communicator
 #define OMPI_SKIP_MPICXX 1
 #include <algorithm>

@@ -3,6 +3,7 @@
 // the wire's rounding on ring, rhd, auto and hierarchical, where the wire's sums gave inf; where
 // nothing overflows, not a bit changes.
 // np: 2 3 4
+// quick: 2
 #define BOOST_TEST_MODULE fp16_wire
 #include <cmath>
 #include <vector>

@@ -3,6 +3,7 @@
 // as a GPU arena needs), the timeline file; and, run one at a time by
 // tests/e2e/fusion_stall.sh because they abort the job, the stall inspector's cases.
 // np: 2 3 4
+// quick: 3
 #define BOOST_TEST_MODULE fusion_engine
 #define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
 #include <sys/mman.h>

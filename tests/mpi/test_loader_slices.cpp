@@ -2,6 +2,7 @@
 //
 // The union is the whole split (but the declared remainder); every image matches its id.
 // np: 2 3 4
+// quick: 2
 #define BOOST_TEST_MODULE mpi_loader_slices
 // OpenMPI's C++ bindings warn under -Wextra; this test uses the C API only.
 #define OMPI_SKIP_MPICXX 1

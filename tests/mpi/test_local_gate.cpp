@@ -2,6 +2,7 @@
 // arrived at it, over many tickets (the first one from fresh slots) with a different late rank
 // each time; alone, it is off.
 // np: 1 2 3 4
+// quick: 2
 #define BOOST_TEST_MODULE local_gate
 #define OMPI_SKIP_MPICXX 1
 #include <chrono>

@@ -3,6 +3,7 @@
 // scale, and the weights stay bitwise equal across ranks and to a run without scaling that
 // never took step k's update (a power-of-two scale divides out exactly).
 // np: 1 2 3
+// quick: 2
 #define BOOST_TEST_MODULE loss_scaling
 #include <cmath>
 #include <cstring>

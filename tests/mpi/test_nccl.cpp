@@ -6,6 +6,7 @@
 // memory is an InputError naming the deck keys everywhere. (The NCCL set-up and wait logic
 // runs here without a GPU: test_collective_setup.cpp, unit/test_device_wait.cpp.)
 // np: 1 2
+// quick: 2
 #define BOOST_TEST_MODULE nccl
 #define OMPI_SKIP_MPICXX 1
 #include "allreduce_test_data.hpp"

@@ -2,6 +2,7 @@
 // allreduce: exact sums at awkward counts, bitwise equality across ranks, bf16/fp16 wire bounds,
 // non-main threads, count mismatches.
 // np: 1 2 3 4 5
+// quick: 3
 #define BOOST_TEST_MODULE ring_allreduce
 #define OMPI_SKIP_MPICXX 1
 #include <cmath>
@@ -96,8 +97,12 @@ std::vector<Setup> fp32_setups() {
 }
 
 // Counts 0, 1, p-1, p, p+1, a prime, 2^20+3, then small again (scratch reused, not regrown).
+// With chunks under 128 B the prime is 1009, not 7919, and 2^20+3 is left out: every message
+// there waits for the peer to be scheduled (seconds on a loaded 2-core machine, and most of
+// the suite's time across emulated nodes), and 1009 is still hundreds of messages a segment.
 std::vector<size_t> awkward_counts(int p, bool tiny_chunks) {
-  std::vector<size_t> counts = {0, 1, size_t(p > 1 ? p - 1 : 0), size_t(p), size_t(p + 1), 7919};
+  std::vector<size_t> counts = {
+      0, 1, size_t(p > 1 ? p - 1 : 0), size_t(p), size_t(p + 1), size_t(tiny_chunks ? 1009 : 7919)};
   if (!tiny_chunks) counts.push_back((size_t(1) << 20) + 3);
   counts.push_back(5);
   return counts;

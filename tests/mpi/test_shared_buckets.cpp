@@ -2,6 +2,7 @@
 // awkward counts and offsets, bitwise equal across ranks, a caller that rewrites its bucket
 // the moment a call returns, a non-main thread; none across nodes.
 // np: 1 2 3 4 5
+// quick: 2
 #define BOOST_TEST_MODULE shared_buckets
 #define OMPI_SKIP_MPICXX 1
 #include <algorithm>

@@ -3,6 +3,7 @@
 // ranks on more than one node are refused with the reason; a slot count that is not a power of
 // two is refused.
 // np: 2 3 4
+// quick: 2
 #define BOOST_TEST_MODULE shm_ring
 #define OMPI_SKIP_MPICXX 1
 #include <algorithm>

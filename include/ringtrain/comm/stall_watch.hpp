@@ -6,7 +6,7 @@
 // every rank that waits reports where each rank was and the job ends (see
 // src/comm/fusion/stall_inspector.hpp). A rank that writes a file while the others wait for
 // it (a checkpoint, the results) puts the others in an I/O phase, which waits
-// kIoPhaseTimeoutFactor times as long before it counts as a stall.
+// io_phase_timeout_factor() times as long before it counts as a stall.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,11 @@
 
 namespace ringtrain::comm {
 
-constexpr double kIoPhaseTimeoutFactor = 10;
+// How many stall timeouts an I/O phase waits: 10, so a slow file system is no stall. The
+// stall tests set RINGTRAIN_STALL_IO_FACTOR (a number, 1 to 1000) lower: they stop a rank in an
+// I/O phase on purpose, and 10 timeouts would be most of their run time. Read once; an
+// InputError naming the variable when it is set to anything else.
+double io_phase_timeout_factor();
 
 class StallWatch {
  public:

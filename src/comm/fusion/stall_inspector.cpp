@@ -81,6 +81,27 @@ std::vector<bool> wait_bounded(std::vector<MPI_Request>& requests, double deadli
 
 }  // namespace
 
+}  // namespace ringtrain::comm::fusion
+
+namespace ringtrain::comm {
+
+double io_phase_timeout_factor() {
+  static const double factor = [] {
+    const char* env = std::getenv("RINGTRAIN_STALL_IO_FACTOR");
+    if (!env || !*env) return 10.0;
+    char* end = nullptr;
+    const double value = std::strtod(env, &end);
+    RT_REQUIRE_INPUT(*end == '\0' && value >= 1 && value <= 1000,
+                     "RINGTRAIN_STALL_IO_FACTOR = ", env, ": use a number from 1 to 1000");
+    return value;
+  }();
+  return factor;
+}
+
+}  // namespace ringtrain::comm
+
+namespace ringtrain::comm::fusion {
+
 StallInspector::StallInspector(MPI_Comm comm, double timeout_s, const std::vector<GradSpec>& specs,
                                const std::vector<BucketLayout>& buckets,
                                std::function<StallState()> snapshot,
@@ -88,6 +109,7 @@ StallInspector::StallInspector(MPI_Comm comm, double timeout_s, const std::vecto
     // MPI_ERRORS_RETURN: a peer that already left must not turn the report into an abort.
     : comm_(duplicate(comm)),
       timeout_s_(timeout_s),
+      io_factor_(io_phase_timeout_factor()),  // here: a bad value throws before the thread starts
       specs_(specs),
       buckets_(buckets),
       snapshot_(std::move(snapshot)),
@@ -150,7 +172,7 @@ void StallInspector::watch() {
       cv_.wait(lock);
       continue;
     }
-    const double factor = collectives_ > 0 && phase_io_ ? kIoPhaseTimeoutFactor : 1.0;
+    const double factor = collectives_ > 0 && phase_io_ ? io_factor_ : 1.0;
     const auto timeout = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(timeout_s_ * factor));
     const auto now = Clock::now();
@@ -200,7 +222,7 @@ std::string StallInspector::describe_phases(const std::vector<StallState>& state
       continue;
     }
     const StallState& s = state[r];
-    if (s.phase_io) waited_s = timeout_s_ * kIoPhaseTimeoutFactor;
+    if (s.phase_io) waited_s = timeout_s_ * io_factor_;
     std::string where = s.phase.empty() ? str("the gradient allreduce of step ", s.step,
                                               " (bucket ", s.next_bucket, ")")
                                         : str(s.phase, " at step ", s.phase_step);

@@ -92,6 +92,7 @@ class StallInspector final : public StallWatch {
   int rank_ = 0;
   int world_ = 1;
   double timeout_s_;
+  double io_factor_;  // io_phase_timeout_factor()
   const std::vector<GradSpec>& specs_;
   const std::vector<BucketLayout>& buckets_;
   std::function<StallState()> snapshot_;

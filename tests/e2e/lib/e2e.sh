@@ -16,8 +16,22 @@ e2e_workdir() {
 }
 
 # tiny_fiber_data DIR [COUNT] [SEED]: a small fiber dataset in two shards, in a second or two.
+# Under tests/run.sh (RT_E2E_DATA_CACHE, a folder it removes at exit) each COUNT and SEED is
+# generated once and copied after that: a dozen scripts take the same dataset, and
+# tests/e2e/fibergen.sh tests the generator itself. The copy is the test's own to change.
 tiny_fiber_data() {
-  "$BIN/rt-fibergen" --output "$1" --count "${2:-400}" --seed "${3:-11}" --shards 2 >/dev/null
+  local count=${2:-400} seed=${3:-11}
+  if [ -z "${RT_E2E_DATA_CACHE:-}" ]; then
+    "$BIN/rt-fibergen" --output "$1" --count "$count" --seed "$seed" --shards 2 >/dev/null
+    return
+  fi
+  local cached=$RT_E2E_DATA_CACHE/fiber-$count-$seed
+  if [ ! -d "$cached" ]; then
+    rm -rf "$cached.tmp"
+    "$BIN/rt-fibergen" --output "$cached.tmp" --count "$count" --seed "$seed" --shards 2 >/dev/null
+    mv "$cached.tmp" "$cached"
+  fi
+  mkdir -p "$1" && cp -a "$cached/." "$1/"
 }
 
 # tiny_deck FILE DATA OUT [LINE...]: a deck training cnn_small on DATA's train split for one
