@@ -135,7 +135,8 @@ for line in open(raw_path):
     if r["tool"] == "peak":
         peaks.setdefault((r["threads"], r["precision"]), []).append(r["gflops"])
         continue
-    key = (r["model"], r["batch"], r["threads"], r["precision"])
+    # One row per model and input: a config's fifth field makes rows of its own.
+    key = (r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])
     rows.setdefault(key, {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "gflop": None,
                           "other": [], "isa": "", "torch_mib": None})
     rows[key][r["tool"]] += r["windows"]
@@ -147,7 +148,7 @@ for line in open(raw_path):
     if r["tool"] == "ringtrain":
         rows[key]["gflop"] = r["gflop_per_image"]
         rows[key]["isa"] = r.get("isa", "")
-head = (f"{'model':<16} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
+head = (f"{'model, input':<24} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
         f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
         f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
 print(f"GPU: {', '.join(sorted(gpus))} (host CPU: {cpu})" if device == "cuda" else f"CPU: {cpu}")
@@ -155,11 +156,11 @@ print(head)
 print("-" * len(head))
 fp32_rate = {}
 with open(out_path, "w") as out:
-    for (model, batch, threads, prec), v in rows.items():
+    for (model, shape, batch, threads, prec), v in rows.items():
         rt, pt = statistics.median(v["ringtrain"]), statistics.median(v["pytorch"])
         if prec == "fp32":
-            fp32_rate[(model, batch, threads)] = rt
-        own = fp32_rate.get((model, batch, threads))
+            fp32_rate[(model, shape, batch, threads)] = rt
+        own = fp32_rate.get((model, shape, batch, threads))
         vs_fp32 = rt / own if own and prec != "fp32" else None
         # No peak on a GPU (it is oneDNN's): those columns stay empty.
         peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
@@ -167,7 +168,7 @@ with open(out_path, "w") as out:
         ceiling = peak / (pt * v["gflop"]) if peak else None  # the best ratio at the peak
         other = statistics.mean(v["other"])
         busy = other > 0.5
-        row = {"device": device, "model": model, "batch": batch, "threads": threads,
+        row = {"device": device, "model": model, "input": shape, "batch": batch, "threads": threads,
                "precision": prec, "isa": v["isa"], "cpu": cpu, "gpu": ", ".join(sorted(gpus)),
                "ringtrain_img_s": round(rt, 2), "pytorch_img_s": round(pt, 2),
                "ratio": round(rt / pt, 3),
@@ -187,7 +188,7 @@ with open(out_path, "w") as out:
                    else f"{'-':>6} {'-':>5} {'-':>7}")
         with_compile = (f" | compile {compiled:.1f} img/s, {rt / compiled:.2f}x" if compiled
                         else "")
-        print(f"{model:<16} {batch:>5} {threads:>3} {prec:>4} | {rt:>15.1f} {pt:>13.1f} "
+        print(f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | {rt:>15.1f} {pt:>13.1f} "
               f"{rt / pt:>5.2f}x | {vs} | {gflops:>7.1f} {at_peak} "
               f"| {other:>10.2f}{' busy' if busy else ''}{with_compile}")
 isas = sorted({v["isa"] for v in rows.values() if v["isa"]})

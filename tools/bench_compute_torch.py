@@ -199,7 +199,7 @@ def main():
     print(json.dumps({"tool": "pytorch-compile" if a.compile else "pytorch", "device": a.device,
                       "mode": "inference" if a.inference else "train",
                       "gpu": gpu, "gpu_peak_mib": peak_mib,
-                      "model": a.model, "batch": a.batch,
+                      "model": a.model, "input": f"{c}x{h}x{w}", "batch": a.batch,
                       "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),
                       "windows": [round(r, 3) for r in rates],

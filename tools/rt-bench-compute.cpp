@@ -173,12 +173,13 @@ int run(int argc, char** argv) {
   std::ostringstream windows_json;
   for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
   std::printf(
-      "{\"tool\":\"ringtrain\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\",\"batch\":%d,"
-      "\"threads\":%d,"
+      "{\"tool\":\"ringtrain\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
+      "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f}\n",
-      inference ? "inference" : "train", be->name().c_str(), model_name.c_str(), batch, threads,
+      inference ? "inference" : "train", be->name().c_str(), model_name.c_str(), in.channels,
+      in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores);
   return 0;

@@ -135,10 +135,10 @@ class Conv : public ConvOp {
     p->y_shape = {x.dim(0), s_.out_channels, oh, ow};
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any) : memory::desc();
-    const auto kind =
-        s_.inference ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+    // forward_training for inference too: with forward_inference oneDNN 2.6 picks brgconv
+    // kernels that ran resnet18_cifar's inference slower here (measured: docs/MODEL_FILE.md).
     auto d =
-        conv_fwd::desc(kind, dnnl::algorithm::convolution_direct,
+        conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                        any_desc(to_dims(x.shape()), ctx_.act), any_desc(weight_dims(), ctx_.act),
                        bias_md, any_desc(to_dims(p->y_shape), ctx_.act), strides(), pads(), pads());
     dnnl::primitive_attr attr;
