@@ -3,6 +3,7 @@
 // bad value fails on every rank, and under each style the sums are exact and bitwise equal.
 // np: 1 2 3 4 5
 // nodes: 2x2
+// quick: 2
 #define BOOST_TEST_MODULE shm_wait_style
 #define OMPI_SKIP_MPICXX 1
 #include <sched.h>
