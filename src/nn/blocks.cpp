@@ -53,24 +53,31 @@ const Tensor& Sequential::backward(const Tensor& dy, const GradReady& ready) {
   return *cur;
 }
 
-double Sequential::forward_flops(const Shape& in) const {
-  double flops = 0;
+namespace {
+
+// per_layer(layer, its input shape) summed over the layers, each shape the previous one's output.
+template <typename Sum, typename PerLayer>
+Sum sum_over_layers(const std::vector<std::unique_ptr<Layer>>& layers, const Shape& in,
+                    PerLayer per_layer) {
+  Sum total = 0;
   Shape shape = in;
-  for (const auto& layer : layers_) {
-    flops += layer->forward_flops(shape);
+  for (const auto& layer : layers) {
+    total += per_layer(*layer, shape);
     shape = layer->output_shape(shape);
   }
-  return flops;
+  return total;
+}
+
+}  // namespace
+
+double Sequential::forward_flops(const Shape& in) const {
+  return sum_over_layers<double>(
+      layers_, in, [](const Layer& layer, const Shape& x) { return layer.forward_flops(x); });
 }
 
 int64_t Sequential::activation_floats(const Shape& in) const {
-  int64_t floats = 0;
-  Shape shape = in;
-  for (const auto& layer : layers_) {
-    floats += layer->activation_floats(shape);
-    shape = layer->output_shape(shape);
-  }
-  return floats;
+  return sum_over_layers<int64_t>(
+      layers_, in, [](const Layer& layer, const Shape& x) { return layer.activation_floats(x); });
 }
 
 void Sequential::collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) {

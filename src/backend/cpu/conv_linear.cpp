@@ -113,8 +113,7 @@ class Conv : public ConvOp {
              shape_str(y.shape()), ", expected ", shape_str(p.y_shape));
     const memory::desc& want = p.fwd_pd.dst_desc();
     if (desc_of(y) == want) return;
-    memory moved = as_layout(ctx_, y, want, residual_scratch_, residual_reorder_);
-    (void)moved;
+    as_layout(ctx_, y, want, residual_scratch_, residual_reorder_);  // reorders into the scratch
     y = residual_scratch_;
   }
 
