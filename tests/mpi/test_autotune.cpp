@@ -1,20 +1,15 @@
 // test_autotune.cpp — the autotune across ranks, with made-up step times (the search takes the
 // times as arguments): every rank switches at the same step to rank 0's choice from the
 // slowest rank's times, weights stay bitwise identical across the switches, a choice adopted
-// from a checkpoint is applied without a search; one rank does not search. np: 1 2 3 4
+// from a checkpoint is applied without a search; one rank does not search.
+// np: 1 2 3 4
 // quick: 2
 #define BOOST_TEST_MODULE autotune
 #include <map>
 
-#include "model_weights.hpp"
+#include "fused_replica.hpp"
 #include "mpi_test.hpp"
-#include "ringtrain/backend/backend.hpp"
-#include "ringtrain/comm/allreduce/allreduce.hpp"
-#include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/autotune.hpp"
-#include "ringtrain/nn/model.hpp"
-#include "ringtrain/nn/optimizer.hpp"
-#include "ringtrain/train/data_parallel.hpp"
 
 RT_MPI_TEST_MAIN
 
@@ -28,30 +23,22 @@ constexpr int kBatch = 4;
 constexpr int kSide = 16;
 constexpr int kClasses = 5;
 
-// A small model trained through DataParallel, as the trainer does (the same binding).
-struct Replica {
-  std::unique_ptr<backend::Backend> be = backend::make_backend("cpu", 1, backend::Precision::kF32);
-  std::unique_ptr<nn::Model> model;
-  std::unique_ptr<nn::Sgd> sgd;
-  std::unique_ptr<comm::allreduce::Allreducer> reducer, stats;
-  std::unique_ptr<train::DataParallel> parallel;
-  backend::Tensor input;
+// fibernet through the trainer's DataParallel (fused_replica.hpp), stepped on data that
+// differs per rank and per step.
+struct Replica : rt_test::FusedReplica {
+  explicit Replica(const comm::Communicator& comm) : FusedReplica(comm, spec()) {}
 
-  explicit Replica(const comm::Communicator& comm) {
-    model = nn::make_model("fibernet", {1, kSide, kSide}, kClasses, *be, 7);
-    sgd = std::make_unique<nn::Sgd>(model->parameters(), nn::SgdOptions{}, *be);
-    reducer = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::automatic,
-                                               comm::allreduce::AllreduceOptions{});
-    stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi,
-                                             comm::allreduce::AllreduceOptions{});
-    comm::fusion::FusionOptions fusion;
-    fusion.fusion_mib = 0.05;
-    fusion.first_bucket_mib = 0.01;
-    fusion.stall_timeout_s = 30;
-    parallel = std::make_unique<train::DataParallel>(comm, *model, *be, *reducer, *stats, fusion);
+  static rt_test::FusedReplicaSpec spec() {
+    rt_test::FusedReplicaSpec spec;
+    spec.model = "fibernet";
+    spec.seed = 7;
+    spec.side = kSide;
+    spec.classes = kClasses;
+    spec.algorithm = comm::allreduce::Algorithm::automatic;
+    spec.stall_timeout_s = 30;
+    return spec;
   }
 
-  // One step on data that differs per rank and per step.
   void step(int step_index, int rank) {
     std::vector<float> images(size_t(kBatch) * kSide * kSide);
     std::vector<int32_t> labels(kBatch);
@@ -61,16 +48,9 @@ struct Replica {
       v = float(int((state >> 33) % 2001) - 1000) / 1000.0f;
     }
     for (int i = 0; i < kBatch; ++i) labels[size_t(i)] = (i + step_index + rank) % kClasses;
-    if (input.empty()) input = be->alloc({kBatch, 1, kSide, kSide});
-    be->upload(images.data(), input);
-    model->forward(input, true);
-    model->loss(labels.data());
-    parallel->backward();
-    parallel->synchronize();
+    reduce(images, labels);
     sgd->step(0.05);
   }
-
-  std::vector<float> weights() const { return rt_test::model_weights(*model, *be); }
 };
 
 AutotuneOptions small_search() {

@@ -1,7 +1,8 @@
 // test_data_parallel.cpp — training on N ranks through the fusion engine: weights stay
 // bitwise identical across ranks after every step (cpu; cuda where a GPU is, shared or not), and N
 // ranks x batch b match 1 rank x batch N*b (no BN; synchronized BN) within a stated float
-// tolerance. np: 1 2 3 4
+// tolerance.
+// np: 1 2 3 4
 // quick: 2
 #define BOOST_TEST_MODULE data_parallel
 #include <cmath>

@@ -9,14 +9,8 @@
 #include <cstring>
 #include <limits>
 
-#include "model_weights.hpp"
+#include "fused_replica.hpp"
 #include "mpi_test.hpp"
-#include "ringtrain/backend/backend.hpp"
-#include "ringtrain/comm/allreduce/allreduce.hpp"
-#include "ringtrain/comm/communicator.hpp"
-#include "ringtrain/nn/model.hpp"
-#include "ringtrain/nn/optimizer.hpp"
-#include "ringtrain/train/data_parallel.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 
 RT_MPI_TEST_MAIN
@@ -50,26 +44,19 @@ void make_batch(int step, int rank, std::vector<float>& images, std::vector<int3
     labels[size_t(i)] = int32_t((rank * kBatch + i + step) % kClasses);
 }
 
-struct Replica {
-  std::unique_ptr<backend::Backend> be = backend::make_backend("cpu", 1);
-  std::unique_ptr<nn::Model> model;
-  std::unique_ptr<nn::Sgd> sgd;
-  std::unique_ptr<comm::allreduce::Allreducer> reducer, stats;
-  std::unique_ptr<train::DataParallel> parallel;
-  backend::Tensor input;
+// cnn_small through the trainer's DataParallel (fused_replica.hpp) over the ring.
+struct Replica : rt_test::FusedReplica {
+  explicit Replica(const comm::Communicator& comm) : FusedReplica(comm, spec()) {}
 
-  explicit Replica(const comm::Communicator& comm) {
-    model = nn::make_model("cnn_small", {1, kSide, kSide}, kClasses, *be, 42);
-    nn::SgdOptions options;
-    options.momentum = 0.9;
-    options.weight_decay = 1e-4;
-    sgd = std::make_unique<nn::Sgd>(model->parameters(), options, *be);
-    reducer = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::ring, {});
-    stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi, {});
-    comm::fusion::FusionOptions fusion;
-    fusion.fusion_mib = 0.05;  // several buckets
-    fusion.first_bucket_mib = 0.01;
-    parallel = std::make_unique<train::DataParallel>(comm, *model, *be, *reducer, *stats, fusion);
+  static rt_test::FusedReplicaSpec spec() {
+    rt_test::FusedReplicaSpec spec;
+    spec.model = "cnn_small";
+    spec.seed = 42;
+    spec.side = kSide;
+    spec.classes = kClasses;
+    spec.sgd.momentum = 0.9;
+    spec.sgd.weight_decay = 1e-4;
+    return spec;
   }
 
   // Forward, backward (loss gradient x grad_scale) and the allreduce of one step.
@@ -77,15 +64,8 @@ struct Replica {
     std::vector<float> images;
     std::vector<int32_t> labels;
     make_batch(step, rank, images, labels);
-    if (input.empty()) input = be->alloc({kBatch, 1, kSide, kSide});
-    be->upload(images.data(), input);
-    model->forward(input, true);
-    model->loss(labels.data(), grad_scale);
-    parallel->backward();
-    parallel->synchronize();
+    reduce(images, labels, grad_scale);
   }
-
-  std::vector<float> weights() const { return rt_test::model_weights(*model, *be); }
 };
 
 struct ScaledRun {
