@@ -23,26 +23,16 @@ batch_per_rank = 32
 dir = $work/out
 DECK
 
-# expect NAME MESSAGE ARGS...: exactly "ringtrain: error: MESSAGE" on stderr, exit 2 on both ranks
-# (each rank's code in $work/NAME.codes: the wrapper exits 0 so mpirun ends no rank early), no
-# epoch trained and no results file. RINGTRAIN_HOST_MEMORY: the node's memory, so the message's
-# largest batch is exact on any machine.
-# NO_DECK=1: without the --deck argument.
+# expect NAME MESSAGE ARGS...: expect_refused (lib/e2e.sh: exactly "ringtrain: error: MESSAGE",
+# exit 2 on both ranks, no epoch trained, no results file) with the deck, or without the --deck
+# argument under NO_DECK=1. RINGTRAIN_HOST_MEMORY: the node's memory, so the message's largest
+# batch is exact on any machine.
+export RINGTRAIN_HOST_MEMORY=8000000000
 expect() {
   local name=$1 message=$2; shift 2
   local deck=(--deck "$work/new.deck")
   [ -z "${NO_DECK:-}" ] || deck=()
-  RINGTRAIN_HOST_MEMORY=8000000000 mpirun -q -np 2 --oversubscribe --bind-to none \
-    -x RINGTRAIN_HOST_MEMORY bash -c \
-    '"$0" "$@"; echo "$OMPI_COMM_WORLD_RANK $?" >>"'"$work/$name.codes"'"' \
-    "$BIN/ringtrain" "${deck[@]}" "$@" >"$work/$name.out" 2>"$work/$name.err" ||
-    fail "$name: mpirun failed"
-  [ "$(sort "$work/$name.codes" | tr '\n' ' ')" = "0 2 1 2 " ] ||
-    fail "$name: rank exit codes '$(tr '\n' ' ' <"$work/$name.codes")', expected 2 on both ($(cat "$work/$name.err"))"
-  [ "$(cat "$work/$name.err")" = "ringtrain: error: $message" ] ||
-    fail "$name: stderr '$(cat "$work/$name.err")', expected 'ringtrain: error: $message'"
-  ! grep -q '^epoch' "$work/$name.out" || fail "$name: trained before failing"
-  [ -z "$(find "$work/out" -name '*.h5' 2>/dev/null)" ] || fail "$name: wrote a results file"
+  expect_refused "$name" "$message" "${deck[@]}" "$@"
   echo "OK $name: $message"
 }
 

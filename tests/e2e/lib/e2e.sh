@@ -47,6 +47,33 @@ tiny_deck() {
   } >"$file"
 }
 
+# run_np2 NAME ARGS...: ringtrain on 2 ranks (the environment reaches them); stderr in
+# $work/NAME.err, stdout in $work/NAME.out, each rank's exit code in $work/NAME.codes (lines
+# "RANK CODE"). The wrapper itself exits 0, so mpirun never tears down a rank before it has
+# written its code.
+run_np2() {
+  local name=$1; shift
+  mpirun -q -np 2 --oversubscribe --allow-run-as-root --bind-to none bash -c \
+    '"$0" "$@"; echo "$OMPI_COMM_WORLD_RANK $?" >>"'"$work/$name.codes"'"' \
+    "$BIN/ringtrain" "$@" >"$work/$name.out" 2>"$work/$name.err" || fail "$name: mpirun failed"
+}
+
+# expect_refused NAME MESSAGE ARGS...: run_np2, then exactly the line "ringtrain: error: MESSAGE"
+# on stderr, exit 2 on both ranks, no epoch trained and no .h5 file under $work/out (nor under
+# the paths in $results_too, where a script sets it).
+expect_refused() {
+  local name=$1 message=$2; shift 2
+  run_np2 "$name" "$@"
+  [ "$(sort "$work/$name.codes" | tr '\n' ' ')" = "0 2 1 2 " ] ||
+    fail "$name: rank exit codes '$(tr '\n' ' ' <"$work/$name.codes")', expected 2 on both ($(cat "$work/$name.err"))"
+  [ "$(cat "$work/$name.err")" = "ringtrain: error: $message" ] ||
+    fail "$name: stderr '$(cat "$work/$name.err")', expected 'ringtrain: error: $message'"
+  ! grep -q '^epoch' "$work/$name.out" || fail "$name: trained before failing"
+  # shellcheck disable=SC2086
+  [ -z "$(find "$work/out" ${results_too:-} -name '*.h5' 2>/dev/null)" ] ||
+    fail "$name: wrote $(find "$work/out" ${results_too:-} -name '*.h5' 2>/dev/null)"
+}
+
 # cluster_up_or_skip PREFIX: two emulated nodes (jobs/local/cluster.sh), or exit 0 with the
 # reason where namespaces are not permitted.
 cluster_up_or_skip() {
