@@ -2,7 +2,7 @@
 # train.sh — ringtrain end to end on 1 and 2 ranks: a short run writes a complete results
 # file (checked through h5py and h5dump; its summary, throughput and accuracies recomputed from
 # its own rows and the shards), and bad input stops every rank with one line, exit code 2 and
-# no results file.
+# no results file (the refusals two at a time).
 set -euo pipefail
 BIN=${BIN:-bin}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -157,28 +157,42 @@ expect_bad() {  # expect_bad NAME MESSAGE ARGS...
   [ "$err" = "ringtrain: error: $message" ] || fail "$name: got '$err'"
   [ ! -e "$work/out/$name.h5" ] || fail "$name: a results file was written"
 }
-expect_bad unknown "command line: unknown key 'train.epochz' (value '3'); did you mean train.epochs? ringtrain --help lists every key" --train.epochz=3
-expect_bad badvalue "command line: bad value 'x' for train.epochs (expected an integer)" --train.epochs=x
-expect_bad model "command line: bad value 'resnet' for model.name (one of: cnn_small, resnet18_cifar, fibernet)" \
-  --model.name=resnet
-expect_bad nodata "data.dir = $work/none: no such directory; set data.dir to a folder of shards (rt-shard or rt-fibergen --output $work/none makes one) (every rank)" \
-  --data.dir="$work/none"
-expect_bad world "$work/tiny.deck: train.global_batch = 33 does not divide over 2 ranks; use a multiple of the world size or train.batch_per_rank" \
-  --train.batch_per_rank=0 --train.global_batch=33
-expect_bad accumulate0 "command line: bad value '0' for train.accumulate_steps (at least 1)" \
-  --train.accumulate_steps=0
-expect_bad accumulate_negative "command line: bad value '-2' for train.accumulate_steps (at least 1)" \
-  --train.accumulate_steps=-2
-expect_bad accumulate_world "$work/tiny.deck: train.global_batch = 36 does not divide into train.accumulate_steps = 4 micro-batches over 2 ranks; use a multiple of 8 or train.batch_per_rank" \
-  --train.batch_per_rank=0 --train.global_batch=36 --train.accumulate_steps=4
-expect_bad precision "command line: bad value 'fp8' for train.precision (one of: fp32, bf16, fp16, tf32)" \
-  --train.precision=fp8
-expect_bad cpu_fp16 "train.precision = fp16: the cpu backend runs fp32 or bf16; fp16 runs on train.backend = cuda (every rank)" \
-  --train.precision=fp16
-expect_bad ref_tf32 "train.precision = tf32: the ref backend runs fp32 or bf16; tf32 runs on train.backend = cuda (every rank)" \
-  --train.precision=tf32 --train.backend=ref
-expect_bad workspace "command line: bad value '0' for train.cudnn_workspace_mib (1 to 1048576 MiB)" \
-  --train.cudnn_workspace_mib=0
-expect_bad straggler "$work/tiny.deck: train.straggler_rank = 2 but the world has ranks 0..1" \
-  --train.straggler_rank=2 --train.straggler_ms=5
+# Each refusal is a start-up and its error: two lanes at once, each lane's lines printed after.
+refusals_a() {
+  expect_bad unknown "command line: unknown key 'train.epochz' (value '3'); did you mean train.epochs? ringtrain --help lists every key" --train.epochz=3
+  expect_bad model "command line: bad value 'resnet' for model.name (one of: cnn_small, resnet18_cifar, fibernet)" \
+    --model.name=resnet
+  expect_bad world "$work/tiny.deck: train.global_batch = 33 does not divide over 2 ranks; use a multiple of the world size or train.batch_per_rank" \
+    --train.batch_per_rank=0 --train.global_batch=33
+  expect_bad accumulate_negative "command line: bad value '-2' for train.accumulate_steps (at least 1)" \
+    --train.accumulate_steps=-2
+  expect_bad precision "command line: bad value 'fp8' for train.precision (one of: fp32, bf16, fp16, tf32)" \
+    --train.precision=fp8
+  expect_bad ref_tf32 "train.precision = tf32: the ref backend runs fp32 or bf16; tf32 runs on train.backend = cuda (every rank)" \
+    --train.precision=tf32 --train.backend=ref
+  expect_bad straggler "$work/tiny.deck: train.straggler_rank = 2 but the world has ranks 0..1" \
+    --train.straggler_rank=2 --train.straggler_ms=5
+}
+refusals_b() {
+  expect_bad badvalue "command line: bad value 'x' for train.epochs (expected an integer)" --train.epochs=x
+  expect_bad nodata "data.dir = $work/none: no such directory; set data.dir to a folder of shards (rt-shard or rt-fibergen --output $work/none makes one) (every rank)" \
+    --data.dir="$work/none"
+  expect_bad accumulate0 "command line: bad value '0' for train.accumulate_steps (at least 1)" \
+    --train.accumulate_steps=0
+  expect_bad accumulate_world "$work/tiny.deck: train.global_batch = 36 does not divide into train.accumulate_steps = 4 micro-batches over 2 ranks; use a multiple of 8 or train.batch_per_rank" \
+    --train.batch_per_rank=0 --train.global_batch=36 --train.accumulate_steps=4
+  expect_bad cpu_fp16 "train.precision = fp16: the cpu backend runs fp32 or bf16; fp16 runs on train.backend = cuda (every rank)" \
+    --train.precision=fp16
+  expect_bad workspace "command line: bad value '0' for train.cudnn_workspace_mib (1 to 1048576 MiB)" \
+    --train.cudnn_workspace_mib=0
+}
+(refusals_a) >"$work/refusals_a.out" 2>&1 &
+lane_a=$!
+(refusals_b) >"$work/refusals_b.out" 2>&1 &
+lane_b=$!
+status=0
+wait "$lane_a" || status=1
+wait "$lane_b" || status=1
+cat "$work/refusals_a.out" "$work/refusals_b.out"
+[ "$status" = 0 ] || fail "a refusal above failed"
 echo "train e2e: ok"
