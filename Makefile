@@ -228,6 +228,16 @@ $(BIN)/tests/mpi_%: $(BUILD)/tests/mpi/%.o $(TOOLS_LIB) $(LIB)
 
 # ---- the bundle: a folder (and tarball) that runs where none of the packages are ------------
 # Its own build (a portable -march, RPATHs relative to the binaries) beside the normal one.
+# It is for GPU machines: a build where nvcc or cudnn.h is missing stops here instead of making a
+# CPU-only bundle without a word (CUDA=0 asks for one).
+ifneq ($(filter bundle,$(MAKECMDGOALS)),)
+  ifeq ($(if $(filter 0,$(CUDA)),,$(if $(and $(filter 1,$(HAVE_CUDA)),$(CUDNN_H)),,1)),1)
+    $(error make bundle: the CUDA backend would not be built (nvcc $(if $(wildcard $(NVCC)),at \
+      $(NVCC),not at $(NVCC)), cudnn.h $(if $(CUDNN_H),at $(CUDNN_H),not under CUDNN_ROOT or \
+      CUDA_HOME=$(CUDA_HOME))): set CUDA_HOME or CUDNN_ROOT, or make bundle CUDA=0 for a bundle \
+      without the GPU backend)
+  endif
+endif
 bundle: deps
 	@$(MAKE) --no-print-directory BUNDLE_BUILD=1 BUILD=$(BUILD)/bundle BIN=$(BUILD)/bundle/bin \
 	  all tests

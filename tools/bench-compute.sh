@@ -7,7 +7,8 @@
 # oneDNN matmul and a wide oneDNN 3x3 convolution, timed in the same round), and the ceiling:
 # the ratio to PyTorch that a model running entirely at that limit would reach, so a ratio
 # target above the ceiling is out of reach on this CPU whatever the code does. Prints a table
-# of medians and ratios and writes the rows to output/bench/compute.jsonl.
+# of medians and ratios and writes the rows to output/bench/compute.jsonl (the table to
+# compute.txt).
 #
 # MODE=inference times inference instead (ringtrain predict's step: forward with BN's running
 # statistics, logits to the host) beside PyTorch's model.eval() under torch.inference_mode(),
@@ -24,8 +25,18 @@
 #   MODE=inference CONFIGS="fibernet:64:2:fp32:1x64x64" tools/bench-compute.sh   (a fifth field:
 #                                            the input CxHxW, default each tool's own)
 #   DEVICE=cuda CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh
-# On cuda the rows whose precision is in COMPILE (default "bf16") also time PyTorch under
-# torch.compile, interleaved the same way (its compilation in the warm-up), as a third column.
+# On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
+# under torch.compile, interleaved the same way (its compilation in the warm-up), as a third
+# column.
+#
+# Every measurement is appended to OUT_DIR/compute-raw.jsonl the moment it is made, and the table
+# (OUT_DIR/compute.txt) and summary rows are rewritten after each config: a run cut off keeps
+# what it measured. A call that fails or runs out of time is a failed row (exit and last line)
+# and the rest goes on. For a time-boxed run (tools/gpu-check.sh): DEADLINE (epoch seconds: no
+# call runs past it, a config that would start with under MIN_CONFIG_S=20 left is skipped, said),
+# CALL_LIMIT_S (each call's own limit), SCHEDULE="warmup windows steps" (instead of the
+# per-model schedule), RT_BACKEND (what rt-bench-compute is told on DEVICE=cuda; the rehearsal's
+# cpu stands in).
 set -euo pipefail
 BIN=${BIN:-bin}
 # The python with torch: Debian's here, the python3 on PATH on machines whose torch came by pip.
@@ -56,7 +67,7 @@ resnet18_cifar:128:1:tf32 resnet18_cifar:128:1:bf16 resnet18_cifar:128:1:fp16" ;
   *) echo "bench-compute: DEVICE=$DEVICE: expected cpu or cuda" >&2; exit 2 ;;
 esac
 CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
-COMPILE=${COMPILE-bf16}
+COMPILE=${COMPILE-fp32 tf32 bf16 fp16}
 [ "$DEVICE" = cuda ] || COMPILE=""
 
 # One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
@@ -72,7 +83,7 @@ rt_device=() torch_device=()
 if [ "$DEVICE" = cuda ]; then
   [ "${torch_probe%% *}" = True ] ||
     { echo "bench-compute: DEVICE=cuda: torch ${torch_probe#* } sees no GPU (torch.cuda.is_available() is False)" >&2; exit 2; }
-  rt_device=(--backend cuda) torch_device=(--device cuda)
+  rt_device=(--backend "${RT_BACKEND:-cuda}") torch_device=(--device cuda)
 fi
 mkdir -p "$OUT_DIR"
 raw="$OUT_DIR/$out_name-raw.jsonl"
@@ -93,10 +104,63 @@ where="$(nproc) cores of $cpu"
 [ "$DEVICE" = cpu ] || where="GPU 0 of $(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null || echo "this machine"), host $cpu"
 echo "bench-compute ($MODE): $ROUNDS rounds per row, ringtrain and PyTorch alternating ($where," \
      "load $(cut -d' ' -f1 /proc/loadavg))"
+
+# The table and summary rows of what is measured so far (after each config, so a run cut off
+# keeps every finished row's figures).
+tabulate() {
+  "$PYTHON" tools/bench_compute_table.py "$raw" "$OUT_DIR/$out_name.jsonl" "$OUT_DIR/$out_name.txt" \
+    "$cpu" "$DEVICE"
+}
+
+# Seconds a call may take: CALL_LIMIT_S, and no later than DEADLINE; empty for no limit.
+call_limit() {
+  local limit=${CALL_LIMIT_S:-}
+  if [ -n "${DEADLINE:-}" ]; then
+    local left=$((DEADLINE - $(date +%s)))
+    [ -n "$limit" ] && [ "$limit" -le "$left" ] || limit=$left
+  fi
+  echo "$limit"
+}
+
+# measure TOOL CMD...: one measurement, its JSON row appended to the raw rows the moment it is
+# made; a call that fails or runs out of time is recorded as a failed row (with its exit and
+# last line) and the benchmark goes on with the next.
+measure() {
+  local tool=$1 limit status row err
+  shift
+  limit=$(call_limit)
+  err=$(mktemp)
+  status=0
+  if [ -n "$limit" ]; then
+    [ "$limit" -ge 1 ] || limit=1
+    row=$(OMP_NUM_THREADS=$threads timeout -k 5 "$limit" "$@" 2>"$err") || status=$?
+  else
+    row=$(OMP_NUM_THREADS=$threads "$@" 2>"$err") || status=$?
+  fi
+  if [ "$status" = 0 ] && [ -n "$row" ]; then
+    echo "$row" >>"$raw"
+  else
+    local why="exit $status"
+    if [ "$status" = 124 ] || [ "$status" = 137 ]; then why="timed out after $limit s"; fi
+    why="$why: $(grep -v "^[[:space:]]*$" "$err" | tail -1 | cut -c1-200 || true)"
+    echo "  $tool failed ($config): $why"
+    "$PYTHON" -c 'import json, sys
+print(json.dumps({"tool": sys.argv[1], "model": sys.argv[2], "batch": int(sys.argv[3]),
+                  "threads": int(sys.argv[4]), "precision": sys.argv[5], "failed": sys.argv[6]}))' \
+      "$tool" "$model" "$batch" "$threads" "$precision" "$why" >>"$raw"
+  fi
+  rm -f "$err"
+  return 0
+}
+
 for config in $CONFIGS; do
   IFS=: read -r model batch threads precision input <<<"$config"
   precision=${precision:-fp32}
-  read -r warmup windows steps <<<"$(schedule "$model" "$batch")"
+  if [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - $(date +%s))) -lt "${MIN_CONFIG_S:-20}" ]; then
+    echo "  skipped $config: out of time (DEADLINE in $((DEADLINE - $(date +%s))) s)"
+    continue
+  fi
+  read -r warmup windows steps <<<"${SCHEDULE:-$(schedule "$model" "$batch")}"
   args=(--model "$model" --batch "$batch" --threads "$threads" --warmup "$warmup"
         --windows "$windows" --steps "$steps" --precision "$precision" "${mode_args[@]}")
   [ -z "$input" ] || args+=(--input "$input")
@@ -115,92 +179,17 @@ for config in $CONFIGS; do
     # Progress only on a terminal: no carriage returns in logs.
     [ -t 2 ] && printf '  %-16s batch %-4s threads %s  round %s/%s\r' "$model" "$batch" \
       "$threads" "$round" "$ROUNDS" >&2
-    OMP_NUM_THREADS=$threads "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" >>"$raw"
-    OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_compute_torch.py "${args[@]}" \
-      "${torch_device[@]}" >>"$raw"
+    measure ringtrain "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}"
+    measure pytorch "$PYTHON" tools/bench_compute_torch.py "${args[@]}" "${torch_device[@]}"
     if [[ " $COMPILE " == *" $precision "* ]]; then
-      OMP_NUM_THREADS=$threads "$PYTHON" tools/bench_compute_torch.py "${args[@]}" \
-        "${torch_device[@]}" --compile >>"$raw"
+      measure pytorch-compile "$PYTHON" tools/bench_compute_torch.py "${args[@]}" \
+        "${torch_device[@]}" --compile
     fi
   done
+  tabulate
 done
 if [ -t 2 ]; then printf '%72s\r' '' >&2; fi
-
-"$PYTHON" - "$raw" "$OUT_DIR/$out_name.jsonl" "$cpu" "$DEVICE" <<'PY'
-import json, statistics, sys
-raw_path, out_path, cpu, device = sys.argv[1:5]
-rows, peaks, gpus = {}, {}, set()
-for line in open(raw_path):
-    r = json.loads(line)
-    if r["tool"] == "peak":
-        peaks.setdefault((r["threads"], r["precision"]), []).append(r["gflops"])
-        continue
-    # One row per model and input: a config's fifth field makes rows of its own.
-    key = (r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])
-    rows.setdefault(key, {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "gflop": None,
-                          "other": [], "isa": "", "torch_mib": None})
-    rows[key][r["tool"]] += r["windows"]
-    rows[key]["other"].append(r["other_cores"])
-    if r.get("gpu"):
-        gpus.add(r["gpu"])
-    if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
-        rows[key]["torch_mib"] = r["gpu_peak_mib"]
-    if r["tool"] == "ringtrain":
-        rows[key]["gflop"] = r["gflop_per_image"]
-        rows[key]["isa"] = r.get("isa", "")
-head = (f"{'model, input':<24} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
-        f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
-        f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
-print(f"GPU: {', '.join(sorted(gpus))} (host CPU: {cpu})" if device == "cuda" else f"CPU: {cpu}")
-print(head)
-print("-" * len(head))
-fp32_rate = {}
-with open(out_path, "w") as out:
-    for (model, shape, batch, threads, prec), v in rows.items():
-        rt, pt = statistics.median(v["ringtrain"]), statistics.median(v["pytorch"])
-        if prec == "fp32":
-            fp32_rate[(model, shape, batch, threads)] = rt
-        own = fp32_rate.get((model, shape, batch, threads))
-        vs_fp32 = rt / own if own and prec != "fp32" else None
-        # No peak on a GPU (it is oneDNN's): those columns stay empty.
-        peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
-        gflops = rt * v["gflop"]
-        ceiling = peak / (pt * v["gflop"]) if peak else None  # the best ratio at the peak
-        other = statistics.mean(v["other"])
-        busy = other > 0.5
-        row = {"device": device, "model": model, "input": shape, "batch": batch, "threads": threads,
-               "precision": prec, "isa": v["isa"], "cpu": cpu, "gpu": ", ".join(sorted(gpus)),
-               "ringtrain_img_s": round(rt, 2), "pytorch_img_s": round(pt, 2),
-               "ratio": round(rt / pt, 3),
-               "vs_own_fp32": round(vs_fp32, 3) if vs_fp32 else None,
-               "gflops": round(gflops, 2), "peak_gflops": round(peak, 2) if peak else None,
-               "fraction_of_peak": round(gflops / peak, 3) if peak else None,
-               "ratio_ceiling": round(ceiling, 3) if peak else None,
-               "windows": len(v["ringtrain"]), "other_cores": round(other, 2), "busy": busy}
-        compiled = statistics.median(v["pytorch-compile"]) if v["pytorch-compile"] else None
-        if device == "cuda":
-            row["pytorch_compile_img_s"] = round(compiled, 2) if compiled else None
-            row["ratio_compile"] = round(rt / compiled, 3) if compiled else None
-            row["pytorch_gpu_peak_mib"] = v["torch_mib"]
-        out.write(json.dumps(row) + "\n")
-        vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
-        at_peak = (f"{peak:>6.0f} {100 * gflops / peak:>4.0f}% {ceiling:>6.2f}x" if peak
-                   else f"{'-':>6} {'-':>5} {'-':>7}")
-        with_compile = (f" | compile {compiled:.1f} img/s, {rt / compiled:.2f}x" if compiled
-                        else "")
-        print(f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | {rt:>15.1f} {pt:>13.1f} "
-              f"{rt / pt:>5.2f}x | {vs} | {gflops:>7.1f} {at_peak} "
-              f"| {other:>10.2f}{' busy' if busy else ''}{with_compile}")
-isas = sorted({v["isa"] for v in rows.values() if v["isa"]})
-if device == "cuda":
-    print(f"medians over every timed window; one GPU, ringtrain's cuda backend against PyTorch "
-          f"on the same GPU (autocast for bf16/fp16, TF32 switches for tf32); 'vs fp32' = "
-          f"ringtrain's precision / ringtrain fp32; no peak on a GPU; rows in {out_path}")
-    sys.exit(0)
-print(f"medians over every timed window; oneDNN ran on {', '.join(isas)}; peak = the faster "
-      f"of a 2048^3 oneDNN matmul and a 64-channel 3x3 oneDNN convolution (32x32, batch 64) in "
-      f"the row's precision and threads, same rounds; ceiling = peak / PyTorch's GFLOP/s, the "
-      f"highest ratio any implementation could reach here; 'vs fp32' = ringtrain bf16 / "
-      f"ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
-      f"rows in {out_path}")
-PY
+[ -s "$raw" ] || { echo "bench-compute: no row was measured" >&2; exit 1; }
+tabulate
+cat "$OUT_DIR/$out_name.txt"
+echo "bench-compute: $(grep -vc '"tool": *"peak"\|"failed"' "$raw") measurements, $(grep -c '"failed"' "$raw") failed; table in $OUT_DIR/$out_name.txt"

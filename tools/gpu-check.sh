@@ -1,118 +1,164 @@
 #!/usr/bin/env bash
-# gpu-check.sh — the first thing to run on a GPU machine, in order, each step time-boxed so one
-# hang cannot eat the rest: what the bundle loads, the GPU unit tests (every op forward and
-# backward against the reference, each precision), compute-sanitizer's four tools on our own
-# kernels and a few small op cases, NCCL on 1 and 2 ranks, 2 ranks on shared GPUs training to
-# bitwise-equal weights, a quickstart whose first losses on cuda match the cpu run (fp32, bf16),
-# fibernet to its accuracy target, and the compute benchmark against PyTorch on the same GPU.
+# gpu-check.sh — the run on a lent GPU, in two commands that fit its minutes. Part 1 exists for
+# the benchmark: the GPU unit tests, then at once ringtrain against PyTorch eager and
+# torch.compile (each measurement written to $OUT the moment it is made), 2 ranks training on
+# the shared GPU, NCCL at 1 rank. Part 2: memcheck, every op against the reference, the first
+# quickstart losses on cuda against cpu, fibernet's accuracy (a NOTE), NCCL at 2 ranks on one
+# GPU, then the other sanitizers while time is left. The report is written first and a line
+# appended as each step ends, so a kill at any second leaves a readable report.
 #
-#   tools/gpu-check.sh --bundle dist/ringtrain.tar.xz   (or an unpacked bundle folder): builds
-#                      nothing, runs the bundle's binaries and mpirun; for machines that have
-#                      none of the build's packages (the lent GPU machine)
-#   tools/gpu-check.sh             builds with make CUDA=1 first (a developer machine)
+#   tools/gpu-check.sh --bundle dist/ringtrain.tar.xz --part 1   then --part 2: the lent machine
+#                      (builds nothing; the bundle's binaries and mpirun; a tarball or a folder)
+#   tools/gpu-check.sh [--part 1|2]     a developer machine: builds with make CUDA=1 first
+#   tools/gpu-check.sh --rehearse [--bundle B] [--part 1|2]   the same sequence without a GPU: the
+#                      cpu backend stands in for cuda, tools/gpu-rehearsal/ for torch,
+#                      compute-sanitizer and nvidia-smi, sizes are small (tests/e2e/gpu_rehearsal.sh)
 #
-# Settings: OUT=output/gpu-check  BUDGET_S=480 (every step ends by then; later steps SKIP)
-#   PYTHON (default: the first of python3 on PATH, /usr/bin/python3 that imports torch)
-#   NP=1 (ranks of the loss runs) STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 (relative, per loss)
-#   BENCH_CONFIGS="resnet18_cifar:256:1:bf16 ..." (bench-compute's model:batch:threads:precision)
-# Writes OUT/report.txt (a line per step: PASS, FAIL, SKIP or NOTE, and why), OUT/logs.tar.gz
-# (every step's log), OUT/compute.jsonl and OUT/bench.txt when the benchmark ran: at most 8
-# files, what a lent machine's run brings back. Exit 1 on any FAIL. Without a GPU it runs the
-# CPU-side checks, prints one line saying so and exits 0.
+# Settings: OUT=output/gpu-check (only the files meant to come back: report.txt, steps.log (each
+#   step's log tail, appended as it ends), compute-raw.jsonl (every benchmark measurement, as
+#   made), compute.jsonl and compute.txt (the benchmark's rows and table so far), logs.tar.gz
+#   (every log, at the end): at most 8 files at any moment; scratch lives under TMPDIR)
+#   BUDGET_S (part 1: 330, part 2: 210, both: 540): every step ends by then, later ones SKIP
+#   LIMITS="step=seconds ..."   a step's time box instead of its default (the table in docs/CUDA.md)
+#   BENCH_CONFIGS (model:batch:threads:precision, in order; the first two are what part 1 is
+#   for) COMPILE="bf16 fp32" (precisions PyTorch also runs compiled)  PYTHON (the one with torch:
+#   the first python3 on PATH or /usr/bin/python3 that imports it), run in the environment as it
+#   was before the bundle's env.sh. STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 (quickstart losses)
+#   GPU_CHECK_HANG=STEP   (the rehearsal's switch) that step's command never ends: its time box
+#                         must cut it and the next step still run
+# Exit 1 on any FAIL. Without a GPU (and without --rehearse) it runs the CPU-side checks, prints
+# one line saying so and exits 0.
 set -uo pipefail
+part=all rehearse=0 bundle=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) bundle=$(realpath -- "${2:?--bundle needs a tarball or a folder}") || exit 2; shift 2 ;;
+    --part) part=${2:-}; shift 2 ;;
+    --rehearse) rehearse=1; shift ;;
+    *) echo "gpu-check: unknown argument $1 (use --bundle PATH, --part 1|2, --rehearse)" >&2; exit 2 ;;
+  esac
+done
+case "$part" in
+  1) budget_default=330 ;;
+  2) budget_default=210 ;;
+  all) budget_default=540 ;;
+  *) echo "gpu-check: --part $part: expected 1 or 2" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-output/gpu-check}
-BUDGET_S=${BUDGET_S:-480}
-NP=${NP:-1}
+BUDGET_S=${BUDGET_S:-$budget_default}
 STEPS=${STEPS:-10}
 # cuDNN and oneDNN sum in different orders, so fp32 losses drift apart by rounding only;
 # the progress line prints 4 decimals. bf16 keeps 8 bits of mantissa: about 2 decimals.
 FP32_TOL=${FP32_TOL:-2e-3}
 BF16_TOL=${BF16_TOL:-3e-2}
-BENCH_CONFIGS=${BENCH_CONFIGS:-"resnet18_cifar:256:1:bf16 resnet18_cifar:256:1:fp32 \
-resnet18_cifar:256:1:tf32 resnet18_cifar:256:1:fp16 cnn_small:256:1:bf16 cnn_small:256:1:fp32"}
-bundle=
-if [ "${1:-}" = --bundle ]; then
-  bundle=${2:?--bundle needs a tarball or a folder}
-  shift 2
-fi
-[ $# = 0 ] || { echo "gpu-check: unknown argument $1 (use --bundle PATH)" >&2; exit 2; }
-
+COMPILE=${COMPILE-bf16 fp32}
 started=$(date +%s)
-mkdir -p "$OUT/logs"
-REPORT=$OUT/report.txt
-: >"$REPORT"
-failures=0
+deadline=$((started + BUDGET_S))
+export GPU_CHECK_PID=$$
 
-report() {  # report STATUS STEP DETAIL
-  printf '%-4s %-24s %s\n' "$1" "$2" "$3" >>"$REPORT"
+# What the rehearsal changes, and nothing else: the backend, the stand-ins, the sizes.
+backend=cuda
+BENCH_CONFIGS=${BENCH_CONFIGS:-"resnet18_cifar:256:1:bf16 resnet18_cifar:256:1:fp32 \
+resnet18_cifar:256:1:tf32 resnet18_cifar:256:1:fp16 resnet18_cifar:64:1:bf16 \
+resnet18_cifar:1024:1:bf16"}
+bench_schedule="" small_images=2000 images=7000 train_steps=20 fibernet_args=()
+if [ "$rehearse" = 1 ]; then
+  backend=cpu
+  export PATH=$PWD/tools/gpu-rehearsal:$PATH GPU_REHEARSAL_OUT=$OUT
+  PYTHON=$PWD/tools/gpu-rehearsal/python
+  BENCH_CONFIGS=${REHEARSAL_CONFIGS:-"cnn_small:8:1:bf16 cnn_small:8:1:fp32"}
+  bench_schedule="1 1 1" small_images=200 images=400 train_steps=4 STEPS=3
+  fibernet_args=(--train.max_steps=4)
+fi
+
+mkdir -p "$OUT"
+rm -f "$OUT"/report.txt "$OUT"/steps.log "$OUT"/compute-raw.jsonl "$OUT"/compute.jsonl \
+  "$OUT"/compute.txt "$OUT"/logs.tar.gz
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/rt-gpu-check.XXXXXX")
+logs=$scratch/logs
+mkdir -p "$logs" "$scratch/tmp"
+trap 'rm -rf "$scratch"' EXIT
+# What the steps leave in TMPDIR (tests' files, the torch compile cache) goes with the scratch.
+export TMPDIR=$scratch/tmp
+REPORT=$OUT/report.txt
+failures=0
+{
+  echo "# gpu-check part $part$([ "$rehearse" = 1 ] && echo ", a rehearsal: cpu stands in for cuda")," \
+    "started $(date -u +%Y-%m-%dT%H:%M:%SZ), BUDGET_S=$BUDGET_S, host $(hostname)"
+  echo "# STATUS STEP SECONDS DETAIL (PASS, FAIL, SKIP or NOTE; each line written as its step ends)"
+} >"$REPORT"
+
+report() {  # report STATUS STEP SECONDS DETAIL
+  printf '%-4s %-16s %6s  %s\n' "$1" "$2" "$3" "$4" | tee -a "$REPORT"
   [ "$1" = FAIL ] && failures=$((failures + 1))
   return 0
 }
 
-# step NAME LIMIT_S CMD...: CMD under timeout (its limit, or what is left of the budget), output
-# in logs/NAME.log; PASS, FAIL (with the exit, 124 = timed out), or SKIP when no time is left.
+now_ms() { date +%s%3N; }
+seconds_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
+
+# The time box of a step: LIMITS' entry for it, else the default given.
+limit_of() {
+  local entry
+  for entry in ${LIMITS:-}; do
+    [ "${entry%%=*}" = "$1" ] && { echo "${entry#*=}"; return; }
+  done
+  echo "$2"
+}
+
+# step NAME LIMIT_S CMD...: CMD under timeout (its box, or what is left of the budget), its log
+# in scratch and the log's tail appended to steps.log; PASS, FAIL (124/137: timed out), or SKIP
+# when the budget is spent. Returns CMD's status.
 step() {
-  local name=$1 limit=$2 left status
+  local name=$1 limit left status began log
+  limit=$(limit_of "$1" "$2")
   shift 2
-  left=$((BUDGET_S - ($(date +%s) - started)))
+  left=$((deadline - $(date +%s)))
   if [ "$left" -lt 5 ]; then
-    report SKIP "$name" "out of time (BUDGET_S=$BUDGET_S)"
+    report SKIP "$name" 0 "out of time (BUDGET_S=$BUDGET_S)"
     return 1
   fi
   [ "$limit" -le "$left" ] || limit=$left
-  timeout -k 5 "$limit" "$@" >"$OUT/logs/$name.log" 2>&1
+  [ "${GPU_CHECK_HANG:-}" = "$name" ] && set -- sleep 100000
+  echo "gpu-check: $name (limit $limit s)"
+  log=$logs/$name.log
+  began=$(now_ms)
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1
   status=$?
+  local secs
+  secs=$(seconds_since "$began")
   if [ "$status" = 0 ]; then
-    report PASS "$name" "$(tail -c 300 "$OUT/logs/$name.log" | sed 's/\x1b\[[0-9;]*m//g' |
+    report PASS "$name" "$secs" "$(tail -c 300 "$log" | sed 's/\x1b\[[0-9;]*m//g' |
       grep -v '^[[:space:]]*$' | tail -1)"
   elif [ "$status" = 124 ] || [ "$status" = 137 ]; then
-    report FAIL "$name" "timed out after ${limit} s (logs/$name.log)"
+    report FAIL "$name" "$secs" "timed out after $limit s (steps.log)"
   else
-    report FAIL "$name" "exit $status (logs/$name.log)"
+    report FAIL "$name" "$secs" "exit $status (steps.log)"
   fi
+  { echo "==== $name: exit $status, $secs s; the last 40 lines of its log"; tail -n 40 "$log"; } \
+    >>"$OUT/steps.log"
   return "$status"
 }
 
 finish() {
   {
-    echo "---- $(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(date +%s) - started)) s of BUDGET_S=$BUDGET_S"
+    echo "# ended $(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(date +%s) - started)) s of BUDGET_S=$BUDGET_S"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
-      sed 's/^/gpu: /'
+      sed 's/^/# gpu: /'
   } >>"$REPORT"
-  tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"
-  cat "$REPORT"
-  [ "$failures" = 0 ] || { echo "gpu-check: $failures step(s) failed; report: $REPORT"; exit 1; }
+  tar -C "$scratch" -czf "$OUT/logs.tar.gz" logs
+  if [ "$failures" != 0 ]; then
+    echo "gpu-check: $failures step(s) failed; report: $REPORT"
+    exit 1
+  fi
   echo "gpu-check: every step passed or said why it skipped; report: $REPORT"
   exit 0
 }
 
 # ---- what runs: the bundle, or a build here -------------------------------------------------
-if [ -n "$bundle" ]; then
-  if [ -f "$bundle" ]; then
-    unpacked=${TMPDIR:-/tmp}/ringtrain-gpu-check
-    rm -rf "$unpacked" && mkdir -p "$unpacked"
-    # Python's tarfile where tar has no xz (it reads .tar.xz with its own lzma).
-    tar -C "$unpacked" -xJf "$bundle" 2>/dev/null ||
-      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-        "$bundle" "$unpacked" || { report FAIL unpack "cannot unpack $bundle"; finish; }
-    bundle=$unpacked/ringtrain
-  fi
-  [ -f "$bundle/env.sh" ] || { report FAIL bundle "no env.sh in $bundle"; finish; }
-  step libraries 20 "$bundle/env.sh" --check
-  # shellcheck disable=SC1091
-  source "$bundle/env.sh"
-  BIN=$bundle/bin
-  MPIRUN=("$BIN/mpirun")
-else
-  BIN=${BIN:-bin}
-  step build 900 make CUDA=1 -j"$(nproc)" all tests || finish
-  MPIRUN=(mpirun)
-fi
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-MPIRUN+=(--oversubscribe --bind-to none)
-export BIN
-# The python with torch (that machine's is python3 on PATH, not /usr/bin/python3).
+# PYTHON first, in this environment: torch, torch.compile and the compiler it starts must not
+# load the bundle's libraries (Debian 12's libstdc++, libssl, libffi... in its lib/).
 if [ -z "${PYTHON:-}" ]; then
   for candidate in python3 /usr/bin/python3; do
     command -v "$candidate" >/dev/null || continue
@@ -120,73 +166,167 @@ if [ -z "${PYTHON:-}" ]; then
     if "$candidate" -c 'import torch' 2>/dev/null; then PYTHON=$(command -v "$candidate"); break; fi
   done
 fi
+declare -A host_env=()
+for name in $(compgen -e); do host_env[$name]=${!name}; done
+
+if [ -n "$bundle" ]; then
+  if [ -f "$bundle" ]; then
+    began=$(now_ms)
+    # Python's tarfile where tar has no xz (it reads .tar.xz with its own lzma).
+    if tar -C "$scratch" -xJf "$bundle" 2>"$logs/unpack.log" ||
+      "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle" "$scratch" 2>>"$logs/unpack.log"; then
+      report PASS unpack "$(seconds_since "$began")" "$bundle into \$TMPDIR"
+    else
+      report FAIL unpack "$(seconds_since "$began")" "cannot unpack $bundle: $(tail -1 "$logs/unpack.log")"
+      finish
+    fi
+    bundle=$scratch/ringtrain
+  fi
+  [ -f "$bundle/env.sh" ] || { report FAIL bundle 0 "no env.sh in $bundle"; finish; }
+  step libraries 20 "$bundle/env.sh" --check
+  # shellcheck disable=SC1091
+  source "$bundle/env.sh"
+  BIN=$bundle/bin
+  MPIRUN=("$BIN/mpirun")
+  DECKS=$bundle/share/ringtrain/inputs
+else
+  BIN=${BIN:-bin}
+  step build 900 make CUDA=1 -j"$(nproc)" all tests || finish
+  MPIRUN=(mpirun)
+  DECKS=inputs
+fi
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+MPIRUN+=(--oversubscribe --bind-to none)
+export BIN
+
+# The python as it would run without env.sh: each variable env.sh set or changed is put back.
+host_python=$scratch/python
+{
+  echo '#!/usr/bin/env bash'
+  echo "# $PYTHON in the environment gpu-check was started in (before the bundle's env.sh)"
+  for name in $(compgen -e); do
+    if [ -z "${host_env[$name]+set}" ]; then
+      printf 'unset %s\n' "$name"
+    elif [ "${host_env[$name]}" != "${!name}" ]; then
+      printf 'export %s=%q\n' "$name" "${host_env[$name]}"
+    fi
+  done
+  printf 'exec %q "$@"\n' "$PYTHON"
+} >"$host_python"
+chmod +x "$host_python"
+PYTHON=$host_python
 export PYTHON
 
-# ---- the probe and the CPU-side checks --------------------------------------------------------
-step cpu-side-unit 120 "$BIN/tests/unit" --run_test=device_selection,cuda_backend,device_wait
-probe=$(grep -m1 '^cuda devices: ' "$OUT/logs/cpu-side-unit.log" | sed 's/^cuda devices: //')
+# ---- the probe; without a GPU only the CPU-side checks ------------------------------------------
+step probe 30 "$BIN/tests/unit" --run_test=device_selection/device_probe_line
+probe=$(sed -n 's/^cuda devices: //p' "$logs/probe.log" | head -1)
 devices=${probe%% *}
 if ! [[ $devices =~ ^[0-9]+$ ]]; then
-  report FAIL gpu-probe "no 'cuda devices:' line from $BIN/tests/unit"
+  report FAIL gpu-probe 0 "no 'cuda devices:' line from $BIN/tests/unit"
   finish
 fi
-if [ "$devices" = 0 ]; then
-  report SKIP gpu-checks "no GPU ${probe#0 }"
+if [ "$devices" = 0 ] && [ "$rehearse" = 0 ]; then
+  step cpu-side-unit 120 "$BIN/tests/unit" --run_test=device_selection,cuda_backend,device_wait
+  report SKIP gpu-checks 0 "no GPU ${probe#0 }"
   [ "$failures" = 0 ] || finish
-  tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"
+  tar -C "$scratch" -czf "$OUT/logs.tar.gz" logs
   echo "gpu-check: no GPU ${probe#0 }: ran the CPU-side checks; the GPU checks need a GPU"
   exit 0
 fi
-report PASS gpu-probe "$probe"
+if [ "$rehearse" = 1 ]; then
+  report NOTE gpu-probe 0 "a rehearsal: $probe; the cpu backend stands in for cuda"
+else
+  report PASS gpu-probe 0 "$probe"
+fi
 
-# ---- the GPU unit tests, and compute-sanitizer on our kernels ----------------------------------
-step gpu-unit 180 "$BIN/tests/unit" \
-  --run_test=backend_ops,nn_gradcheck,cuda_backend,device_selection,mixed_precision,nn_model
-
-sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-# Our kernels (conversion, packing, finite flag, pool) and two small op cases; the caching pool
-# off, as block reuse would hide a use-after-free from memcheck.
-SANITIZED=cuda_backend:mixed_precision/uploads_in_flight_land_whole,cuda_loss_read_later
-for tool in memcheck racecheck initcheck synccheck; do
-  if [ ! -x "$sanitizer" ]; then
-    report SKIP "sanitizer-$tool" "no compute-sanitizer on PATH or under CUDA_HOME"
-    continue
-  fi
-  step "sanitizer-$tool" 60 env RINGTRAIN_CUDA_POOL=off "$sanitizer" --tool "$tool" \
-    --error-exitcode 1 --print-limit 20 "$BIN/tests/unit" --run_test=$SANITIZED
-  # A finding inside NVIDIA's libraries (cuDNN's trial kernels, cuBLAS) is named as such.
-  log=$OUT/logs/sanitizer-$tool.log
-  ours=$(grep -c -E '^========= .*(ringtrain|kernels::)' "$log" 2>/dev/null)
-  theirs=$(grep -c -E '^=========     at .*(cudnn|cublas|sm[0-9]+_xmma|nccl)' "$log" 2>/dev/null)
-  [ "${theirs:-0}" = 0 ] || report NOTE "sanitizer-$tool" \
-    "$theirs finding line(s) inside NVIDIA's libraries, $ours naming our code (logs/sanitizer-$tool.log)"
-done
-
-# ---- NCCL, and ranks that share a GPU ----------------------------------------------------------
-step nccl-np1 90 "${MPIRUN[@]}" -np 1 "$BIN/tests/mpi_test_nccl"
-# With one GPU this runs the "two ranks on one GPU" case (our error, not NCCL's); with two, all.
-step nccl-np2 90 "${MPIRUN[@]}" -np 2 "$BIN/tests/mpi_test_nccl"
-step shared-gpu-np2 120 "${MPIRUN[@]}" -np 2 "$BIN/tests/mpi_test_data_parallel" \
-  --run_test=cuda_weights_identical_across_ranks_on_shared_or_own_gpus
-
-# ---- the quickstart on cuda against cpu --------------------------------------------------------
-data=$OUT/data
-step fiber-data 120 "$BIN/rt-fibergen" --output "$data" --count 7000 --seed 1 --size 64 --shards 2
-DECKS=inputs
-[ -n "$bundle" ] && DECKS=$bundle/share/ringtrain/inputs
-
-# quickstart NAME BACKEND PRECISION: the first $STEPS steps, a loss line each.
-quickstart() {
-  "${MPIRUN[@]}" -np "$NP" "$BIN/ringtrain" --deck "$DECKS/quickstart.deck" --data.dir="$data" \
-    --train.backend="$2" --train.precision="$3" --train.max_steps="$STEPS" \
-    --train.log_interval=1 --output.dir="$OUT/runs" --output.name="$1" --output.timeline=false
+# ---- the steps --------------------------------------------------------------------------------
+# fiber_data DIR COUNT: generated end faces (the quickstart's images).
+fiber_data() {
+  step "data-$2" 60 "$BIN/rt-fibergen" --output "$1" --count "$2" --seed 1 --size 64 --shards 2
 }
 
-losses() { sed -n 's/^epoch .* step *\([0-9]*\)\/.*| loss \([0-9.naif]*\) .*/\2/p' "$1"; }
+# train NAME LIMIT NP BACKEND PRECISION DECK [ARGS...]: a step training on the generated data.
+train() {
+  local name=$1 limit=$2 np=$3 be=$4 precision=$5 deck=$6
+  shift 6
+  step "$name" "$limit" "${MPIRUN[@]}" -np "$np" "$BIN/ringtrain" --deck "$DECKS/$deck" \
+    --data.dir="$data" --train.backend="$be" --train.precision="$precision" \
+    --output.dir="$scratch/runs" --output.name="$name" --output.timeline=false "$@"
+}
 
-# compare_losses STEP CPU_LOG CUDA_LOG TOL
+gpu_unit() {
+  step gpu-unit 90 "$BIN/tests/unit" --run_test=cuda_backend,device_selection,device_wait,mixed_precision
+}
+
+# One round of the compute benchmark against PyTorch on the same GPU, every measurement in $OUT
+# as it is made (a benchmark, not a test: PASS with the ratios; FAIL only when ringtrain's own
+# measurements failed).
+bench() {
+  local torch_probe limit
+  torch_probe=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' \
+    2>/dev/null) || torch_probe="no torch"
+  if [ "${torch_probe%% *}" != True ]; then
+    report SKIP bench 0 "$PYTHON: ${torch_probe/False/torch} sees no GPU"
+    return
+  fi
+  # What is left but a reserve for the steps after it: the benchmark is what part 1 is for.
+  limit=$(limit_of bench 210)
+  [ "$limit" -le $((deadline - $(date +%s) - 60)) ] || limit=$((deadline - $(date +%s) - 60))
+  [ "$limit" -ge 30 ] || limit=30
+  step bench "$limit" env DEVICE=cuda RT_BACKEND="$backend" \
+    ROUNDS=1 OUT_DIR="$OUT" CONFIGS="$BENCH_CONFIGS" COMPILE="$COMPILE" PYTHON="$PYTHON" \
+    DEADLINE=$(($(date +%s) + limit - 5)) CALL_LIMIT_S="${CALL_LIMIT_S:-120}" \
+    SCHEDULE="$bench_schedule" tools/bench-compute.sh
+  [ -s "$OUT/compute.jsonl" ] || return
+  "$PYTHON" - "$OUT/compute.jsonl" <<'PY' | while IFS=$'\t' read -r status detail; do report "$status" bench-rows 0 "$detail"; done
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+def cell(v, unit=""):
+    return "-" if v is None else f"{v:g}{unit}"
+for r in rows:
+    failed = r.get("failed", {})
+    status = "FAIL" if "ringtrain" in failed else "NOTE"
+    detail = (f"{r['model']} b{r['batch']} {r['precision']}: ringtrain {cell(r['ringtrain_img_s'])} "
+              f"img/s, eager {cell(r['ratio'], 'x')}, compile {cell(r.get('ratio_compile'), 'x')}, "
+              f"GPU MiB {cell(r.get('ringtrain_gpu_peak_mib'))} vs {cell(r.get('pytorch_gpu_peak_mib'))}")
+    detail += "".join(f"; {tool} failed: {why}" for tool, why in sorted(failed.items()))
+    print(f"{status}\t{detail}")
+PY
+}
+
+# 2 ranks on the one GPU: the trainer with the host-side allreduce, then the harness case that
+# compares every rank's weights bitwise after each step.
+two_ranks_on_one_gpu() {
+  fiber_data "$data" "$small_images"
+  train train-np2 60 2 "$backend" fp32 quickstart.deck --train.share_gpus=true \
+    --comm.algorithm=auto --train.max_steps="$train_steps" --train.log_interval=1
+  step weights-np2 60 "${MPIRUN[@]}" -np 2 "$BIN/tests/mpi_test_data_parallel" \
+    --run_test=cuda_weights_identical_across_ranks_on_shared_or_own_gpus
+}
+
+sanitizer() {  # sanitizer TOOL LIMIT: our kernels and two small op cases, the caching pool off
+  local tool=$1 found ours theirs
+  found=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+  if [ ! -x "$found" ]; then
+    report SKIP "sanitizer-$tool" 0 "no compute-sanitizer on PATH or under CUDA_HOME"
+    return
+  fi
+  step "sanitizer-$tool" "$2" env RINGTRAIN_CUDA_POOL=off "$found" --tool "$tool" \
+    --error-exitcode 1 --print-limit 20 "$BIN/tests/unit" \
+    --run_test=cuda_backend:mixed_precision/uploads_in_flight_land_whole,cuda_loss_read_later
+  # A finding inside NVIDIA's libraries (cuDNN's trial kernels, cuBLAS) is named as such.
+  ours=$(grep -c -E '^========= .*(ringtrain|kernels::)' "$logs/sanitizer-$tool.log")
+  theirs=$(grep -c -E '^=========     at .*(cudnn|cublas|sm[0-9]+_xmma|nccl)' "$logs/sanitizer-$tool.log")
+  [ "${theirs:-0}" = 0 ] || report NOTE "sanitizer-$tool" 0 \
+    "$theirs finding line(s) inside NVIDIA's libraries, $ours naming our code"
+}
+
+losses() { sed -n 's/^epoch .* step *\([0-9]*\)\/.*| loss \([0-9.naif]*\) .*/\2/p' "$logs/$1.log"; }
+
+# compare_losses NAME CPU_STEP CUDA_STEP TOL: the first $STEPS losses of the two runs.
 compare_losses() {
-  local got
+  local got status
   got=$("$PYTHON" - "$STEPS" "$4" <(losses "$2") <(losses "$3") <<'PY'
 import math, sys
 steps, tol = int(sys.argv[1]), float(sys.argv[2])
@@ -201,39 +341,45 @@ print(f"first {steps} losses within {worst:.2e} relative (tolerance {tol:g}); "
 sys.exit(0 if worst <= tol else 1)
 PY
   )
-  if [ $? = 0 ]; then report PASS "$1" "$got"; else report FAIL "$1" "$got"; fi
+  status=$?
+  if [ "$status" = 0 ]; then report PASS "$1" 0 "$got"; else report FAIL "$1" 0 "$got"; fi
 }
 
-if step loss-cpu 120 quickstart loss-cpu cpu fp32; then
-  step loss-cuda-fp32 90 quickstart loss-cuda-fp32 cuda fp32 &&
-    compare_losses losses-fp32 "$OUT/logs/loss-cpu.log" "$OUT/logs/loss-cuda-fp32.log" "$FP32_TOL"
-  step loss-cuda-bf16 90 quickstart loss-cuda-bf16 cuda bf16 &&
-    compare_losses losses-bf16 "$OUT/logs/loss-cpu.log" "$OUT/logs/loss-cuda-bf16.log" "$BF16_TOL"
-fi
+quickstart_losses() {
+  local quick=(--train.max_steps="$STEPS" --train.log_interval=1)
+  train loss-cpu 60 1 cpu fp32 quickstart.deck "${quick[@]}" || return
+  train loss-cuda-fp32 45 1 "$backend" fp32 quickstart.deck "${quick[@]}" &&
+    compare_losses losses-fp32 loss-cpu loss-cuda-fp32 "$FP32_TOL"
+  train loss-cuda-bf16 45 1 "$backend" bf16 quickstart.deck "${quick[@]}" &&
+    compare_losses losses-bf16 loss-cpu loss-cuda-bf16 "$BF16_TOL"
+}
 
-# ---- fibernet to its target (>= 95% primary-class accuracy) on generated data ----------------
-if step fibernet-cuda 150 "${MPIRUN[@]}" -np 1 "$BIN/ringtrain" --deck "$DECKS/fiber_defects.deck" \
-  --data.dir="$data" --train.backend=cuda --train.precision=bf16 --output.dir="$OUT/runs" \
-  --output.name=fibernet --output.timeline=false; then
-  acc=$(grep -o 'test acc [0-9.]*' "$OUT/logs/fibernet-cuda.log" | tail -1 | awk '{print $3}')
-  if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.95 || (a > 1 && a >= 95)) }'; then
-    report PASS fibernet-target "test accuracy $acc (target 95%)"
-  else
-    report FAIL fibernet-target "test accuracy '${acc:-none}' below the 95% target"
-  fi
-fi
+# fibernet's accuracy on the generated images: a NOTE, not a target (the deck's 95% was reached
+# on 24,000 images at 2 ranks; these are 7,000 at 1).
+fibernet_note() {
+  local acc
+  train fibernet 90 1 "$backend" bf16 fiber_defects.deck "${fibernet_args[@]}" || return
+  acc=$(grep -o 'test acc [0-9.]*' "$logs/fibernet.log" | tail -1 | awk '{print $3}')
+  report NOTE fibernet-accuracy 0 "test accuracy ${acc:-none} on $images generated images at 1 \
+rank (the deck's 95% was reached on 24,000 at 2 ranks; not a target here)"
+}
 
-# ---- one GPU against PyTorch on the same GPU (a benchmark: ratios, no threshold) -----------------
-torch_gpu=$("$PYTHON" -c 'import torch
-print("yes" if torch.cuda.is_available() else
-      f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() is False)")' 2>/dev/null) ||
-  torch_gpu="$PYTHON cannot import torch"
-if [ "$torch_gpu" != yes ]; then
-  report SKIP bench-gpu "$torch_gpu"
-elif step bench-gpu 200 env DEVICE=cuda ROUNDS=1 OUT_DIR="$OUT/bench" CONFIGS="$BENCH_CONFIGS" \
-  tools/bench-compute.sh; then
-  cp "$OUT/bench/compute.jsonl" "$OUT/compute.jsonl"
-  grep -v '^bench-compute:' "$OUT/logs/bench-gpu.log" >"$OUT/bench.txt"
+data=$scratch/data
+if [ "$part" != 2 ]; then
+  gpu_unit
+  bench
+  two_ranks_on_one_gpu
+  step nccl-np1 45 "${MPIRUN[@]}" -np 1 "$BIN/tests/mpi_test_nccl"
 fi
-rm -rf "$OUT/bench" "$data" "$OUT/runs"
+if [ "$part" != 1 ]; then
+  sanitizer memcheck 45
+  step ops-vs-ref 90 "$BIN/tests/unit" --run_test=backend_ops,nn_gradcheck,nn_model
+  rm -rf "$data"
+  fiber_data "$data" "$images"
+  quickstart_losses
+  fibernet_note
+  # With one GPU: our one-line error for two ranks on it (NCCL's own cases skip, said).
+  step nccl-np2 45 "${MPIRUN[@]}" -np 2 "$BIN/tests/mpi_test_nccl"
+  for tool in racecheck initcheck synccheck; do sanitizer "$tool" 40; done
+fi
 finish

@@ -88,11 +88,18 @@ expected="ringtrain --model resnet18_cifar --batch 128 --threads 1 --warmup 5 --
 pytorch --model resnet18_cifar --batch 128 --threads 1 --warmup 5 --windows 5 --steps 20 --precision fp32 --device cuda"
 got=$(head -2 "$work/args")
 [ "$got" = "$expected" ] || fail "arguments: $got"
-# torch.compile beside eager on the bf16 rows only (COMPILE's default), interleaved too.
-[ "$(cut -d' ' -f1 "$work/args" | tr '\n' ' ')" = "ringtrain pytorch ringtrain pytorch ringtrain pytorch pytorch-compile ringtrain pytorch pytorch-compile " ] ||
+# torch.compile beside eager in every precision (COMPILE's default), interleaved too.
+[ "$(cut -d' ' -f1 "$work/args" | tr '\n' ' ')" = "ringtrain pytorch pytorch-compile ringtrain pytorch pytorch-compile ringtrain pytorch pytorch-compile ringtrain pytorch pytorch-compile " ] ||
   fail "not interleaved: $(cat "$work/args")"
-grep -q -- '^pytorch-compile .*--precision bf16 --device cuda --compile$' "$work/args" ||
+grep -q -- '^pytorch-compile .*--precision bf16 --device cuda --compile$' "$work/args" &&
+  grep -q -- '^pytorch-compile .*--precision fp32 --device cuda --compile$' "$work/args" ||
   fail "compile arguments: $(cat "$work/args")"
+# COMPILE names the precisions compiled: fp32 left out, its rows have no compile column.
+ARGS_LOG="$work/args-bf16" DEVICE=cuda ROUNDS=1 BIN="$work/bin" PYTHON="$work/python" COMPILE=bf16 \
+  OUT_DIR="$work/bench-bf16" CONFIGS="resnet18_cifar:128:1:fp32 resnet18_cifar:128:1:bf16" \
+  tools/bench-compute.sh >"$work/table-bf16.txt" 2>&1 || fail "bench-compute.sh COMPILE=bf16"
+[ "$(cut -d' ' -f1 "$work/args-bf16" | tr '\n' ' ')" = "ringtrain pytorch ringtrain pytorch pytorch-compile " ] ||
+  fail "COMPILE=bf16: $(cat "$work/args-bf16")"
 grep -q -- '--peak' "$work/args" && fail "a peak run on cuda"
 grep -q '^GPU: Fake GPU (host CPU: ' "$work/table.txt" || fail "no GPU line: $(cat "$work/table.txt")"
 grep -qE '^resnet18_cifar +128 +1 bf16 \| +150\.0 +100\.0 +1\.50x \| +1\.00x \| +75\.0 +- +- +- \|.* \| compile 120\.0 img/s, 1\.25x$' "$work/table.txt" ||
@@ -104,7 +111,7 @@ assert [r["precision"] for r in rows] == ["fp32", "bf16"], rows
 for r in rows:
     assert r["device"] == "cuda" and r["gpu"] == "Fake GPU" and r["ratio"] == 1.5, r
     assert r["peak_gflops"] is None and r["windows"] == 4, r
-assert rows[0]["pytorch_compile_img_s"] is None and rows[0]["ratio_compile"] is None, rows[0]
-assert rows[1]["pytorch_compile_img_s"] == 120 and rows[1]["ratio_compile"] == 1.25, rows[1]
+for r in rows:
+    assert r["pytorch_compile_img_s"] == 120 and r["ratio_compile"] == 1.25, r
 PY
 echo "bench_compute_gpu: ok"

@@ -89,7 +89,10 @@ rt_setup() {
   export PATH=$bundle/bin${PATH:+:$PATH}
   export LD_LIBRARY_PATH=$bundle/lib${dirs:+:$dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export OPAL_PREFIX=$bundle                                # OpenMPI: plugins, help files
-  export PMIX_PREFIX=$bundle/lib/x86_64-linux-gnu/pmix2     # PMIx, which OpenMPI loads
+  # PMIx, which OpenMPI loads: the bundled Debian 12 PMIx 4.2 reads PMIX_PREFIX (its libpmix
+  # holds that name beside PMIX_EXEC_PREFIX and the rest), later PMIx PMIX_INSTALL_PREFIX.
+  export PMIX_PREFIX=$bundle/lib/x86_64-linux-gnu/pmix2
+  export PMIX_INSTALL_PREFIX=$PMIX_PREFIX
   export OMPI_MCA_mca_base_param_files=$bundle/etc/openmpi-mca-params.conf
   # OpenMPI starts even one process without mpirun through its ssh launcher, which fails where
   # there is no ssh or rsh (a bare GPU machine); its "isolated" launcher runs on this node only.

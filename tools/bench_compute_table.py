@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""bench_compute_table.py — the compute benchmark's table and summary rows from its raw rows.
+
+    bench_compute_table.py RAW OUT_JSONL OUT_TXT CPU DEVICE
+
+RAW holds one JSON line per measurement (ringtrain, pytorch, pytorch-compile, peak), appended by
+tools/bench-compute.sh the moment each is made; a measurement that failed is a line with a
+"failed" field. This writes the medians, ratios and peak columns to OUT_JSONL (a row per model,
+input, batch, threads and precision) and the table to OUT_TXT, each through a temporary file and
+a rename, so a run cut off at any moment leaves the table of every row measured so far.
+"""
+import json
+import os
+import statistics
+import sys
+
+
+def write_atomically(path, text):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def new_row():
+    return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "gflop": None, "other": [],
+            "isa": "", "torch_mib": None, "failed": {}}
+
+
+def attach_failures(rows, failures):
+    """A failed call knows its model, batch, threads and precision but not the input shape the
+    tool would have chosen: it joins the rows of that config, or makes one of its own."""
+    for r in failures:
+        config = (r["model"], r["batch"], r["threads"], r["precision"])
+        keys = [k for k in rows if (k[0], k[2], k[3], k[4]) == config]
+        if not keys:
+            keys = [(r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])]
+            rows[keys[0]] = new_row()
+        for k in keys:
+            rows[k]["failed"][r["tool"]] = r["failed"]
+
+
+def read_rows(raw_path):
+    rows, peaks, gpus, failures = {}, {}, set(), []
+    for line in open(raw_path):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if r["tool"] == "peak":
+            peaks.setdefault((r["threads"], r["precision"]), []).append(r["gflops"])
+            continue
+        if "failed" in r:
+            failures.append(r)
+            continue
+        # One row per model and input: a config's fifth field makes rows of its own.
+        key = (r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])
+        row = rows.setdefault(key, new_row())
+        row[r["tool"]] += r["windows"]
+        row["other"].append(r["other_cores"])
+        if r.get("gpu"):
+            gpus.add(r["gpu"])
+        if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
+            row["torch_mib"] = r["gpu_peak_mib"]
+        if r["tool"] == "ringtrain":
+            row["gflop"] = r["gflop_per_image"]
+            row["isa"] = r.get("isa", "")
+            if r.get("gpu_peak_mib") is not None:
+                row["rt_mib"] = r["gpu_peak_mib"]
+    attach_failures(rows, failures)
+    return rows, peaks, gpus
+
+
+def median_or_none(values):
+    return statistics.median(values) if values else None
+
+
+def rate_cell(rate, failed):
+    if rate is not None:
+        return f"{rate:.1f}"
+    return "failed" if failed else "-"
+
+
+def summarize(rows, peaks, gpus, cpu, device):
+    """Yields (summary row, table line) for each measured row."""
+    fp32_rate = {}
+    for (model, shape, batch, threads, prec), v in rows.items():
+        rt, pt = median_or_none(v["ringtrain"]), median_or_none(v["pytorch"])
+        compiled = median_or_none(v["pytorch-compile"])
+        if prec == "fp32" and rt:
+            fp32_rate[(model, shape, batch, threads)] = rt
+        own = fp32_rate.get((model, shape, batch, threads))
+        vs_fp32 = rt / own if rt and own and prec != "fp32" else None
+        # No peak on a GPU (it is oneDNN's): those columns stay empty.
+        peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
+        gflops = rt * v["gflop"] if rt and v["gflop"] else None
+        ceiling = peak / (pt * v["gflop"]) if peak and pt and v["gflop"] else None
+        other = statistics.mean(v["other"]) if v["other"] else 0.0
+        busy = other > 0.5
+        ratio = rt / pt if rt and pt else None
+        row = {"device": device, "model": model, "input": shape, "batch": batch,
+               "threads": threads, "precision": prec, "isa": v["isa"], "cpu": cpu,
+               "gpu": ", ".join(sorted(gpus)),
+               "ringtrain_img_s": round(rt, 2) if rt else None,
+               "pytorch_img_s": round(pt, 2) if pt else None,
+               "ratio": round(ratio, 3) if ratio else None,
+               "vs_own_fp32": round(vs_fp32, 3) if vs_fp32 else None,
+               "gflops": round(gflops, 2) if gflops else None,
+               "peak_gflops": round(peak, 2) if peak else None,
+               "fraction_of_peak": round(gflops / peak, 3) if peak and gflops else None,
+               "ratio_ceiling": round(ceiling, 3) if ceiling else None,
+               "windows": len(v["ringtrain"]), "other_cores": round(other, 2), "busy": busy}
+        if v["failed"]:
+            row["failed"] = v["failed"]
+        if device == "cuda":
+            row["pytorch_compile_img_s"] = round(compiled, 2) if compiled else None
+            row["ratio_compile"] = round(rt / compiled, 3) if compiled and rt else None
+            row["pytorch_gpu_peak_mib"] = v["torch_mib"]
+            row["ringtrain_gpu_peak_mib"] = v.get("rt_mib")
+        failed = v["failed"]
+        vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
+        ratio_cell = f"{ratio:>5.2f}x" if ratio else f"{'-':>6}"
+        gflops_cell = f"{gflops:>7.1f}" if gflops else f"{'-':>7}"
+        at_peak = (f"{peak:>6.0f} {100 * gflops / peak:>4.0f}% {ceiling:>6.2f}x"
+                   if peak and gflops and ceiling else f"{'-':>6} {'-':>5} {'-':>7}")
+        with_compile = ""
+        if compiled:
+            with_compile = f" | compile {compiled:.1f} img/s"
+            with_compile += f", {rt / compiled:.2f}x" if rt else ""
+        elif "pytorch-compile" in failed:
+            with_compile = " | compile failed"
+        why = "".join(f" | {tool} failed: {text}" for tool, text in sorted(failed.items()))
+        line = (f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | "
+                f"{rate_cell(rt, 'ringtrain' in failed):>15} "
+                f"{rate_cell(pt, 'pytorch' in failed):>13} {ratio_cell} | {vs} | "
+                f"{gflops_cell} {at_peak} | {other:>10.2f}{' busy' if busy else ''}"
+                f"{with_compile}{why}")
+        yield row, line
+
+
+def main():
+    raw_path, out_path, txt_path, cpu, device = sys.argv[1:6]
+    rows, peaks, gpus = read_rows(raw_path)
+    head = (f"{'model, input':<24} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
+            f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
+            f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
+    lines = [f"GPU: {', '.join(sorted(gpus))} (host CPU: {cpu})" if device == "cuda"
+             else f"CPU: {cpu}", head, "-" * len(head)]
+    summary = []
+    for row, line in summarize(rows, peaks, gpus, cpu, device):
+        summary.append(json.dumps(row) + "\n")
+        lines.append(line)
+    isas = sorted({v["isa"] for v in rows.values() if v["isa"]})
+    if device == "cuda":
+        lines.append(
+            f"medians over every timed window; one GPU, ringtrain's cuda backend against PyTorch "
+            f"on the same GPU (autocast for bf16/fp16, TF32 switches for tf32); 'vs fp32' = "
+            f"ringtrain's precision / ringtrain fp32; no peak on a GPU; rows in {out_path}")
+    else:
+        lines.append(
+            f"medians over every timed window; oneDNN ran on {', '.join(isas)}; peak = the faster "
+            f"of a 2048^3 oneDNN matmul and a 64-channel 3x3 oneDNN convolution (32x32, batch 64) "
+            f"in the row's precision and threads, same rounds; ceiling = peak / PyTorch's GFLOP/s, "
+            f"the highest ratio any implementation could reach here; 'vs fp32' = ringtrain bf16 / "
+            f"ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
+            f"rows in {out_path}")
+    write_atomically(out_path, "".join(summary))
+    write_atomically(txt_path, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
