@@ -128,12 +128,16 @@ def summarize(rows, peaks, gpus, cpu, device):
             with_compile += f", {rt / compiled:.2f}x" if rt else ""
         elif "pytorch-compile" in failed:
             with_compile = " | compile failed"
+        memory = ""
+        if device == "cuda" and (v.get("rt_mib") or v["torch_mib"]):
+            memory = (f" | GPU MiB ringtrain {v.get('rt_mib') or '-'}, "
+                      f"pytorch {v['torch_mib'] or '-'}")
         why = "".join(f" | {tool} failed: {text}" for tool, text in sorted(failed.items()))
         line = (f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | "
                 f"{rate_cell(rt, 'ringtrain' in failed):>15} "
                 f"{rate_cell(pt, 'pytorch' in failed):>13} {ratio_cell} | {vs} | "
                 f"{gflops_cell} {at_peak} | {other:>10.2f}{' busy' if busy else ''}"
-                f"{with_compile}{why}")
+                f"{with_compile}{memory}{why}")
         yield row, line
 
 

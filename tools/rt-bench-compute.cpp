@@ -172,16 +172,21 @@ int run(int argc, char** argv) {
       inference ? model->forward_flops_per_image() : model->train_flops_per_image();
   std::ostringstream windows_json;
   for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
+  // Device memory beside PyTorch's max_memory_allocated (null where tensors live on the host).
+  const size_t device_peak = be->device_memory_peak_bytes();
+  char gpu_peak_mib[32] = "null";
+  if (device_peak > 0)
+    std::snprintf(gpu_peak_mib, sizeof gpu_peak_mib, "%.1f", double(device_peak) / (1 << 20));
   std::printf(
       "{\"tool\":\"ringtrain\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
       "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
-      "\"gflops\":%.2f,\"other_cores\":%.3f}\n",
+      "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s}\n",
       inference ? "inference" : "train", be->name().c_str(), model_name.c_str(), in.channels,
       in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
-      flops / 1e9, img_s * flops / 1e9, other_cores);
+      flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib);
   return 0;
 }
 

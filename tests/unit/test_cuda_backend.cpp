@@ -247,6 +247,23 @@ BOOST_AUTO_TEST_CASE(pool_serves_a_request_from_the_smallest_larger_block) {
   BOOST_TEST(f.pool->bytes_cached() == 320 * kMiB);
 }
 
+// The benchmark's GPU memory column: the most in use at once, not what is in use at the end
+// nor what the cache holds.
+BOOST_AUTO_TEST_CASE(pool_peak_is_the_most_in_use_at_once) {
+  FakePool f;
+  BOOST_TEST(f.pool->peak_bytes_in_use() == 0u);
+  {
+    auto a = f.pool->allocate(3 * kMiB), b = f.pool->allocate(5 * kMiB);  // 4 + 6 MiB classes
+    BOOST_TEST(f.pool->peak_bytes_in_use() == 10 * kMiB);
+  }
+  auto c = f.pool->allocate(900);  // 1 KiB, once the 10 MiB are given back
+  BOOST_TEST(f.pool->bytes_in_use() == 1024u);
+  BOOST_TEST(f.pool->bytes_cached() == 10 * kMiB);
+  BOOST_TEST(f.pool->peak_bytes_in_use() == 10 * kMiB);
+  auto d = f.pool->allocate(12 * kMiB), e = f.pool->allocate(12 * kMiB);
+  BOOST_TEST(f.pool->peak_bytes_in_use() == 1024u + 2 * 12 * kMiB);
+}
+
 BOOST_AUTO_TEST_CASE(pool_out_of_memory_frees_its_cache_and_retries) {
   FakePool f;
   f.state->capacity = 200 * kMiB;

@@ -186,6 +186,9 @@ class Backend {
   // ("oneDNN 2.6.3"; the GPU, driver, cuDNN, cuBLAS and NCCL on cuda), for the start line and
   // the results file; "" where there are none (ref).
   virtual std::string libraries() const { return ""; }
+  // The most device memory in use at once so far (cuda: the memory pool's high-water mark,
+  // cuDNN's workspace included); 0 where tensors live in host memory.
+  virtual size_t device_memory_peak_bytes() const { return 0; }
 
   // Whether make_conv takes ConvSpec::accumulate (a residual addition fused into the
   // convolution); where it does not, the caller adds with make_add.

@@ -84,6 +84,7 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda"; }
   std::string libraries() const override { return library_versions(ctx_.device()); }
+  size_t device_memory_peak_bytes() const override { return ctx_.pool().peak_bytes_in_use(); }
   int threads() const override { return 1; }
   Precision precision() const override { return ctx_.precision(); }
 

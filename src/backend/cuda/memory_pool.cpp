@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -117,6 +118,7 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ += size;
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
   }
   std::shared_ptr<DevicePool> self = shared_from_this();
   return std::shared_ptr<void>(block, [self, size](void* p) { self->give_back(p, size); });
@@ -148,6 +150,10 @@ void DevicePool::release_cached() {
 size_t DevicePool::bytes_in_use() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return in_use_;
+}
+size_t DevicePool::peak_bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_in_use_;
 }
 size_t DevicePool::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -50,6 +50,9 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   void release_cached();
 
   size_t bytes_in_use() const;
+  // The most bytes in use at once since the pool was made (blocks as served, size classes and
+  // all): what a step needs, beside PyTorch's torch.cuda.max_memory_allocated.
+  size_t peak_bytes_in_use() const;
   size_t bytes_cached() const;
   size_t device_allocations() const;  // cudaMalloc calls so far
 
@@ -75,7 +78,7 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   bool caching_;
   mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // cached blocks by size, for best fit
-  size_t in_use_ = 0, cached_ = 0, mallocs_ = 0;
+  size_t in_use_ = 0, peak_in_use_ = 0, cached_ = 0, mallocs_ = 0;
 };
 
 }  // namespace ringtrain::backend::cuda
