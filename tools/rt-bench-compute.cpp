@@ -127,7 +127,7 @@ int run(int argc, char** argv) {
 
   auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text));
   auto model = nn::make_model(model_name, in, classes, *be, 1);
-  nn::Sgd sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
+  nn::Optimizer sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
   std::mt19937 rng(7);
   std::normal_distribution<float> pixel(0.0f, 1.0f);
   std::vector<float> host(size_t(batch) * in.channels * in.height * in.width);

@@ -1,11 +1,13 @@
 // host_backend.hpp — what the two host-memory backends (cpu, ref) share: allocation, the
-// loss, SGD and elementwise ops on plain fp32 memory, and ready marks that need no waiting.
+// loss, the optimizers' update rules and elementwise ops on plain fp32 memory, and ready marks
+// that need no waiting.
 #pragma once
 
 #include <omp.h>
 
 #include "factories.hpp"
 #include "host_math.hpp"
+#include "host_update_rules.hpp"
 #include "ringtrain/backend/backend.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -44,6 +46,25 @@ class HostBackend : public Backend {
     host::check_same_numel("sgd", w, g);
     host::check_same_numel("sgd", w, buf);
     host::sgd_update(w.f32(), g.f32(), buf.f32(), w.numel(), spec);
+  }
+
+  void adaptive_update(Tensor& w, const Tensor& g, Tensor& m, Tensor* v,
+                       const AdaptiveSpec& spec) override {
+    host::check_same_numel("adaptive update", w, g);
+    host::check_same_numel("adaptive update", w, m);
+    RT_CHECK((v != nullptr) == (spec.rule != UpdateRule::kLars),
+             "adaptive update: a second moment is for LAMB and AdamW only");
+    if (v != nullptr) host::check_same_numel("adaptive update", w, *v);
+    host::adaptive_update(w.f32(), g.f32(), m.f32(), v ? v->f32() : nullptr, w.numel(), spec);
+  }
+
+  double sum_of_squares(const std::vector<const Tensor*>& tensors) override {
+    double total = 0;
+    for (const Tensor* t : tensors) {
+      RT_CHECK(t->is_plain(), "sum_of_squares of a tensor with a backend layout");
+      total += host::sum_of_squares(t->f32(), t->numel());
+    }
+    return total;
   }
 
   void fill(Tensor& t, float value) override {

@@ -93,11 +93,27 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "effective global batch is accumulate_steps x batch_per_rank x world size)",
        {}},
       {"train.lr", &c.train.lr, "base learning rate", {}},
-      {"train.momentum", &c.train.momentum, "SGD momentum", {}},
-      {"train.nesterov", &c.train.nesterov, "Nesterov momentum", {}},
-      {"train.weight_decay", &c.train.weight_decay, "L2 weight decay", {}},
+      {"train.optimizer", &c.train.optimizer,
+       "update rule: sgd (momentum, nesterov), lars (layer-wise trust ratio, You et al. 2017), "
+       "lamb (Adam moments with a trust ratio, You et al. 2019), adamw (decoupled weight decay)",
+       {"sgd", "lars", "lamb", "adamw"}},
+      {"train.momentum", &c.train.momentum, "SGD and LARS momentum", {}},
+      {"train.nesterov", &c.train.nesterov, "Nesterov momentum (sgd)", {}},
+      {"train.weight_decay", &c.train.weight_decay,
+       "weight decay (sgd, lars: L2 in the gradient; lamb, adamw: decoupled)", {}},
       {"train.decay_bn_and_bias", &c.train.decay_bn_and_bias,
-       "apply weight decay to batch-norm parameters and biases too", {}},
+       "apply weight decay (and LARS/LAMB's trust ratio) to batch-norm parameters and biases too",
+       {}},
+      {"train.beta1", &c.train.beta1, "lamb, adamw: decay of the first moment", {}},
+      {"train.beta2", &c.train.beta2, "lamb, adamw: decay of the second moment", {}},
+      {"train.adam_eps", &c.train.adam_eps, "lamb, adamw: added to the second moment's root", {}},
+      {"train.trust_coef", &c.train.trust_coef,
+       "lars: eta, the trust coefficient of the layer-wise learning rate", {}},
+      {"train.clip_norm", &c.train.clip_norm,
+       "clip the reduced gradient to this global L2 norm before the update (0 = off)", {}},
+      {"train.label_smoothing", &c.train.label_smoothing,
+       "class targets (1 - s) one-hot + s / classes; inspection heads' targets t (1 - s) + s / 2",
+       {}},
       {"train.schedule", &c.train.schedule, "learning-rate decay after warm-up",
        {"cosine", "step", "constant"}},
       {"train.warmup_epochs", &c.train.warmup_epochs, "linear warm-up length, epochs", {}},
@@ -416,6 +432,14 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.momentum >= 0 && t.momentum < 1, "train.momentum", format_number(t.momentum),
           "in [0, 1)");
   require(t.weight_decay >= 0, "train.weight_decay", format_number(t.weight_decay), "0 or more");
+  require(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", format_number(t.beta1), "in [0, 1)");
+  require(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", format_number(t.beta2), "in [0, 1)");
+  require(t.adam_eps > 0, "train.adam_eps", format_number(t.adam_eps), "a positive number");
+  require(t.trust_coef > 0, "train.trust_coef", format_number(t.trust_coef), "a positive number");
+  require(t.clip_norm >= 0 && std::isfinite(t.clip_norm), "train.clip_norm",
+          format_number(t.clip_norm), "0 (off) or a positive norm");
+  require(t.label_smoothing >= 0 && t.label_smoothing < 1, "train.label_smoothing",
+          format_number(t.label_smoothing), "in [0, 1)");
   require(t.warmup_epochs >= 0, "train.warmup_epochs", format_number(t.warmup_epochs), "0 or more");
   require(t.step_gamma > 0 && t.step_gamma <= 1, "train.step_gamma", format_number(t.step_gamma),
           "in (0, 1]");

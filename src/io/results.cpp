@@ -53,6 +53,10 @@ void write_root_attributes(h5::Group& root, const RunInfo& info) {
   root.set_attr("loss_scale", info.loss_scale);
   root.set_attr("loss_scale_final", info.loss_scale_final);
   root.set_attr("loss_scale_skipped_steps", int64_t(info.loss_scale_skipped_steps));
+  root.set_attr("optimizer", info.optimizer);
+  root.set_attr("clip_norm", info.clip_norm);
+  root.set_attr("clipped_steps", int64_t(info.clipped_steps));
+  root.set_attr("label_smoothing", info.label_smoothing);
   root.set_attr("slurm_job_id", info.slurm_job_id);
 }
 
@@ -74,6 +78,13 @@ void write_epochs(h5::Group& root, const std::vector<EpochRow>& rows) {
   column(g, "images_per_s", pick(rows, &EpochRow::images_per_s), "images/s",
          "global training throughput");
   column(g, "lr", pick(rows, &EpochRow::lr), "1", "learning rate at the epoch's last step");
+  column(g, "grad_norm_mean", pick(rows, &EpochRow::grad_norm_mean), "1",
+         "train.clip_norm: mean global L2 norm of the reduced gradient before clipping (NaN: "
+         "clipping off)");
+  column(g, "grad_norm_max", pick(rows, &EpochRow::grad_norm_max), "1",
+         "train.clip_norm: largest global gradient norm of the epoch (NaN: clipping off)");
+  column(g, "clipped_steps", pick(rows, &EpochRow::clipped_steps), "steps",
+         "train.clip_norm: steps whose gradient was scaled down to clip_norm");
 }
 
 void write_timings(h5::Group& root, const Timings& t) {

@@ -35,7 +35,7 @@ void CheckpointState::remove_stale_temp_files() const {
       log::info(str("removed ", removed, ", left by a run that died while writing it"));
 }
 
-void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
+void CheckpointState::save(nn::Model& model, nn::Optimizer& optimizer, int64_t global_step,
                            const io::ModelCard& card, const LossScaler* scaler,
                            const comm::fusion::TuneSettings* tuned) const {
   const std::string path = config_.checkpoint_path();
@@ -65,8 +65,8 @@ void CheckpointState::save(nn::Model& model, nn::Sgd& sgd, int64_t global_step,
     }
     h5::Group params = root.create_group("params");
     model.save(params);
-    h5::Group optimizer = root.create_group("optimizer");
-    sgd.save(optimizer);
+    h5::Group state = root.create_group("optimizer");
+    optimizer.save(state);
     if (!mine.empty()) {
       std::vector<float> rows(all.begin(), all.end());
       root.write("rank_buffers", h5::Dims{hsize_t(comm_.size()), hsize_t(mine.size())}, rows.data())
@@ -101,7 +101,7 @@ void warn_on_changes(const h5::Group& root, const std::string& path, int world_s
 
 }  // namespace
 
-ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd, LossScaler* scaler) const {
+ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler) const {
   const std::string path = config_.checkpoint_path();
   if (access(path.c_str(), R_OK) != 0)
     throw InputError(
@@ -133,7 +133,7 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Sgd& sgd, LossScaler* sc
       root.has_attr("written_at") ? " at " + root.attr_string("written_at") : std::string()));
   warn_on_changes(root, path, comm_.size(), batch_per_rank_, config_);
   model.load(root.open_group("params"));
-  sgd.load(root.open_group("optimizer"));
+  optimizer.load(root.open_group("optimizer"));
   if (scaler && scaler->dynamic() && root.has_attr("loss_scale"))
     scaler->restore(LossScaleState{root.attr<double>("loss_scale"),
                                    root.attr<int64_t>("loss_scale_clean_steps")});

@@ -36,6 +36,7 @@
 #include "ringtrain/train/gpu_binding.hpp"
 #include "ringtrain/train/host_memory.hpp"
 #include "ringtrain/train/inspect_metrics.hpp"
+#include "ringtrain/train/gradient_clip.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
@@ -132,7 +133,7 @@ class Trainer {
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
   void save_checkpoint() {
-    checkpoint_->save(*model_, *sgd_, global_step_, card_, scaler_.get(),
+    checkpoint_->save(*model_, *optimizer_, global_step_, card_, scaler_.get(),
                       parallel_->tuned_choice());
   }
 
@@ -159,7 +160,8 @@ class Trainer {
       if (comm) comm->set_stall_watch(nullptr);
     }
   } watch_registration_;
-  std::unique_ptr<nn::Sgd> sgd_;
+  std::unique_ptr<nn::Optimizer> optimizer_;
+  std::unique_ptr<GradientClipper> clipper_;  // null: train.clip_norm = 0
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
   std::unique_ptr<CheckpointState> checkpoint_;
@@ -215,7 +217,7 @@ void Trainer::set_up() {
   std::optional<comm::fusion::TuneSettings> tuned;  // the checkpoint's autotune choice
   if (cfg_.resume) {
     agree_watched([&] {
-      ResumePoint at = checkpoint_->load(*model_, *sgd_, scaler_.get());
+      ResumePoint at = checkpoint_->load(*model_, *optimizer_, scaler_.get());
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
       tuned = at.tuned;
@@ -401,12 +403,18 @@ void Trainer::build_comm() {
 }
 
 void Trainer::build_optimizer() {
-  nn::SgdOptions sgd;
-  sgd.momentum = cfg_.train.momentum;
-  sgd.nesterov = cfg_.train.nesterov;
-  sgd.weight_decay = cfg_.train.weight_decay;
-  sgd.decay_bn_and_bias = cfg_.train.decay_bn_and_bias;
-  sgd_ = std::make_unique<nn::Sgd>(model_->parameters(), sgd, *backend_);
+  const TrainConfig& t = cfg_.train;
+  nn::OptimizerOptions o;
+  o.kind = nn::parse_optimizer(t.optimizer);
+  o.momentum = t.momentum;
+  o.nesterov = t.nesterov;
+  o.weight_decay = t.weight_decay;
+  o.decay_bn_and_bias = t.decay_bn_and_bias;
+  o.beta1 = t.beta1, o.beta2 = t.beta2, o.eps = t.adam_eps;
+  o.trust_coef = t.trust_coef;
+  optimizer_ = std::make_unique<nn::Optimizer>(model_->parameters(), o, *backend_);
+  if (t.clip_norm > 0)
+    clipper_ = std::make_unique<GradientClipper>(t.clip_norm, model_->parameters(), *backend_);
 
   const int64_t global_batch = int64_t(batch_per_rank_) * comm_.size() * accumulate_steps_;
   nn::LRScheduleOptions lr;
@@ -530,7 +538,10 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   if (micro + 1 < accumulate_steps_) return;
   parallel_->synchronize();
   double t3 = comm::fusion::Timeline::now();
-  if (step_is_taken()) sgd_->step(schedule_->lr(global_step_));
+  if (step_is_taken()) {
+    if (clipper_) clipper_->apply();
+    optimizer_->step(schedule_->lr(global_step_));
+  }
   backend_->synchronize();
   double t4 = comm::fusion::Timeline::now();
   tl.span("optimizer", "step", t3, t4);
@@ -661,13 +672,19 @@ void Trainer::train_epoch(int epoch) {
   row.seconds = seconds;
   row.images_per_s = seconds > 0 ? total.count / seconds : 0;
   row.lr = schedule_->lr(std::max<int64_t>(global_step_ - 1, 0));
+  const ClipFigures clip = clipper_ ? clipper_->take_epoch() : ClipFigures{kNaN, kNaN, 0, 0};
+  row.grad_norm_mean = clip.mean_norm, row.grad_norm_max = clip.max_norm;
+  row.clipped_steps = clip.clipped;
   epochs_.push_back(row);
   log::info(str("epoch ", epoch, " done in ", format_duration(seconds), " | train loss ",
                 row.train_loss, " acc ", row.train_acc,
                 eval_loader_ ? str(" | ", cfg_.data.eval_split, " loss ", row.eval_loss, " acc ",
                                    row.eval_acc)
                              : std::string(),
-                " | ", int64_t(row.images_per_s), " img/s"));
+                " | ", int64_t(row.images_per_s), " img/s",
+                clipper_ ? str(" | gradient norm ", clip.mean_norm, " mean, ", clip.max_norm,
+                               " max, ", clip.clipped, " of ", clip.steps, " steps clipped")
+                         : std::string()));
 }
 
 // Each step's micro-batch losses summed as one step, then into both sums, in step order.
@@ -948,6 +965,10 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.loss_scale = cfg_.train.loss_scale;
   info.loss_scale_final = scaler_ ? scaler_->scale() : 1.0;
   info.loss_scale_skipped_steps = scaler_ ? scaler_->overflow_steps() : 0;
+  info.optimizer = cfg_.train.optimizer;
+  info.clip_norm = cfg_.train.clip_norm;
+  info.clipped_steps = clipper_ ? clipper_->clipped_total() : 0;
+  info.label_smoothing = cfg_.train.label_smoothing;
   if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
   r.epochs = epochs_;
   r.summary =

@@ -11,7 +11,7 @@ if ! diff -u docs/DECK.md "$work/DECK.md" >"$work/diff"; then
   fail "docs/DECK.md differs from ringtrain --help-markdown (lines - committed, + generated); run make docs"
 fi
 # Every key --help lists is a row of the reference.
-for key in $("$BIN/ringtrain" --help | grep -o '^  --[a-z_]*\.[a-z_]*' | sed 's/^  --//'); do
+for key in $("$BIN/ringtrain" --help | grep -o '^  --[a-z_]*\.[a-z0-9_]*' | sed 's/^  --//'); do
   grep -q "^| \`$key\` |" docs/DECK.md || fail "docs/DECK.md has no row for $key"
 done
 echo "docs/DECK.md matches ringtrain --help-markdown ($(grep -c '^| `[a-z_]*\.' docs/DECK.md) keys)"

@@ -22,7 +22,7 @@ struct FusedReplicaSpec {
   uint64_t seed = 0;
   int side = 16;  // 1 x side x side images
   int classes = 5;
-  ringtrain::nn::SgdOptions sgd;
+  ringtrain::nn::OptimizerOptions sgd;
   ringtrain::comm::allreduce::Algorithm algorithm = ringtrain::comm::allreduce::Algorithm::ring;
   double stall_timeout_s = ringtrain::comm::fusion::FusionOptions{}.stall_timeout_s;
 };
@@ -30,7 +30,7 @@ struct FusedReplicaSpec {
 struct FusedReplica {
   std::unique_ptr<ringtrain::backend::Backend> be = ringtrain::backend::make_backend("cpu", 1);
   std::unique_ptr<ringtrain::nn::Model> model;
-  std::unique_ptr<ringtrain::nn::Sgd> sgd;
+  std::unique_ptr<ringtrain::nn::Optimizer> sgd;
   std::unique_ptr<ringtrain::comm::allreduce::Allreducer> reducer, stats;
   std::unique_ptr<ringtrain::train::DataParallel> parallel;
   ringtrain::backend::Tensor input;
@@ -40,7 +40,7 @@ struct FusedReplica {
       : side(spec.side) {
     using namespace ringtrain;
     model = nn::make_model(spec.model, {1, spec.side, spec.side}, spec.classes, *be, spec.seed);
-    sgd = std::make_unique<nn::Sgd>(model->parameters(), spec.sgd, *be);
+    sgd = std::make_unique<nn::Optimizer>(model->parameters(), spec.sgd, *be);
     reducer = comm::allreduce::make_allreducer(comm, spec.algorithm, {});
     stats = comm::allreduce::make_allreducer(comm, comm::allreduce::Algorithm::mpi, {});
     comm::fusion::FusionOptions fusion;

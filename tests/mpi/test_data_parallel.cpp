@@ -68,16 +68,16 @@ struct Device {
 struct Replica {
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<nn::Model> model;
-  std::unique_ptr<nn::Sgd> sgd;
+  std::unique_ptr<nn::Optimizer> sgd;
   backend::Tensor input;
 
   Replica(const std::string& name, uint64_t seed, Device device = {}) {
     be = device.make();
     model = nn::make_model(name, {1, kSide, kSide}, kClasses, *be, seed);
-    nn::SgdOptions options;
+    nn::OptimizerOptions options;
     options.momentum = 0.9;
     options.weight_decay = 1e-4;
-    sgd = std::make_unique<nn::Sgd>(model->parameters(), options, *be);
+    sgd = std::make_unique<nn::Optimizer>(model->parameters(), options, *be);
   }
 
   void forward_loss(const std::vector<float>& images, const std::vector<int32_t>& labels) {

@@ -75,4 +75,15 @@ inline void expect_close(const std::string& what, Backend& be_got, const Tensor&
   expect_close(what, to_host(be_got, got), to_host(be_ref, ref), rel_tol);
 }
 
+// What f throws, or "(no error)".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 }  // namespace rt_test

@@ -581,4 +581,61 @@ BOOST_AUTO_TEST_CASE(unknown_and_unbuilt_backends_are_input_errors) {
   // make_backend("cuda") without CUDA or without a GPU: test_cuda_backend.cpp.
 }
 
+// One step of each adaptive rule on w = (3, 0, 4), g = (0.6, 0.8, 0), weight decay 0.1, against
+// the formulas worked by hand (nn/optimizer.hpp): |w| = 5, |g| = 1. LARS, eta 0.001, lr 1:
+// trust = 0.005 / 1.5, m = lr trust (g + 0.1 w), w - m; a second step with the same g. LAMB and
+// AdamW at step 1, lr 0.1: mhat / sqrt(vhat) = sign(g) = (1, 1, 0); LAMB's r = (1.3, 1, 0.4),
+// trust = 5 / |r| = 5 / sqrt(2.85); AdamW w - 0.1 (sign(g) + 0.1 w). Without the trust ratio
+// (BN, biases: layer_adaptation off) LARS is momentum SGD.
+BOOST_AUTO_TEST_CASE(update_rules_match_hand_computed_steps) {
+  std::vector<std::string> names = testable_backends();
+  names.push_back("ref");
+  const std::vector<float> w0 = {3, 0, 4}, g0 = {0.6f, 0.8f, 0};
+  for (const std::string& name : names) {
+    auto be = make_backend(name, 2);
+    auto step = [&](UpdateRule rule, float lr, bool adapt, int steps) {
+      Tensor w = to_device(*be, {3}, w0), g = to_device(*be, {3}, g0);
+      Tensor m = to_device(*be, {3}, {0, 0, 0}), v = to_device(*be, {3}, {0, 0, 0});
+      AdaptiveSpec spec;
+      spec.rule = rule, spec.lr = lr, spec.weight_decay = adapt ? 0.1f : 0.0f;
+      spec.layer_adaptation = adapt;
+      for (spec.step = 1; spec.step <= steps; ++spec.step)
+        be->adaptive_update(w, g, m, rule == UpdateRule::kLars ? nullptr : &v, spec);
+      return to_host(*be, w);
+    };
+    expect_close(name + " LARS, one step", step(UpdateRule::kLars, 1, true, 1),
+                 {2.997f, -0.0026666667f, 3.9986667f}, 1e-6);
+    expect_close(name + " LARS, two steps", step(UpdateRule::kLars, 1, true, 2),
+                 {2.9913021f, -0.0077314257f, 3.9961343f}, 1e-6);
+    // Without adaptation or decay: m = 0.6, 0.8, 0 then 0.9 m + g; w -= m each time.
+    expect_close(name + " LARS, BN/bias rule", step(UpdateRule::kLars, 1, false, 2),
+                 {3 - 0.6f - 1.14f, -0.8f - 1.52f, 4}, 1e-6);
+    expect_close(name + " LAMB, one step", step(UpdateRule::kLamb, 0.1f, true, 1),
+                 {2.6149732f, -0.29617444f, 3.8815302f}, 1e-6);
+    expect_close(name + " AdamW, one step", step(UpdateRule::kAdamW, 0.1f, true, 1),
+                 {2.87f, -0.1f, 3.96f}, 1e-6);
+  }
+}
+
+// The norms behind the trust ratios and clipping: the same bits at every thread count, and the
+// sum of the squares to fp64 rounding.
+BOOST_AUTO_TEST_CASE(sum_of_squares_is_exact_and_the_same_at_any_thread_count) {
+  std::vector<float> x = random_values(100003, 91, -1, 1);
+  double want = 0;
+  for (float v : x) want += double(v) * v;
+  std::vector<std::string> names = testable_backends();
+  names.push_back("ref");
+  for (const std::string& name : names) {
+    double first = 0;
+    for (int threads : {1, 2, 3}) {
+      auto be = make_backend(name, threads);
+      Tensor t = to_device(*be, {100003}, x), one = to_device(*be, {1}, {2});
+      const double got = be->sum_of_squares({&t, &one});
+      if (threads == 1) first = got;
+      BOOST_TEST(got == first, name << " at " << threads << " threads");
+      BOOST_TEST(got == want + 4, name << boost::test_tools::tolerance(1e-12));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

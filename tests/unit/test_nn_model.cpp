@@ -67,7 +67,7 @@ void check_model_against_reference(const std::string& name, const ModelInput& in
 // Trains model on one fixed batch; returns the last loss and accuracy.
 LossResult overfit(Model& model, const Tensor& x, const std::vector<int32_t>& labels, int steps,
                    double lr) {
-  Sgd sgd(model.parameters(), {0.9, false, 0.0, false}, model.backend());
+  Optimizer sgd(model.parameters(), {0.9, false, 0.0, false}, model.backend());
   LossResult r;
   for (int s = 0; s < steps; ++s) {
     model.forward(x, true);
@@ -83,16 +83,6 @@ std::vector<std::vector<float>> weights_of(Model& m) {
   for (Parameter* p : m.parameters()) w.push_back(to_host(m.backend(), p->value));
   for (const NamedBuffer& b : m.buffers()) w.push_back(to_host(m.backend(), *b.tensor));
   return w;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// test_nn_optim.cpp — SGD (weight decay rules, checkpoint) and the learning-rate schedule.
+// test_nn_optim.cpp — the optimizers (weight decay rules, each rule's checkpoint) and the
+// learning-rate schedule.
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -25,7 +26,7 @@ BOOST_AUTO_TEST_CASE(weight_decay_skips_bn_and_bias_unless_asked) {
     auto before = [&](size_t i) { return to_host(*be, model->parameters()[i]->value); };
     std::vector<std::vector<float>> w0;
     for (size_t i = 0; i < model->parameters().size(); ++i) w0.push_back(before(i));
-    Sgd sgd(model->parameters(), {0.9, true, 0.1, decay_all}, *be);
+    Optimizer sgd(model->parameters(), {0.9, true, 0.1, decay_all}, *be);
     sgd.step(0.5);  // zero gradients: only weight decay moves anything
     for (size_t i = 0; i < model->parameters().size(); ++i) {
       const Parameter& p = *model->parameters()[i];
@@ -39,44 +40,66 @@ BOOST_AUTO_TEST_CASE(weight_decay_skips_bn_and_bias_unless_asked) {
   }
 }
 
+// Each rule's state (first and second moments, the step count for Adam's bias correction)
+// survives a checkpoint: the next step after a load gives the same weights, bit for bit.
 BOOST_AUTO_TEST_CASE(optimizer_state_survives_a_checkpoint) {
   auto be = backend::make_backend("cpu", 2);
-  auto model = make_model("cnn_small", {1, 8, 8}, 3, *be, 1);
-  Tensor x = random_tensor(*be, {4, 1, 8, 8}, 2);
-  int32_t labels[4] = {0, 1, 2, 1};
-  auto step = [&](Sgd& sgd) {
-    model->forward(x, true);
-    model->loss(labels);
-    model->backward();
-    sgd.step(0.1);
-  };
-  Sgd a(model->parameters(), {0.9, false, 1e-4, false}, *be);
-  step(a);
-  std::string path =
-      (std::filesystem::temp_directory_path() / ("rt-test-sgd-" + std::to_string(getpid()) + ".h5"))
-          .string();
-  {
-    auto file = h5::File::create(path);
-    h5::Group g = file.root().create_group("optimizer");
-    a.save(g);
-    file.close();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("rt-test-optimizer-" + std::to_string(getpid()) + ".h5"))
+                               .string();
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kLars, OptimizerKind::kLamb, OptimizerKind::kAdamW}) {
+    auto model = make_model("cnn_small", {1, 8, 8}, 3, *be, 1);
+    Tensor x = random_tensor(*be, {4, 1, 8, 8}, 2);
+    int32_t labels[4] = {0, 1, 2, 1};
+    auto step = [&](Optimizer& optimizer) {
+      model->forward(x, true);
+      model->loss(labels);
+      model->backward();
+      optimizer.step(0.1);
+    };
+    OptimizerOptions options{0.9, false, 1e-4, false, kind};
+    Optimizer a(model->parameters(), options, *be);
+    step(a);
+    step(a);
+    {
+      auto file = h5::File::create(path);
+      h5::Group g = file.root().create_group("optimizer");
+      a.save(g);
+      file.close();
+    }
+    Optimizer b(model->parameters(), options, *be);
+    b.load(h5::File::open_read(path).root().open_group("optimizer"));
+    BOOST_TEST(b.steps() == 2);
+    std::vector<std::vector<float>> saved;
+    for (Parameter* p : model->parameters()) saved.push_back(to_host(*be, p->value));
+    step(a);
+    std::vector<std::vector<float>> via_a;
+    for (Parameter* p : model->parameters()) via_a.push_back(to_host(*be, p->value));
+    for (size_t i = 0; i < saved.size(); ++i)
+      be->upload(saved[i].data(), model->parameters()[i]->value);
+    step(b);
+    for (size_t i = 0; i < saved.size(); ++i)
+      BOOST_TEST(to_host(*be, model->parameters()[i]->value) == via_a[i],
+                 optimizer_name(kind) << " " << model->parameters()[i]->name);
+    // Another rule's state is refused by name.
+    OptimizerOptions other = options;
+    other.kind = kind == OptimizerKind::kLamb ? OptimizerKind::kSgd : OptimizerKind::kLamb;
+    Optimizer c(model->parameters(), other, *be);
+    BOOST_TEST(error_of([&] {
+                 c.load(h5::File::open_read(path).root().open_group("optimizer"));
+               }) == "file " + path + ": the checkpoint holds the state of train.optimizer = " +
+                         optimizer_name(kind) + ", not " + optimizer_name(other.kind) +
+                         ": resume with the optimizer it was written by");
   }
-  Sgd b(model->parameters(), {0.9, false, 1e-4, false}, *be);
-  b.load(h5::File::open_read(path).root().open_group("optimizer"));
-  BOOST_TEST(b.steps() == 1);
-  // The same next step from either optimizer gives the same weights.
-  std::vector<std::vector<float>> saved;
-  for (Parameter* p : model->parameters()) saved.push_back(to_host(*be, p->value));
-  step(a);
-  std::vector<std::vector<float>> via_a;
-  for (Parameter* p : model->parameters()) via_a.push_back(to_host(*be, p->value));
-  for (size_t i = 0; i < saved.size(); ++i)
-    be->upload(saved[i].data(), model->parameters()[i]->value);
-  step(b);
-  for (size_t i = 0; i < saved.size(); ++i)
-    BOOST_TEST(to_host(*be, model->parameters()[i]->value) == via_a[i],
-               model->parameters()[i]->name);
   std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(optimizer_names) {
+  for (const char* name : {"sgd", "lars", "lamb", "adamw"})
+    BOOST_TEST(optimizer_name(parse_optimizer(name)) == std::string(name));
+  BOOST_TEST(error_of([] { parse_optimizer("adam"); }) ==
+             "train.optimizer = adam: expected sgd, lars, lamb or adamw");
 }
 
 BOOST_AUTO_TEST_CASE(warmup_then_cosine_and_step) {

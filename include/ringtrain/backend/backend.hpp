@@ -84,6 +84,20 @@ struct SgdSpec {
   bool nesterov = false;
 };
 
+// The update rules beside SGD; nn/optimizer.hpp gives each one's formula and source.
+enum class UpdateRule { kLars, kLamb, kAdamW };
+
+struct AdaptiveSpec {
+  UpdateRule rule = UpdateRule::kAdamW;
+  float lr = 1e-3f;
+  float weight_decay = 0.0f;
+  float momentum = 0.9f;                            // LARS
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // LAMB, AdamW
+  float trust_coef = 1e-3f;                         // LARS: eta
+  bool layer_adaptation = true;  // LARS, LAMB: the tensor's trust ratio (off: ratio 1)
+  int64_t step = 1;              // this update's number from 1: Adam's bias correction
+};
+
 struct LossResult {
   double loss = 0;      // mean over the batch
   int64_t correct = 0;  // argmax == label
@@ -233,6 +247,15 @@ class Backend {
   // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
   virtual void sgd_update(Tensor& w, const Tensor& g, Tensor& momentum_buf,
                           const SgdSpec& spec) = 0;
+  // One update by an adaptive rule, plain fp32 tensors of equal numel: m is the first moment
+  // (LARS: the momentum buffer), v the second (LAMB, AdamW; null for LARS). The norms of a
+  // trust ratio are summed in fp64 in a fixed order: the same bits on every rank and run.
+  virtual void adaptive_update(Tensor& w, const Tensor& g, Tensor& m, Tensor* v,
+                               const AdaptiveSpec& spec) = 0;
+  // The sum of the squares of every value of plain fp32 tensors, in fp64 and a fixed order
+  // whatever the thread count (the global gradient norm that clipping needs); waits for the
+  // device.
+  virtual double sum_of_squares(const std::vector<const Tensor*>& tensors) = 0;
   virtual void fill(Tensor& t, float value) = 0;
   // dst = src, converting layout; dst is (re)allocated plain if its shape differs.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;

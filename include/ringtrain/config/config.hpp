@@ -66,10 +66,15 @@ struct TrainConfig {
   int64_t max_steps = 0;     // 0: no limit (benchmarks set it); counts optimizer steps
   int accumulate_steps = 1;  // micro-batches per optimizer step (gradient accumulation)
   double lr = 0.1;
+  std::string optimizer = "sgd";  // sgd | lars | lamb | adamw (nn/optimizer.hpp)
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
   bool decay_bn_and_bias = false;
+  double beta1 = 0.9, beta2 = 0.999, adam_eps = 1e-8;  // lamb, adamw
+  double trust_coef = 1e-3;                             // lars
+  double clip_norm = 0;        // clip the reduced gradient's global norm to this (0: off)
+  double label_smoothing = 0;  // targets (1 - s) one-hot + s / classes (and s/2 for BCE heads)
   std::string schedule = "cosine";  // cosine | step | constant
   double warmup_epochs = 0;
   std::vector<int> step_epochs;  // "30,60,80" for schedule = step

@@ -28,6 +28,10 @@ struct RunInfo {
   std::string loss_scale = "none";           // dynamic | none | the static scale
   double loss_scale_final = 1;               // the scale after the last step
   int64_t loss_scale_skipped_steps = 0;      // dynamic: steps skipped for an overflow
+  std::string optimizer = "sgd";             // train.optimizer
+  double clip_norm = 0;                      // train.clip_norm (0: off)
+  int64_t clipped_steps = 0;                 // steps whose gradient was clipped
+  double label_smoothing = 0;                // train.label_smoothing
   std::string slurm_job_id;                  // "" outside Slurm
 };
 
@@ -38,6 +42,10 @@ struct EpochRow {
   double train_loss = 0, train_acc = 0;
   double eval_loss = 0, eval_acc = 0;  // NaN when no eval split
   double seconds = 0, images_per_s = 0, lr = 0;
+  // train.clip_norm: the reduced gradient's global norm before clipping (mean and largest over
+  // the epoch's steps; NaN when clipping is off) and the steps clipped.
+  double grad_norm_mean = 0, grad_norm_max = 0;
+  int64_t clipped_steps = 0;
 };
 
 // Per-step phase timings of every rank: phase -> [world_size * steps] row-major, seconds.

@@ -1,6 +1,18 @@
-// optimizer.hpp — SGD with momentum, Nesterov and weight decay, through the backend's op.
+// optimizer.hpp — the optimizers: SGD (momentum, Nesterov), LARS, LAMB and AdamW, one update
+// rule per parameter through the backend, and their state in the checkpoint.
+//
+// SGD     buf = mu buf + (g + wd w); w -= lr (nesterov ? g + wd w + mu buf : buf)
+// LARS    (You, Gitman, Ginsburg 2017) trust = eta |w| / (|g| + wd |w|);
+//         m = mu m + lr trust (g + wd w); w -= m
+// LAMB    (You et al. 2019) Adam's bias-corrected moments; r = mhat / (sqrt(vhat) + eps) + wd w;
+//         w -= lr (|w| / |r|) r
+// AdamW   (Loshchilov and Hutter 2019) w -= lr (mhat / (sqrt(vhat) + eps) + wd w)
+// A trust ratio is 1 where either norm is 0. Batch-norm parameters and biases
+// (Parameter::no_weight_decay) get neither weight decay nor a trust ratio, as in those papers'
+// large-batch recipes, unless decay_bn_and_bias.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "ringtrain/backend/backend.hpp"
@@ -9,31 +21,43 @@
 
 namespace ringtrain::nn {
 
-struct SgdOptions {
-  double momentum = 0.9;
-  bool nesterov = false;
+enum class OptimizerKind { kSgd, kLars, kLamb, kAdamW };
+// "sgd", "lars", "lamb", "adamw"; an InputError naming train.optimizer otherwise.
+OptimizerKind parse_optimizer(const std::string& name);
+const char* optimizer_name(OptimizerKind kind);
+
+struct OptimizerOptions {
+  double momentum = 0.9;  // sgd, lars
+  bool nesterov = false;  // sgd
   double weight_decay = 0.0;
-  // Weight decay on BN parameters and biases too (off by default, as is usual).
+  // Weight decay (and a trust ratio) on BN parameters and biases too (off by default).
   bool decay_bn_and_bias = false;
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // lamb, adamw
+  double trust_coef = 1e-3;                       // lars: eta
 };
 
-class Sgd {
+class Optimizer {
  public:
-  Sgd(std::vector<Parameter*> params, const SgdOptions& options, backend::Backend& be);
+  Optimizer(std::vector<Parameter*> params, const OptimizerOptions& options, backend::Backend& be);
   // One update of every parameter from its gradient at learning rate lr.
   void step(double lr);
   int64_t steps() const { return steps_; }
-  const SgdOptions& options() const { return options_; }
+  const OptimizerOptions& options() const { return options_; }
 
-  // Momentum buffers (one dataset per parameter, named as it) and the step count.
+  // The rule's name, the step count, the first moments (SGD, LARS: the momentum buffers) as a
+  // dataset per parameter named as it, the second moments (LAMB, AdamW) in "second_moment".
   void save(h5::Group& group) const;
+  // An InputError naming the file where it holds another rule's state.
   void load(const h5::Group& group);
 
  private:
+  bool uses_second_moment() const;
+
   std::vector<Parameter*> params_;
-  SgdOptions options_;
+  OptimizerOptions options_;
   backend::Backend& be_;
-  std::vector<Tensor> momentum_;
+  std::vector<Tensor> first_, second_;
   int64_t steps_ = 0;
 };
 

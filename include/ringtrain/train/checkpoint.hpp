@@ -46,14 +46,14 @@ class CheckpointState {
   // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics,
   // the model card (what inference needs), a dynamic scaler's state (scaler may be null) and the
   // autotune's choice (tuned: null when none was made).
-  void save(nn::Model& model, nn::Sgd& sgd, int64_t global_step, const io::ModelCard& card,
+  void save(nn::Model& model, nn::Optimizer& optimizer, int64_t global_step, const io::ModelCard& card,
             const LossScaler* scaler = nullptr,
             const comm::fusion::TuneSettings* tuned = nullptr) const;
   // Every rank reads the checkpoint, format version 1 or 2 (its own BN statistics when the world
   // size is the same); errors name the file and say how to start afresh; settings that differ from
   // the checkpoint's are warned about. A dynamic scaler (may be null) takes the checkpoint's scale
   // and clean-step count when it has them, else keeps its start.
-  ResumePoint load(nn::Model& model, nn::Sgd& sgd, LossScaler* scaler = nullptr) const;
+  ResumePoint load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler = nullptr) const;
 
  private:
   const Config& config_;

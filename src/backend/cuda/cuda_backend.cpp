@@ -56,6 +56,15 @@ void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
            shape_str(b.shape()), " differ in size");
 }
 
+kernels::Rule kernel_rule(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kLars: return kernels::Rule::kLars;
+    case UpdateRule::kLamb: return kernels::Rule::kLamb;
+    case UpdateRule::kAdamW: break;
+  }
+  return kernels::Rule::kAdamW;
+}
+
 // Device memory from the pool, grown on demand and reused by every call (stream order keeps
 // the calls apart).
 class ScratchBlock {
@@ -215,6 +224,45 @@ class CudaBackend : public Backend {
                         spec.weight_decay, spec.nesterov, ctx_.stream());
   }
 
+  void adaptive_update(Tensor& w, const Tensor& g, Tensor& m, Tensor* v,
+                       const AdaptiveSpec& spec) override {
+    ctx_.activate();
+    check_same_numel("adaptive update", w, g);
+    check_same_numel("adaptive update", w, m);
+    RT_CHECK((v != nullptr) == (spec.rule != UpdateRule::kLars),
+             "adaptive update: a second moment is for LAMB and AdamW only");
+    if (v != nullptr) check_same_numel("adaptive update", w, *v);
+    const kernels::UpdateArgs args{kernel_rule(spec.rule), spec.lr, spec.weight_decay,
+                                   spec.momentum, spec.beta1, spec.beta2, spec.eps,
+                                   spec.trust_coef, spec.layer_adaptation, spec.step};
+    const size_t bytes = size_t(kernels::adaptive_scratch_doubles(w.numel())) * sizeof(double);
+    auto* scratch = static_cast<double*>(update_scratch_.reserve(ctx_.pool(), bytes));
+    kernels::adaptive_update(w.f32(), g.f32(), m.f32(), v ? v->f32() : nullptr, w.numel(), args,
+                             scratch, ctx_.stream());
+  }
+
+  // Each tensor's sum on the device, the sums copied once and added on the host in order.
+  double sum_of_squares(const std::vector<const Tensor*>& tensors) override {
+    ctx_.activate();
+    int64_t most = 1;
+    for (const Tensor* t : tensors) {
+      expect_f32(*t, "sum_of_squares input");
+      most = std::max(most, kernels::sum_chunks(t->numel()));
+    }
+    const size_t bytes = (tensors.size() + size_t(most)) * sizeof(double);
+    auto* totals = static_cast<double*>(update_scratch_.reserve(ctx_.pool(), bytes));
+    for (size_t i = 0; i < tensors.size(); ++i)
+      kernels::sum_of_squares(tensors[i]->f32(), tensors[i]->numel(), totals + tensors.size(),
+                              totals + i, ctx_.stream());
+    std::vector<double> host(tensors.size());
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), totals, host.size() * sizeof(double),
+                               cudaMemcpyDeviceToHost, ctx_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    double total = 0;
+    for (double v : host) total += v;
+    return total;
+  }
+
   void fill(Tensor& t, float value) override {
     ctx_.activate();
     expect_f32(t, "fill target");
@@ -321,6 +369,7 @@ class CudaBackend : public Backend {
   PinnedBuffer finite_flags_host_;
   ScratchBlock loss_scratch_;  // totals, per-row losses, labels, correct flags
   ScratchBlock bce_scratch_;   // total, per-value losses, targets
+  ScratchBlock update_scratch_;  // the update rules' and sum_of_squares' partial sums
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;
   std::mutex ready_mutex_;
   std::vector<std::unique_ptr<ReadyEvent>> ready_events_;

@@ -256,7 +256,135 @@ __global__ void copy_segments_kernel(const Segment* segments, float scale) {
   GRID_LOOP(i, seg.count) seg.dst[i] = scale * seg.src[i];
 }
 
+// ---- LARS, LAMB and AdamW --------------------------------------------------------------------
+
+// The block's sum of each thread's value, in a fixed tree order.
+__device__ double block_sum(double value) {
+  __shared__ double partial[kThreads];
+  partial[threadIdx.x] = value;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const double total = partial[0];
+  __syncthreads();
+  return total;
+}
+
+// Block b: partials[b] = sum of x^2 over chunk b (one block a chunk).
+__global__ void square_partials_kernel(const float* x, int64_t n, double* partials) {
+  const int64_t begin = int64_t(blockIdx.x) * kSumChunk;
+  const int64_t end = begin + kSumChunk < n ? begin + kSumChunk : n;
+  double sum = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sum += double(x[i]) * x[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// eta |w| / (|g| + wd |w|) from the two sums of squares; 1 where a norm is 0.
+__device__ float lars_trust(const double* w_ss, const double* g_ss, float eta, float wd) {
+  const double wn = sqrt(*w_ss), gn = sqrt(*g_ss);
+  return wn > 0 && gn > 0 ? float(double(eta) * wn / (gn + double(wd) * wn)) : 1.0f;
+}
+
+__global__ void lars_kernel(float* w, const float* g, float* m, int64_t n, float lr, float mu,
+                            float wd, float eta, bool adapt, const double* w_ss,
+                            const double* g_ss) {
+  const float local_lr = lr * (adapt ? lars_trust(w_ss, g_ss, eta, wd) : 1.0f);
+  GRID_LOOP(i, n) {
+    const float d = g[i] + wd * w[i];
+    m[i] = mu * m[i] + local_lr * d;
+    w[i] -= m[i];
+  }
+}
+
+struct Moments {
+  float b1, b2, bc1, bc2, eps;
+};
+
+__device__ float adam_direction(float g, float& m, float& v, const Moments& a) {
+  m = a.b1 * m + (1.0f - a.b1) * g;
+  v = a.b2 * v + (1.0f - a.b2) * g * g;
+  return (m / a.bc1) / (sqrtf(v / a.bc2) + a.eps);
+}
+
+__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64_t n, float lr,
+                             float wd, Moments a) {
+  GRID_LOOP(i, n) w[i] -= lr * (adam_direction(g[i], m[i], v[i], a) + wd * w[i]);
+}
+
+// LAMB's first pass, one block a chunk: the moments, and partials[b] = sum of r^2 over it.
+__global__ void lamb_moments_kernel(const float* w, const float* g, float* m, float* v, int64_t n,
+                                    float wd, Moments a, double* partials) {
+  const int64_t begin = int64_t(blockIdx.x) * kSumChunk;
+  const int64_t end = begin + kSumChunk < n ? begin + kSumChunk : n;
+  double sum = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float r = adam_direction(g[i], m[i], v[i], a) + wd * w[i];
+    sum += double(r) * r;
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void lamb_apply_kernel(float* w, const float* m, const float* v, int64_t n, float lr,
+                                  float wd, Moments a, bool adapt, const double* w_ss,
+                                  const double* r_ss) {
+  float trust = 1.0f;
+  if (adapt) {
+    const double wn = sqrt(*w_ss), rn = sqrt(*r_ss);
+    if (wn > 0 && rn > 0) trust = float(wn / rn);
+  }
+  const float step = lr * trust;
+  GRID_LOOP(i, n) w[i] -= step * ((m[i] / a.bc1) / (sqrtf(v[i] / a.bc2) + a.eps) + wd * w[i]);
+}
+
 }  // namespace
+
+void sum_of_squares(const float* x, int64_t n, double* partials, double* total, cudaStream_t s) {
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(double), s));
+    return;
+  }
+  square_partials_kernel<<<unsigned(sum_chunks(n)), kThreads, 0, s>>>(x, n, partials);
+  CUDA_CHECK(cudaGetLastError());
+  sum_kernel<<<1, kThreads, 0, s>>>(partials, sum_chunks(n), total);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void adaptive_update(float* w, const float* g, float* m, float* v, int64_t n,
+                     const UpdateArgs& a, double* scratch, cudaStream_t s) {
+  if (n == 0) return;
+  double* w_ss = scratch;
+  double* other_ss = scratch + 1;  // |g|^2 (LARS) or |r|^2 (LAMB)
+  double* partials = scratch + 2;
+  const double t = double(a.step);
+  const Moments moments{a.beta1, a.beta2, float(1.0 - pow(double(a.beta1), t)),
+                        float(1.0 - pow(double(a.beta2), t)), a.eps};
+  const bool adapt = a.layer_adaptation;
+  if (a.rule == Rule::kAdamW) {
+    adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, a.lr, a.weight_decay, moments);
+  } else if (a.rule == Rule::kLars) {
+    if (adapt) {
+      sum_of_squares(w, n, partials, w_ss, s);
+      sum_of_squares(g, n, partials, other_ss, s);
+    }
+    lars_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, n, a.lr, a.momentum, a.weight_decay,
+                                                   a.trust_coef, adapt, w_ss, other_ss);
+  } else {
+    if (adapt) sum_of_squares(w, n, partials, w_ss, s);
+    lamb_moments_kernel<<<unsigned(sum_chunks(n)), kThreads, 0, s>>>(w, g, m, v, n,
+                                                                    a.weight_decay, moments,
+                                                                    partials);
+    CUDA_CHECK(cudaGetLastError());
+    sum_kernel<<<1, kThreads, 0, s>>>(partials, sum_chunks(n), other_ss);
+    CUDA_CHECK(cudaGetLastError());
+    lamb_apply_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, m, v, n, a.lr, a.weight_decay,
+                                                         moments, adapt, w_ss, other_ss);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void fill(float* t, int64_t n, float value, cudaStream_t s) {
   if (n == 0) return;

@@ -88,4 +88,25 @@ struct Segment {
 void copy_segments(const Segment* segments, int n_segments, int64_t max_count, float scale,
                    cudaStream_t s);
 
+// ---- LARS, LAMB and AdamW (backend/host_update_rules.cpp is their reference) -------------
+// Sums of squares are split where the host splits them (kSumChunk values a partial sum, fp64,
+// partials added in order by one block): the same bits in every run.
+constexpr int64_t kSumChunk = 1 << 14;
+inline int64_t sum_chunks(int64_t n) { return (n + kSumChunk - 1) / kSumChunk; }
+// *total = sum of x[i]^2; partials holds sum_chunks(n) doubles of scratch.
+void sum_of_squares(const float* x, int64_t n, double* partials, double* total, cudaStream_t s);
+
+enum class Rule { kLars, kLamb, kAdamW };
+struct UpdateArgs {
+  Rule rule;
+  float lr, weight_decay, momentum, beta1, beta2, eps, trust_coef;
+  bool layer_adaptation;
+  int64_t step;
+};
+// One update of n values (v null for LARS); scratch holds adaptive_scratch_doubles(n) doubles.
+// The trust ratio is computed on the device from the norms: no host wait.
+inline int64_t adaptive_scratch_doubles(int64_t n) { return sum_chunks(n) + 2; }
+void adaptive_update(float* w, const float* g, float* m, float* v, int64_t n,
+                     const UpdateArgs& args, double* scratch, cudaStream_t s);
+
 }  // namespace ringtrain::backend::cuda::kernels

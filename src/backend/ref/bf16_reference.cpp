@@ -178,6 +178,13 @@ class Bf16Reference : public Backend {
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
     be_->sgd_update(w, g, buf, spec);
   }
+  void adaptive_update(Tensor& w, const Tensor& g, Tensor& m, Tensor* v,
+                       const AdaptiveSpec& spec) override {
+    be_->adaptive_update(w, g, m, v, spec);
+  }
+  double sum_of_squares(const std::vector<const Tensor*>& tensors) override {
+    return be_->sum_of_squares(tensors);
+  }
   void fill(Tensor& t, float value) override { be_->fill(t, value); }
   void copy(const Tensor& src, Tensor& dst) override { be_->copy(src, dst); }
   void scale(Tensor& t, float factor) override { be_->scale(t, factor); }
