@@ -26,12 +26,12 @@ class HostBackend : public Backend {
     return Tensor(shape, dtype, aligned_host_alloc(bytes), bytes);
   }
 
-  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
-                                   Tensor& dlogits) override {
+  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& dlogits,
+                                   float smoothing) override {
     RT_CHECK(logits.is_plain() && logits.rank() == 2, "loss: logits must be plain [N, classes]");
     if (dlogits.shape() != logits.shape()) dlogits = alloc(logits.shape(), DType::kF32);
     return host::softmax_cross_entropy(logits.f32(), labels, logits.dim(0), logits.dim(1),
-                                       dlogits.f32());
+                                       dlogits.f32(), smoothing);
   }
 
   double sigmoid_binary_cross_entropy(const Tensor& logits, const float* targets, float grad_weight,

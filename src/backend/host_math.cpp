@@ -15,7 +15,7 @@ void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t n,
-                                 int64_t classes, float* dlogits) {
+                                 int64_t classes, float* dlogits, float smoothing) {
   for (int64_t i = 0; i < n; ++i)
     RT_CHECK(labels[i] >= 0 && labels[i] < classes, "label ", labels[i], " of image ", i,
              " is outside [0, ", classes, ")");
@@ -32,11 +32,17 @@ LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int
     double total = 0;
     for (int64_t k = 0; k < classes; ++k) total += std::exp(double(z[k]) - z[best]);
     double log_total = std::log(total);
-    loss += log_total - (double(z[labels[i]]) - z[best]);
+    // -log p_k = log_total - (z_k - z_best); the smoothed targets weigh every class.
+    double mean_nll = 0;
+    for (int64_t k = 0; k < classes; ++k) mean_nll += log_total - (double(z[k]) - z[best]);
+    loss += (1.0 - smoothing) * (log_total - (double(z[labels[i]]) - z[best])) +
+            double(smoothing) * mean_nll / double(classes);
     correct += best == labels[i];
+    const double floor = double(smoothing) / double(classes);
     for (int64_t k = 0; k < classes; ++k) {
       double p = std::exp(double(z[k]) - z[best] - log_total);
-      dz[k] = float((p - (k == labels[i] ? 1.0 : 0.0)) / double(n));
+      double t = floor + (k == labels[i] ? 1.0 - smoothing : 0.0);
+      dz[k] = float((p - t) / double(n));
     }
   }
   result.loss = loss / double(n);

@@ -8,9 +8,10 @@
 namespace ringtrain::backend::host {
 
 void check_same_numel(const char* op, const Tensor& a, const Tensor& b);
-// dlogits = (softmax - onehot) / n; the loss is the mean; sums in double.
+// dlogits = (softmax - t) / n with t = (1 - smoothing) onehot + smoothing / classes; the loss
+// is the mean of -sum t log softmax; sums in double.
 LossResult softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t n,
-                                 int64_t classes, float* dlogits);
+                                 int64_t classes, float* dlogits, float smoothing);
 // dlogits = grad_weight * (sigmoid(z) - t) / count; returns the mean BCE (sums in double).
 double sigmoid_binary_cross_entropy(const float* logits, const float* targets, int64_t count,
                                     float grad_weight, float* dlogits);

@@ -54,16 +54,18 @@ const Tensor& Model::forward(const Tensor& input, bool training) {
   return *logits_;
 }
 
-LossResult Model::loss(const int32_t* labels, float grad_scale) {
+LossResult Model::loss(const int32_t* labels, float grad_scale, float label_smoothing) {
   RT_CHECK(logits_ != nullptr, "model ", name_, ": loss() before forward()");
-  LossResult result = be_.softmax_cross_entropy(*logits_, labels, dlogits_);
+  LossResult result = be_.softmax_cross_entropy(*logits_, labels, dlogits_, label_smoothing);
   if (grad_scale != 1.0f) be_.scale(dlogits_, grad_scale);  // [N, classes]: a cheap pass
   return result;
 }
 
-backend::PendingLoss Model::loss_later(const int32_t* labels, float grad_scale) {
+backend::PendingLoss Model::loss_later(const int32_t* labels, float grad_scale,
+                                      float label_smoothing) {
   RT_CHECK(logits_ != nullptr, "model ", name_, ": loss_later() before forward()");
-  backend::PendingLoss pending = be_.softmax_cross_entropy_later(*logits_, labels, dlogits_);
+  backend::PendingLoss pending =
+      be_.softmax_cross_entropy_later(*logits_, labels, dlogits_, label_smoothing);
   if (grad_scale != 1.0f) be_.scale(dlogits_, grad_scale);  // queued after the loss kernel
   return pending;
 }

@@ -119,7 +119,7 @@ class Trainer {
   void settle_losses(Sums& epoch, Sums& interval);
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
   Sums evaluate(data::Loader& loader, bool confusion = false);
-  nn::InspectTargets inspect_targets(const data::Batch& batch);
+  nn::InspectTargets inspect_targets(const data::Batch& batch, float smoothing);
   nn::InspectWeights inspect_weights() const;
   void collect_inspect_outputs(const data::Batch& batch);
   InspectOutputs gather_inspect_outputs();
@@ -515,11 +515,14 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   double t0 = comm::fusion::Timeline::now();
   const backend::Tensor& x = upload(batch);
   model_->forward(x, true);
-  backend::PendingLoss loss = model_->loss_later(batch.labels.data(), loss_gradient_scale());
+  const float smoothing = float(cfg_.train.label_smoothing);
+  backend::PendingLoss loss =
+      model_->loss_later(batch.labels.data(), loss_gradient_scale(), smoothing);
   if (inspect_) {
     // The heads' losses are known now; the class loss's numbers may still be on the device.
     const double heads =
-        model_->inspect_loss(inspect_targets(batch), inspect_weights(), loss_gradient_scale())
+        model_->inspect_loss(inspect_targets(batch, smoothing), inspect_weights(),
+                             loss_gradient_scale())
             .weighted(inspect_weights());
     loss = backend::PendingLoss([loss, heads]() mutable {
       backend::LossResult r = loss.get();
@@ -733,7 +736,7 @@ Sums Trainer::evaluate(data::Loader& loader, bool confusion) {
     const backend::Tensor& logits = model_->forward(upload(batch), false);
     backend::LossResult loss = model_->loss(batch.labels.data());
     if (inspect_) {
-      loss.loss += model_->inspect_loss(inspect_targets(batch), inspect_weights())
+      loss.loss += model_->inspect_loss(inspect_targets(batch, 0.0f), inspect_weights())
                        .weighted(inspect_weights());
       collect_inspect_outputs(batch);
     }
@@ -745,13 +748,16 @@ Sums Trainer::evaluate(data::Loader& loader, bool confusion) {
 
 // ---- inspection heads -------------------------------------------------------------------
 
-nn::InspectTargets Trainer::inspect_targets(const data::Batch& batch) {
+// The heads' 0/1 targets, smoothed to t (1 - s) + s / 2 in training (train.label_smoothing).
+nn::InspectTargets Trainer::inspect_targets(const data::Batch& batch, float smoothing) {
   const size_t defects = batch.multi_hot.size();
   targets_.resize(defects + batch.pass.size() + batch.zone_pass.size());
   std::copy(batch.multi_hot.begin(), batch.multi_hot.end(), targets_.begin());
   std::copy(batch.pass.begin(), batch.pass.end(), targets_.begin() + std::ptrdiff_t(defects));
   std::copy(batch.zone_pass.begin(), batch.zone_pass.end(),
             targets_.begin() + std::ptrdiff_t(defects + batch.pass.size()));
+  if (smoothing > 0)
+    for (float& t : targets_) t = t * (1.0f - smoothing) + 0.5f * smoothing;
   const float* t = targets_.data();
   return {t, t + defects, t + defects + batch.pass.size()};
 }

@@ -390,7 +390,7 @@ BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
     std::vector<float> z = random_values(3 * 4, 81, -2, 2);
     int32_t labels[3] = {2, 0, 3};
     Tensor logits = to_device(*be, {3, 4}, z), dz;
-    LossResult r = be->softmax_cross_entropy(logits, labels, dz);
+    LossResult r = be->softmax_cross_entropy(logits, labels, dz, 0.0f);
     double loss = 0;
     int64_t correct = 0;
     std::vector<float> want(12);
@@ -411,7 +411,7 @@ BOOST_AUTO_TEST_CASE(loss_and_sgd_match_direct_formulas) {
                  1e-6);
     int32_t bad[3] = {2, 4, 0};
     try {
-      be->softmax_cross_entropy(logits, bad, dz);
+      be->softmax_cross_entropy(logits, bad, dz, 0.0f);
       BOOST_FAIL("no throw");
     } catch (const Error& e) {
       BOOST_TEST(std::string(e.what()).find("label 4 of image 1 is outside [0, 4)") !=
@@ -579,6 +579,31 @@ BOOST_AUTO_TEST_CASE(unknown_and_unbuilt_backends_are_input_errors) {
     BOOST_TEST(std::string(e.what()) == "unknown backend 'tpu': known backends are cpu, ref, cuda");
   }
   // make_backend("cuda") without CUDA or without a GPU: test_cuda_backend.cpp.
+}
+
+// Label smoothing by hand: logits (0, ln 3) give p = (1/4, 3/4); label 1 smoothed by 0.2 over
+// 2 classes is t = (0.1, 0.9): loss -(0.1 ln 1/4 + 0.9 ln 3/4) = 0.39754330, dlogits p - t =
+// (0.15, -0.15). A second image, logits (ln 3, 0) with label 1: p = (3/4, 1/4), t = (0.1, 0.9),
+// loss -(0.1 ln 3/4 + 0.9 ln 1/4) = 1.27643313, dlogits (0.65, -0.65); the batch of both halves
+// the gradients and averages the losses. Smoothing 0 is the plain loss.
+BOOST_AUTO_TEST_CASE(smoothed_loss_and_gradient_match_hand_formulas) {
+  std::vector<std::string> names = testable_backends();
+  names.push_back("ref");
+  const float ln3 = float(std::log(3.0));
+  for (const std::string& name : names) {
+    auto be = make_backend(name, 2);
+    Tensor logits = to_device(*be, {2, 2}, {0, ln3, ln3, 0}), dz;
+    int32_t labels[2] = {1, 1};
+    LossResult r = be->softmax_cross_entropy(logits, labels, dz, 0.2f);
+    BOOST_TEST(r.loss == (0.39754330 + 1.27643313) / 2, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(r.correct == 1);
+    expect_close(name + " smoothed gradient", to_host(*be, dz), {0.075f, -0.075f, 0.325f, -0.325f},
+                 1e-6);
+    r = be->softmax_cross_entropy(logits, labels, dz, 0.0f);
+    BOOST_TEST(r.loss == (std::log(4.0 / 3) + std::log(4.0)) / 2, boost::test_tools::tolerance(1e-6));
+    expect_close(name + " plain gradient", to_host(*be, dz), {0.125f, -0.125f, 0.375f, -0.375f},
+                 1e-6);
+  }
 }
 
 // One step of each adaptive rule on w = (3, 0, 4), g = (0.6, 0.8, 0), weight decay 0.1, against

@@ -54,8 +54,8 @@ BOOST_DATA_TEST_CASE(host_backends_defer_the_loss_without_changing_it,
   Tensor logits = random_tensor(*be, {6, 5}, 71, -3, 3);
   const std::vector<int32_t> labels{0, 4, 2, 2, 1, 3};
   Tensor d_now, d_later;
-  const LossResult now = be->softmax_cross_entropy(logits, labels.data(), d_now);
-  PendingLoss later = be->softmax_cross_entropy_later(logits, labels.data(), d_later);
+  const LossResult now = be->softmax_cross_entropy(logits, labels.data(), d_now, 0.0f);
+  PendingLoss later = be->softmax_cross_entropy_later(logits, labels.data(), d_later, 0.0f);
   const LossResult read = later.get();
   BOOST_TEST(std::memcmp(&read.loss, &now.loss, sizeof(double)) == 0);
   BOOST_TEST(read.correct == now.correct);
@@ -276,12 +276,12 @@ BOOST_AUTO_TEST_CASE(cuda_loss_read_later, *boost::unit_test::precondition(GpuPr
   Tensor logits = random_tensor(*gpu, {7, 5}, 121, -3, 3);
   Tensor ref_logits = random_tensor(*ref, {7, 5}, 121, -3, 3);
   Tensor d1, d2, dref;
-  PendingLoss first = gpu->softmax_cross_entropy_later(logits, labels.data(), d1);
+  PendingLoss first = gpu->softmax_cross_entropy_later(logits, labels.data(), d1, 0.0f);
   labels.assign(7, 1);  // the labels may change once the call returned
-  PendingLoss second = gpu->softmax_cross_entropy_later(logits, labels.data(), d2);
+  PendingLoss second = gpu->softmax_cross_entropy_later(logits, labels.data(), d2, 0.0f);
   const LossResult want_first = ref->softmax_cross_entropy(
-      ref_logits, std::vector<int32_t>{0, 4, 2, 2, 1, 3, 4}.data(), dref);
-  const LossResult want_second = ref->softmax_cross_entropy(ref_logits, labels.data(), dref);
+      ref_logits, std::vector<int32_t>{0, 4, 2, 2, 1, 3, 4}.data(), dref, 0.0f);
+  const LossResult want_second = ref->softmax_cross_entropy(ref_logits, labels.data(), dref, 0.0f);
   const LossResult got_second = second.get();
   const LossResult got_first = first.get();
   BOOST_TEST(got_first.loss == want_first.loss, boost::test_tools::tolerance(1e-6));

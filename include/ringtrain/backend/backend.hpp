@@ -223,17 +223,19 @@ class Backend {
   virtual std::unique_ptr<PoolOp> make_pool(const PoolSpec& spec) = 0;
   virtual std::unique_ptr<AddOp> make_add(bool fuse_relu) = 0;
 
-  // Softmax cross-entropy of plain [N, classes] logits against host labels; writes
-  // dlogits = (softmax - onehot) / N. A label outside [0, classes) is an Error.
+  // Softmax cross-entropy of plain [N, classes] logits against host labels, with the targets
+  // smoothed to t = (1 - smoothing) onehot + smoothing / classes (0: plain one-hot): the loss
+  // is the mean of -sum t log softmax, dlogits = (softmax - t) / N. A label outside
+  // [0, classes) is an Error.
   virtual LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
-                                           Tensor& dlogits) = 0;
+                                           Tensor& dlogits, float smoothing) = 0;
   // The same, without waiting for the loss: dlogits is queued as above and the labels may
   // change once this returns, but the numbers are read when get() is called (a device with
   // streams need not stop between forward and backward for them). The default computes
   // them now: the host backends give exactly softmax_cross_entropy's result.
   virtual PendingLoss softmax_cross_entropy_later(const Tensor& logits, const int32_t* labels,
-                                                  Tensor& dlogits) {
-    return PendingLoss(softmax_cross_entropy(logits, labels, dlogits));
+                                                  Tensor& dlogits, float smoothing) {
+    return PendingLoss(softmax_cross_entropy(logits, labels, dlogits, smoothing));
   }
 
   // Sigmoid binary cross-entropy of plain [N, K] logits against host targets (N*K values in

@@ -45,11 +45,12 @@ class Model {
   // Softmax cross-entropy (mean over the batch) of the last forward against host labels
   // (one per image); sets the logits' gradient for backward(), multiplied by grad_scale (the
   // loss scale: a power of two scales every gradient of backward exactly). The loss returned
-  // is never scaled.
-  LossResult loss(const int32_t* labels, float grad_scale = 1.0f);
+  // is never scaled. label_smoothing: Backend::softmax_cross_entropy's (training only).
+  LossResult loss(const int32_t* labels, float grad_scale = 1.0f, float label_smoothing = 0.0f);
   // The same, its numbers read when the caller asks (Backend::softmax_cross_entropy_later):
   // the training loop does not wait for forward to finish before queueing backward.
-  backend::PendingLoss loss_later(const int32_t* labels, float grad_scale = 1.0f);
+  backend::PendingLoss loss_later(const int32_t* labels, float grad_scale = 1.0f,
+                                  float label_smoothing = 0.0f);
   // With inspection heads: their weighted BCE losses of the last forward, whose gradients
   // backward() adds to the class loss's (call after loss() or loss_later()).
   InspectLosses inspect_loss(const InspectTargets& targets, const InspectWeights& weights,

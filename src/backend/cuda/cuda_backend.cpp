@@ -141,16 +141,16 @@ class CudaBackend : public Backend {
     return cuda::make_add(ctx_, fuse_relu);
   }
 
-  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
-                                   Tensor& dlogits) override {
-    return softmax_cross_entropy_later(logits, labels, dlogits).get();
+  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& dlogits,
+                                   float smoothing) override {
+    return softmax_cross_entropy_later(logits, labels, dlogits, smoothing).get();
   }
 
   // Labels go up through pinned staging; the kernel writes dlogits and per-row results,
   // one block sums them into two doubles, and those are copied to a pinned slot behind an
   // event: nothing here waits for the device.
   PendingLoss softmax_cross_entropy_later(const Tensor& logits_in, const int32_t* labels,
-                                          Tensor& dlogits) override {
+                                          Tensor& dlogits, float smoothing) override {
     ctx_.activate();
     expect_present(logits_in, "loss logits");
     RT_CHECK(logits_in.rank() == 2, "loss: logits must be [N, classes]");
@@ -169,8 +169,8 @@ class CudaBackend : public Backend {
     int32_t* row_correct = device_labels + n;
     label_staging_.copy_to_device(labels, device_labels, size_t(n) * sizeof(int32_t),
                                   ctx_.stream());
-    kernels::softmax_cross_entropy(logits.f32(), device_labels, n, classes, dlogits.f32(), row_loss,
-                                   row_correct, ctx_.stream());
+    kernels::softmax_cross_entropy(logits.f32(), device_labels, n, classes, smoothing,
+                                   dlogits.f32(), row_loss, row_correct, ctx_.stream());
     kernels::loss_totals(row_loss, row_correct, n, totals, ctx_.stream());
     std::shared_ptr<LossSlot> slot = free_loss_slot();
     CUDA_CHECK(cudaMemcpyAsync(slot->totals.get(), totals, 2 * sizeof(double),

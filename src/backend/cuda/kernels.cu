@@ -46,8 +46,8 @@ __global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t n, floa
 }
 
 __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, int64_t rows,
-                                  int64_t classes, float* dlogits, double* row_loss,
-                                  int32_t* row_correct) {
+                                  int64_t classes, float smoothing, float* dlogits,
+                                  double* row_loss, int32_t* row_correct) {
   GRID_LOOP(r, rows) {
     const float* z = logits + r * classes;
     float* dz = dlogits + r * classes;
@@ -58,11 +58,15 @@ __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, in
     for (int64_t k = 0; k < classes; ++k) total += exp(double(z[k]) - z[best]);
     const double log_total = log(total);
     const int32_t label = labels[r];
-    row_loss[r] = log_total - (double(z[label]) - z[best]);
+    double mean_nll = 0;
+    for (int64_t k = 0; k < classes; ++k) mean_nll += log_total - (double(z[k]) - z[best]);
+    row_loss[r] = (1.0 - smoothing) * (log_total - (double(z[label]) - z[best])) +
+                  double(smoothing) * mean_nll / double(classes);
     row_correct[r] = best == label;
+    const double floor = double(smoothing) / double(classes);
     for (int64_t k = 0; k < classes; ++k) {
       double p = exp(double(z[k]) - z[best] - log_total);
-      dz[k] = float((p - (k == label ? 1.0 : 0.0)) / double(rows));
+      dz[k] = float((p - (floor + (k == label ? 1.0 - smoothing : 0.0))) / double(rows));
     }
   }
 }
@@ -412,11 +416,11 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
 }
 
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,
-                           int64_t classes, float* dlogits, double* row_loss, int32_t* row_correct,
-                           cudaStream_t s) {
+                           int64_t classes, float smoothing, float* dlogits, double* row_loss,
+                           int32_t* row_correct, cudaStream_t s) {
   if (rows == 0) return;
-  softmax_ce_kernel<<<blocks_for(rows), kThreads, 0, s>>>(logits, labels, rows, classes, dlogits,
-                                                          row_loss, row_correct);
+  softmax_ce_kernel<<<blocks_for(rows), kThreads, 0, s>>>(logits, labels, rows, classes, smoothing,
+                                                          dlogits, row_loss, row_correct);
   CUDA_CHECK(cudaGetLastError());
 }
 

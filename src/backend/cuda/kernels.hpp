@@ -20,11 +20,12 @@ void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, bool nesterov, cudaStream_t s);
 
-// One thread per row: dlogits = (softmax - onehot) / rows; row_loss[i] = -log p(label),
-// row_correct[i] = argmax == label. Labels are already checked and on the device.
+// One thread per row: with t = (1 - smoothing) onehot + smoothing / classes, dlogits =
+// (softmax - t) / rows; row_loss[i] = -sum t log p, row_correct[i] = argmax == label. Labels
+// are already checked and on the device.
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,
-                           int64_t classes, float* dlogits, double* row_loss, int32_t* row_correct,
-                           cudaStream_t s);
+                           int64_t classes, float smoothing, float* dlogits, double* row_loss,
+                           int32_t* row_correct, cudaStream_t s);
 
 // One thread per value: dlogits = grad_weight * (sigmoid(z) - t) / count and the value's BCE
 // into value_loss; then one block sums value_loss into *total. Targets are on the device.

@@ -167,9 +167,9 @@ class Bf16Reference : public Backend {
     return std::make_unique<Bf16Add>(*be_, be_->make_add(fuse_relu));
   }
 
-  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels,
-                                   Tensor& dlogits) override {
-    return be_->softmax_cross_entropy(logits, labels, dlogits);
+  LossResult softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor& dlogits,
+                                   float smoothing) override {
+    return be_->softmax_cross_entropy(logits, labels, dlogits, smoothing);
   }
   double sigmoid_binary_cross_entropy(const Tensor& logits, const float* targets, float grad_weight,
                                       Tensor& dlogits) override {
