@@ -29,7 +29,7 @@ const char* const kAbout =
     "At least one of --onnx and --torch.\n\nOptions";
 
 struct Options {
-  std::string model, onnx, torch;
+  std::string model, onnx, torch, weights = "averaged";
 };
 
 Options parse(int argc, char** argv, bool& help) {
@@ -38,7 +38,10 @@ Options parse(int argc, char** argv, bool& help) {
   desc.add_options()("help,h", "this text")(
       "model", po::value(&o.model)->value_name("FILE")->required(), "the model file (checkpoint)")(
       "onnx", po::value(&o.onnx)->value_name("FILE"), "the ONNX file to write")(
-      "torch", po::value(&o.torch)->value_name("FILE"), "the PyTorch state_dict file to write");
+      "torch", po::value(&o.torch)->value_name("FILE"), "the PyTorch state_dict file to write")(
+      "weights", po::value(&o.weights)->value_name("WHICH")->default_value(o.weights),
+      "averaged: the run's moving average of the weights where it kept one (train.ema_decay), "
+      "else its weights; raw: its weights");
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
   help = vm.count("help") > 0;
@@ -59,8 +62,10 @@ int main(int argc, char** argv) {
     bool help = false;
     const Options o = parse(argc, argv, help);
     if (help) return kExitOk;
-    const tools::ModelFile file = tools::read_model_file(o.model);
-    const std::string what = str(o.model, " (", file.card.model, ", step ", file.global_step, ")");
+    const tools::ModelFile file =
+        tools::read_model_file(o.model, nn::parse_model_weights(o.weights, "--weights"));
+    const std::string what = str(o.model, " (", file.card.model, ", step ", file.global_step,
+                                 file.averaged ? ", averaged weights" : "", ")");
     if (!o.onnx.empty()) {
       const int nodes = tools::write_onnx(file, o.onnx);
       std::printf("rt-export: %s -> %s: %d ONNX nodes, opset 13, checked\n", what.c_str(),

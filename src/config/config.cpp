@@ -111,6 +111,11 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "lars: eta, the trust coefficient of the layer-wise learning rate", {}},
       {"train.clip_norm", &c.train.clip_norm,
        "clip the reduced gradient to this global L2 norm before the update (0 = off)", {}},
+      {"train.ema_decay", &c.train.ema_decay,
+       "keep an exponential moving average of the weights and BN statistics with this decay "
+       "(warmed up as min(d, (1+t)/(10+t))), evaluated each epoch beside the weights and saved in "
+       "the model file, where predict and rt-export use it (0 = off)",
+       {}},
       {"train.label_smoothing", &c.train.label_smoothing,
        "class targets (1 - s) one-hot + s / classes; inspection heads' targets t (1 - s) + s / 2",
        {}},
@@ -438,6 +443,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   require(t.trust_coef > 0, "train.trust_coef", format_number(t.trust_coef), "a positive number");
   require(t.clip_norm >= 0 && std::isfinite(t.clip_norm), "train.clip_norm",
           format_number(t.clip_norm), "0 (off) or a positive norm");
+  require(t.ema_decay >= 0 && t.ema_decay < 1, "train.ema_decay", format_number(t.ema_decay),
+          "in [0, 1) (0 = off)");
   require(t.label_smoothing >= 0 && t.label_smoothing < 1, "train.label_smoothing",
           format_number(t.label_smoothing), "in [0, 1)");
   require(t.warmup_epochs >= 0, "train.warmup_epochs", format_number(t.warmup_epochs), "0 or more");

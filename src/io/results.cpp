@@ -57,6 +57,9 @@ void write_root_attributes(h5::Group& root, const RunInfo& info) {
   root.set_attr("clip_norm", info.clip_norm);
   root.set_attr("clipped_steps", int64_t(info.clipped_steps));
   root.set_attr("label_smoothing", info.label_smoothing);
+  root.set_attr("ema_decay", info.ema_decay);
+  root.set_attr("ema_test_loss", info.ema_test_loss);
+  root.set_attr("ema_test_acc", info.ema_test_acc);
   root.set_attr("slurm_job_id", info.slurm_job_id);
 }
 
@@ -85,6 +88,10 @@ void write_epochs(h5::Group& root, const std::vector<EpochRow>& rows) {
          "train.clip_norm: largest global gradient norm of the epoch (NaN: clipping off)");
   column(g, "clipped_steps", pick(rows, &EpochRow::clipped_steps), "steps",
          "train.clip_norm: steps whose gradient was scaled down to clip_norm");
+  column(g, "ema_eval_loss", pick(rows, &EpochRow::ema_eval_loss), "nats",
+         "train.ema_decay: the averaged weights' loss on the eval split (NaN: none)");
+  column(g, "ema_eval_acc", pick(rows, &EpochRow::ema_eval_acc), "fraction",
+         "train.ema_decay: the averaged weights' accuracy on the eval split (NaN: none)");
 }
 
 void write_timings(h5::Group& root, const Timings& t) {

@@ -6,7 +6,15 @@
 
 namespace ringtrain::nn {
 
-LoadedModel load_model_file(const std::string& path, Backend& be, const std::string& resave_hint) {
+ModelWeights parse_model_weights(const std::string& text, const std::string& option) {
+  if (text == "averaged") return ModelWeights::kAveraged;
+  if (text == "raw") return ModelWeights::kRaw;
+  throw InputError(str(option, " ", text, ": expected averaged (the run's moving average where it "
+                       "kept one) or raw"));
+}
+
+LoadedModel load_model_file(const std::string& path, Backend& be, const std::string& resave_hint,
+                            ModelWeights weights) {
   RT_REQUIRE_INPUT(h5::is_hdf5(path), path, ": not an HDF5 file (a model file is a checkpoint)");
   const h5::File file = h5::File::open_read(path);
   LoadedModel loaded;
@@ -15,7 +23,8 @@ LoadedModel load_model_file(const std::string& path, Backend& be, const std::str
   const HeadsSpec heads{parse_heads(card.heads), int(card.defect_names.size())};
   const ModelInput in{card.input_shape[0], card.input_shape[1], card.input_shape[2]};
   loaded.model = make_model(card.model, in, int(card.class_names.size()), be, 0, heads);
-  loaded.model->load(file.root().open_group("params"));
+  loaded.averaged = weights == ModelWeights::kAveraged && file.root().exists("ema");
+  loaded.model->load(file.root().open_group(loaded.averaged ? "ema" : "params"));
   if (file.root().has_attr("global_step"))
     loaded.global_step = file.root().attr<int64_t>("global_step");
   return loaded;

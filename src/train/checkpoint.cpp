@@ -37,7 +37,7 @@ void CheckpointState::remove_stale_temp_files() const {
 
 void CheckpointState::save(nn::Model& model, nn::Optimizer& optimizer, int64_t global_step,
                            const io::ModelCard& card, const LossScaler* scaler,
-                           const comm::fusion::TuneSettings* tuned) const {
+                           const comm::fusion::TuneSettings* tuned, nn::WeightAverage* ema) const {
   const std::string path = config_.checkpoint_path();
   // Every rank's BN running statistics (they differ between ranks until an epoch's end).
   std::vector<float> mine = model.buffer_values();
@@ -67,6 +67,10 @@ void CheckpointState::save(nn::Model& model, nn::Optimizer& optimizer, int64_t g
     model.save(params);
     h5::Group state = root.create_group("optimizer");
     optimizer.save(state);
+    if (ema) {
+      h5::Group averages = root.create_group("ema");
+      ema->save(averages);
+    }
     if (!mine.empty()) {
       std::vector<float> rows(all.begin(), all.end());
       root.write("rank_buffers", h5::Dims{hsize_t(comm_.size()), hsize_t(mine.size())}, rows.data())
@@ -101,7 +105,8 @@ void warn_on_changes(const h5::Group& root, const std::string& path, int world_s
 
 }  // namespace
 
-ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler) const {
+ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler,
+                                  nn::WeightAverage* ema) const {
   const std::string path = config_.checkpoint_path();
   if (access(path.c_str(), R_OK) != 0)
     throw InputError(
@@ -143,6 +148,10 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, Lo
     const auto row = rows.begin() + std::ptrdiff_t(n * size_t(comm_.rank()));
     model.set_buffer_values(std::vector<float>(row, row + std::ptrdiff_t(n)));
   }
+  if (ema && root.exists("ema"))
+    ema->load(root.open_group("ema"));
+  else if (ema)
+    ema->reset();
   ResumePoint point{step, std::nullopt, std::nullopt};
   if (root.has_attr("pass_threshold")) point.pass_threshold = root.attr<float>("pass_threshold");
   if (root.has_attr("autotune_overlap") && root.has_attr("autotune_fusion_mib"))

@@ -49,6 +49,9 @@ po::options_description predict_flags(PredictOptions& o, std::string& backend,
       "writes OUTPUT.csv and OUTPUT.h5")("top-k", po::value<int>(&o.top_k)->default_value(0),
                                          "classes per image (0: up to 3)")(
       "batch", po::value<int>(&o.batch)->default_value(o.batch), "images per forward pass")(
+      "weights", po::value<std::string>(&o.weights)->default_value(o.weights),
+      "averaged: the run's moving average of the weights where it kept one (train.ema_decay), "
+      "else its weights; raw: its weights")(
       "deck", po::value<std::string>(), "take train.backend, precision and threads from this deck")(
       "backend", po::value<std::string>(&backend),
       "cpu, cuda or ref (default: the deck's, or cpu)")(
@@ -95,6 +98,8 @@ PredictCommandLine parse_predict_command_line(int argc, const char* const argv[]
                    "' for --batch (at least 1)");
   RT_REQUIRE_INPUT(o.top_k >= 0, "ringtrain predict: bad value '", o.top_k,
                    "' for --top-k (0 or more)");
+  RT_REQUIRE_INPUT(o.weights == "averaged" || o.weights == "raw", "ringtrain predict: bad value '",
+                   o.weights, "' for --weights (averaged or raw)");
   RT_REQUIRE_INPUT(
       o.device.backend == "cpu" || o.device.backend == "cuda" || o.device.backend == "ref",
       "ringtrain predict: bad value '", o.device.backend,
@@ -465,6 +470,7 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   std::vector<Source> sources;
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<nn::Model> model;
+  bool averaged = false;
   const int threads = o.device.threads > 0 ? o.device.threads : comm.cpu_threads_per_rank();
   agree(comm, [&] {
     card = read_card(o.model);
@@ -478,7 +484,10 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   agree(comm, [&] {
     int cuda_device = -1;
     be = make_rank_backend(comm, o.device, threads, &cuda_device);
-    model = nn::load_model_file(o.model, *be, resave_hint()).model;
+    nn::LoadedModel loaded = nn::load_model_file(
+        o.model, *be, resave_hint(), nn::parse_model_weights(o.weights, "--weights"));
+    model = std::move(loaded.model);
+    averaged = loaded.averaged;
   });
   const std::vector<Item> items = items_of(sources);
   const int k = o.top_k > 0 ? std::min(o.top_k, int(card.class_names.size()))
@@ -491,7 +500,7 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   const size_t last = std::min(items.size(), b1 * size_t(o.batch));
   log::info(str("predict: ", items.size(), " image(s) from ", sources.size(), " file(s) on ",
                 comm.size(), " rank(s), ", be->name(), " ", o.device.precision, ", model ",
-                card.model, " (heads ", card.heads, ")"));
+                card.model, " (heads ", card.heads, ")", averaged ? ", averaged weights" : ""));
   Predictor predictor(o, card, sources, *be, *model);
   std::vector<float> mine;
   agree(comm, [&] { mine = predictor.run(items, first, last); });

@@ -29,6 +29,7 @@
 #include "ringtrain/nn/lr_schedule.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
+#include "ringtrain/nn/weight_average.hpp"
 #include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
@@ -119,6 +120,8 @@ class Trainer {
   void settle_losses(Sums& epoch, Sums& interval);
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
   Sums evaluate(data::Loader& loader, bool confusion = false);
+  Sums evaluate_averages(bool whole_epoch);
+  void test_averages();
   nn::InspectTargets inspect_targets(const data::Batch& batch, float smoothing);
   nn::InspectWeights inspect_weights() const;
   void collect_inspect_outputs(const data::Batch& batch);
@@ -134,7 +137,7 @@ class Trainer {
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
   void save_checkpoint() {
     checkpoint_->save(*model_, *optimizer_, global_step_, card_, scaler_.get(),
-                      parallel_->tuned_choice());
+                      parallel_->tuned_choice(), ema_.get());
   }
 
   const Config& cfg_;
@@ -162,6 +165,8 @@ class Trainer {
   } watch_registration_;
   std::unique_ptr<nn::Optimizer> optimizer_;
   std::unique_ptr<GradientClipper> clipper_;  // null: train.clip_norm = 0
+  std::unique_ptr<nn::WeightAverage> ema_;     // null: train.ema_decay = 0
+  std::pair<double, double> ema_test_{kNaN, kNaN};  // the averages' test loss and accuracy
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
   std::unique_ptr<CheckpointState> checkpoint_;
@@ -217,7 +222,7 @@ void Trainer::set_up() {
   std::optional<comm::fusion::TuneSettings> tuned;  // the checkpoint's autotune choice
   if (cfg_.resume) {
     agree_watched([&] {
-      ResumePoint at = checkpoint_->load(*model_, *optimizer_, scaler_.get());
+      ResumePoint at = checkpoint_->load(*model_, *optimizer_, scaler_.get(), ema_.get());
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
       tuned = at.tuned;
@@ -415,6 +420,7 @@ void Trainer::build_optimizer() {
   optimizer_ = std::make_unique<nn::Optimizer>(model_->parameters(), o, *backend_);
   if (t.clip_norm > 0)
     clipper_ = std::make_unique<GradientClipper>(t.clip_norm, model_->parameters(), *backend_);
+  if (t.ema_decay > 0) ema_ = std::make_unique<nn::WeightAverage>(*model_, t.ema_decay);
 
   const int64_t global_batch = int64_t(batch_per_rank_) * comm_.size() * accumulate_steps_;
   nn::LRScheduleOptions lr;
@@ -544,6 +550,7 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
   if (step_is_taken()) {
     if (clipper_) clipper_->apply();
     optimizer_->step(schedule_->lr(global_step_));
+    if (ema_) ema_->update();
   }
   backend_->synchronize();
   double t4 = comm::fusion::Timeline::now();
@@ -676,6 +683,9 @@ void Trainer::train_epoch(int epoch) {
   row.images_per_s = seconds > 0 ? total.count / seconds : 0;
   row.lr = schedule_->lr(std::max<int64_t>(global_step_ - 1, 0));
   const ClipFigures clip = clipper_ ? clipper_->take_epoch() : ClipFigures{kNaN, kNaN, 0, 0};
+  const Sums averaged = ema_ && eval_loader_ ? evaluate_averages(step == steps_per_epoch_) : Sums{};
+  row.ema_eval_loss = averaged.count ? averaged.loss / averaged.count : kNaN;
+  row.ema_eval_acc = averaged.count ? averaged.correct / averaged.count : kNaN;
   row.grad_norm_mean = clip.mean_norm, row.grad_norm_max = clip.max_norm;
   row.clipped_steps = clip.clipped;
   epochs_.push_back(row);
@@ -687,7 +697,46 @@ void Trainer::train_epoch(int epoch) {
                 " | ", int64_t(row.images_per_s), " img/s",
                 clipper_ ? str(" | gradient norm ", clip.mean_norm, " mean, ", clip.max_norm,
                                " max, ", clip.clipped, " of ", clip.steps, " steps clipped")
-                         : std::string()));
+                         : std::string(),
+                averaged.count ? str(" | averaged weights: ", cfg_.data.eval_split, " loss ",
+                                     row.ema_eval_loss, " acc ", row.ema_eval_acc)
+                               : std::string()));
+}
+
+// The weight averages on the test split (what the model file gives predict), logged beside the
+// weights' own figures and kept for the results file.
+void Trainer::test_averages() {
+  ema_->swap();
+  Sums mine = evaluate(*test_loader_);
+  enter_phase(Phase::kEvaluation);
+  Sums test = reduce(std::move(mine));
+  if (inspect_)
+    report_inspect(cfg_.data.test_split + " (averaged weights)", gather_inspect_outputs(),
+                   card_.pass_threshold);
+  ema_->swap();
+  if (test.count == 0) return;
+  ema_test_ = {test.loss / test.count, test.correct / test.count};
+  log::info(str(cfg_.data.test_split, " (averaged weights): loss ", ema_test_.first, " acc ",
+                ema_test_.second));
+}
+
+// The weight averages on the eval split, swapped into the model and back. After a whole epoch
+// their BN statistics are averaged across ranks as the weights' own were. With inspection
+// heads their outputs are the ones the pass threshold is chosen on: the model file's averages
+// are what predict runs.
+Sums Trainer::evaluate_averages(bool whole_epoch) {
+  ema_->swap();
+  if (whole_epoch) {
+    enter_phase(Phase::kBatchNormAverage);
+    comm::WatchedCollective watched(watch_);
+    parallel_->average_bn_buffers();
+  }
+  Sums mine = evaluate(*eval_loader_);
+  enter_phase(Phase::kEvaluation);
+  Sums all = reduce(mine);
+  if (inspect_) val_outputs_ = gather_inspect_outputs();
+  ema_->swap();
+  return all;
 }
 
 // Each step's micro-batch losses summed as one step, then into both sums, in step order.
@@ -975,6 +1024,9 @@ void Trainer::write_results(double test_loss, double test_acc,
   info.clip_norm = cfg_.train.clip_norm;
   info.clipped_steps = clipper_ ? clipper_->clipped_total() : 0;
   info.label_smoothing = cfg_.train.label_smoothing;
+  info.ema_decay = cfg_.train.ema_decay;
+  info.ema_test_loss = ema_test_.first;
+  info.ema_test_acc = ema_test_.second;
   if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
   r.epochs = epochs_;
   r.summary =
@@ -1038,6 +1090,7 @@ void Trainer::run() {
     }
     if (inspect_)
       report_inspect(cfg_.data.test_split, gather_inspect_outputs(), card_.pass_threshold);
+    if (ema_) test_averages();
   }
   enter_phase(Phase::kResults);
   agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });

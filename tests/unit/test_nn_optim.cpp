@@ -10,6 +10,7 @@
 #include "ringtrain/nn/lr_schedule.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
+#include "ringtrain/nn/weight_average.hpp"
 
 using namespace ringtrain;
 using namespace ringtrain::nn;
@@ -92,6 +93,54 @@ BOOST_AUTO_TEST_CASE(optimizer_state_survives_a_checkpoint) {
                          optimizer_name(kind) + ", not " + optimizer_name(other.kind) +
                          ": resume with the optimizer it was written by");
   }
+  std::filesystem::remove(path);
+}
+
+// The average after three updates with every weight and buffer at 1, 2 and 3 (from 0), decay
+// 0.9 warmed up as min(0.9, (1+t)/(10+t)): d = 0.1, 2/11, 0.25, so 0.9, then 2/11 0.9 + 9/11 2 =
+// 1.8, then 0.25 1.8 + 0.75 3 = 2.7; swapped in and back; through a file and back.
+BOOST_AUTO_TEST_CASE(weight_average_after_three_updates) {
+  auto be = backend::make_backend("cpu", 2);
+  auto model = make_model("cnn_small", {1, 8, 8}, 3, *be, 1);
+  std::vector<backend::Tensor*> all;
+  for (Parameter* p : model->parameters()) all.push_back(&p->value);
+  for (const NamedBuffer& b : model->buffers()) all.push_back(b.tensor);
+  auto set_all = [&](float v) {
+    for (backend::Tensor* t : all) be->fill(*t, v);
+  };
+  auto all_equal = [&](float v) {
+    for (backend::Tensor* t : all)
+      for (float x : to_host(*be, *t))
+        if (std::fabs(x - v) > 1e-6f) return false;
+    return true;
+  };
+  set_all(0);
+  WeightAverage average(*model, 0.9);
+  for (float v : {1.0f, 2.0f, 3.0f}) {
+    set_all(v);
+    average.update();
+  }
+  BOOST_TEST(average.updates() == 3);
+  BOOST_TEST(average.next_decay() == 4.0 / 13);
+  average.swap();
+  BOOST_TEST(all_equal(2.7f));
+  average.swap();
+  BOOST_TEST(all_equal(3.0f));
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("rt-test-ema-" + std::to_string(getpid()) + ".h5"))
+                               .string();
+  {
+    auto file = h5::File::create(path);
+    h5::Group g = file.root().create_group("ema");
+    average.save(g);
+    file.close();
+  }
+  WeightAverage loaded(*model, 0.9);  // starts from the weights: 3
+  loaded.load(h5::File::open_read(path).root().open_group("ema"));
+  BOOST_TEST(loaded.updates() == 3);
+  loaded.swap();
+  BOOST_TEST(all_equal(2.7f));
+  loaded.swap();
   std::filesystem::remove(path);
 }
 

@@ -6,17 +6,19 @@
 
 namespace ringtrain::tools {
 
-ModelFile read_model_file(const std::string& path) {
+ModelFile read_model_file(const std::string& path, nn::ModelWeights weights) {
   ModelFile f;
   f.path = path;
   f.backend = backend::make_backend("ref", 1);
   nn::LoadedModel loaded = nn::load_model_file(
       path, *f.backend,
       "a model file is the checkpoint a training run of this ringtrain writes; resume its run "
-      "(ringtrain --deck DECK --resume) to rewrite it as one");
+      "(ringtrain --deck DECK --resume) to rewrite it as one",
+      weights);
   f.card = std::move(loaded.card);
   f.model = std::move(loaded.model);
   f.global_step = loaded.global_step;
+  f.averaged = loaded.averaged;
   return f;
 }
 

@@ -75,6 +75,7 @@ struct TrainConfig {
   double trust_coef = 1e-3;                             // lars
   double clip_norm = 0;        // clip the reduced gradient's global norm to this (0: off)
   double label_smoothing = 0;  // targets (1 - s) one-hot + s / classes (and s/2 for BCE heads)
+  double ema_decay = 0;        // an exponential moving average of the weights (0: off)
   std::string schedule = "cosine";  // cosine | step | constant
   double warmup_epochs = 0;
   std::vector<int> step_epochs;  // "30,60,80" for schedule = step

@@ -32,6 +32,8 @@ struct RunInfo {
   double clip_norm = 0;                      // train.clip_norm (0: off)
   int64_t clipped_steps = 0;                 // steps whose gradient was clipped
   double label_smoothing = 0;                // train.label_smoothing
+  double ema_decay = 0;                      // train.ema_decay (0: no averages)
+  double ema_test_loss = 0, ema_test_acc = 0;  // the averages on the test split (NaN: none)
   std::string slurm_job_id;                  // "" outside Slurm
 };
 
@@ -46,6 +48,7 @@ struct EpochRow {
   // the epoch's steps; NaN when clipping is off) and the steps clipped.
   double grad_norm_mean = 0, grad_norm_max = 0;
   int64_t clipped_steps = 0;
+  double ema_eval_loss = 0, ema_eval_acc = 0;  // train.ema_decay: the averages on the eval split
 };
 
 // Per-step phase timings of every rank: phase -> [world_size * steps] row-major, seconds.

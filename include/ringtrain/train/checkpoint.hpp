@@ -21,6 +21,7 @@
 #include "ringtrain/io/model_file.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
+#include "ringtrain/nn/weight_average.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 
 namespace ringtrain::train {
@@ -45,15 +46,19 @@ class CheckpointState {
   bool stop_requested() const;
   // Collective: rank 0 writes the checkpoint atomically, with every rank's BN statistics,
   // the model card (what inference needs), a dynamic scaler's state (scaler may be null) and the
-  // autotune's choice (tuned: null when none was made).
-  void save(nn::Model& model, nn::Optimizer& optimizer, int64_t global_step, const io::ModelCard& card,
-            const LossScaler* scaler = nullptr,
-            const comm::fusion::TuneSettings* tuned = nullptr) const;
+  // autotune's choice (tuned: null when none was made) and the weight averages in /ema (ema:
+  // null with train.ema_decay = 0; a model group, so predict and rt-export can load them).
+  void save(nn::Model& model, nn::Optimizer& optimizer, int64_t global_step,
+            const io::ModelCard& card, const LossScaler* scaler = nullptr,
+            const comm::fusion::TuneSettings* tuned = nullptr,
+            nn::WeightAverage* ema = nullptr) const;
   // Every rank reads the checkpoint, format version 1 or 2 (its own BN statistics when the world
   // size is the same); errors name the file and say how to start afresh; settings that differ from
   // the checkpoint's are warned about. A dynamic scaler (may be null) takes the checkpoint's scale
-  // and clean-step count when it has them, else keeps its start.
-  ResumePoint load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler = nullptr) const;
+  // and clean-step count when it has them, else keeps its start. The averages (ema, may be null)
+  // are read from /ema; a checkpoint without them starts them from the loaded weights.
+  ResumePoint load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler = nullptr,
+                   nn::WeightAverage* ema = nullptr) const;
 
  private:
   const Config& config_;

@@ -16,6 +16,7 @@ struct PredictOptions {
   std::string output = "output/predict";  // writes <output>.csv and <output>.h5
   int top_k = 0;                          // 0: min(3, classes)
   int batch = 64;                         // images per forward
+  std::string weights = "averaged";       // averaged (the run's moving average if kept) | raw
   TrainConfig device;                     // backend, precision, threads (and the cuda keys)
 };
 

@@ -86,8 +86,8 @@ cluster_up_or_skip() {
   [ "$status" = 0 ] || { cat "$work/up.log"; fail "cluster.sh up"; }
 }
 
-# compare_checkpoints A B [STEP]: every dataset of /params and /optimizer bitwise equal, at the
-# same global step (STEP, when given).
+# compare_checkpoints A B [STEP]: every dataset of /params, /optimizer and (where A has the
+# weight averages) /ema bitwise equal, at the same global step (STEP, when given).
 compare_checkpoints() {
   "$PYTHON" - "$1" "$2" "${3:-}" <<'PY'
 import sys, h5py, numpy as np
@@ -96,7 +96,7 @@ step = a.attrs["global_step"]
 assert step == b.attrs["global_step"], (step, b.attrs["global_step"])
 assert not sys.argv[3] or step == int(sys.argv[3]), (step, sys.argv[3])
 names = []
-for group in ["params", "optimizer"]:
+for group in ["params", "optimizer"] + (["ema"] if "ema" in a else []):
     a[group].visit(lambda n, g=group: names.append(f"{g}/{n}") if isinstance(a[f"{g}/{n}"], h5py.Dataset) else None)
 assert len(names) > 4, names
 for n in names:
