@@ -77,7 +77,7 @@ int64_t loader_run(const Options& o, bool shuffle, bool augment, int epoch) {
   data::LoaderOptions lo;
   lo.batch_per_rank = o.batch;
   lo.shuffle = shuffle;
-  lo.augment = augment;
+  lo.augment = augment ? data::AugmentKind::kCropFlip : data::AugmentKind::kNone;
   data::Loader loader(data::ShardSet::open(o.dir, o.split, o.cache_bytes), lo);
   loader.start_epoch(epoch);
   data::Batch batch;

@@ -47,7 +47,15 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"data.remainder", &c.data.remainder,
        "samples that do not fill the last global batch: drop, or pad by wrapping", {"drop", "pad"}},
       {"data.shuffle", &c.data.shuffle, "reshuffle the train split every epoch", {}},
-      {"data.augment", &c.data.augment, "random crop (4 px padding) and horizontal flip", {}},
+      {"data.augment", &c.data.augment,
+       "training augmentation: false; true (random crop with 4 px padding and horizontal flip); "
+       "dihedral (one of the 8 rotations by 90 degrees and mirrorings, square images: fiber end "
+       "faces)",
+       {"false", "true", "dihedral"}},
+      {"data.tta", &c.data.tta,
+       "test-time augmentation of evaluation: none; flip (the image and its mirror image); "
+       "dihedral (the 8 rotations and mirrorings); class and head probabilities averaged",
+       {"none", "flip", "dihedral"}},
       {"data.prefetch_batches", &c.data.prefetch_batches, "batches the loader thread reads ahead", {}},
       {"data.max_train_samples", &c.data.max_train_samples, "use only the first N train samples (0 = all)", {}},
       {"data.samples_per_rank", &c.data.samples_per_rank,

@@ -1,4 +1,5 @@
-// augment.cpp — crop, flip and normalise one image.
+// augment.cpp — crop, flip, the dihedral group and normalisation of one image; the views of
+// test-time augmentation.
 #include "ringtrain/data/augment.hpp"
 
 #include "ringtrain/core/error.hpp"
@@ -15,6 +16,70 @@ AugmentParams augment_params(uint64_t seed, int epoch, int64_t sample_id, int pa
   return p;
 }
 
+AugmentParams dihedral_params(uint64_t seed, int epoch, int64_t sample_id) {
+  Rng rng(mix_seed(seed, uint64_t(epoch), uint64_t(sample_id), 0x44494845ull));
+  const uint64_t element = rng.below(8);
+  AugmentParams p;
+  p.flip = (element & 1) != 0;
+  p.flip_y = (element & 2) != 0;
+  p.transpose = (element & 4) != 0;
+  return p;
+}
+
+AugmentKind parse_augment(const std::string& text) {
+  if (text == "false") return AugmentKind::kNone;
+  if (text == "true") return AugmentKind::kCropFlip;
+  if (text == "dihedral") return AugmentKind::kDihedral;
+  throw InputError(str("data.augment = ", text, ": expected false, true (crop and flip) or "
+                       "dihedral"));
+}
+
+TtaKind parse_tta(const std::string& text, const std::string& option) {
+  if (text == "none") return TtaKind::kNone;
+  if (text == "flip") return TtaKind::kFlip;
+  if (text == "dihedral") return TtaKind::kDihedral;
+  throw InputError(str(option, " ", text, ": expected none, flip or dihedral"));
+}
+
+std::vector<AugmentParams> tta_views(TtaKind kind) {
+  if (kind == TtaKind::kNone) return {AugmentParams{}};
+  if (kind == TtaKind::kFlip) return {AugmentParams{}, AugmentParams{0, 0, true, false, false}};
+  std::vector<AugmentParams> views;
+  for (int element = 0; element < 8; ++element)
+    views.push_back({0, 0, (element & 1) != 0, (element & 2) != 0, (element & 4) != 0});
+  return views;
+}
+
+// Where out(y, x) reads from before the crop: (u, v) = transpose ? (x, y) : (y, x), mirrored.
+struct SourceOf {
+  int height, width;
+  AugmentParams p;
+  void at(int y, int x, int& sy, int& sx) const {
+    int u = p.transpose ? x : y, v = p.transpose ? y : x;
+    if (p.flip_y) u = height - 1 - u;
+    if (p.flip) v = width - 1 - v;
+    sy = u + p.dy;
+    sx = v + p.dx;
+  }
+};
+
+void view_image(const float* in, int channels, int height, int width, const AugmentParams& view,
+                float* out) {
+  RT_CHECK(!view.transpose || height == width, "a transposed view of a ", height, "x", width,
+           " image");
+  const SourceOf source{height, width, {0, 0, view.flip, view.flip_y, view.transpose}};
+  for (int c = 0; c < channels; ++c) {
+    const float* plane = in + size_t(c) * height * width;
+    float* dst = out + size_t(c) * height * width;
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; ++x) {
+        int sy = 0, sx = 0;
+        source.at(y, x, sy, sx);
+        dst[size_t(y) * width + x] = plane[size_t(sy) * width + sx];
+      }
+  }
+}
+
 Normaliser::Normaliser(const std::vector<float>& mean, const std::vector<float>& std) {
   RT_CHECK(mean.size() == std.size(), "mean has ", mean.size(), " values, std ", std.size());
   lut_.resize(mean.size() * 256);
@@ -25,7 +90,25 @@ Normaliser::Normaliser(const std::vector<float>& mean, const std::vector<float>&
 
 void transform_image(const uint8_t* in, int channels, int height, int width, const AugmentParams& p,
                      const Normaliser& norm, float* out) {
-  const bool plain = p.dx == 0 && p.dy == 0 && !p.flip;
+  const bool plain = p.dx == 0 && p.dy == 0 && !p.flip && !p.flip_y && !p.transpose;
+  if (!plain && (p.flip_y || p.transpose)) {
+    RT_CHECK(!p.transpose || height == width, "a transposed view of a ", height, "x", width,
+             " image");
+    const SourceOf source{height, width, p};
+    for (int c = 0; c < channels; ++c) {
+      const float* lut = norm.channel(c);
+      const uint8_t* plane = in + size_t(c) * height * width;
+      float* dst = out + size_t(c) * height * width;
+      for (int y = 0; y < height; ++y)
+        for (int x = 0; x < width; ++x) {
+          int sy = 0, sx = 0;
+          source.at(y, x, sy, sx);
+          const bool inside = sy >= 0 && sy < height && sx >= 0 && sx < width;
+          dst[size_t(y) * width + x] = lut[inside ? plane[size_t(sy) * width + sx] : 0];
+        }
+    }
+    return;
+  }
   for (int c = 0; c < channels; ++c) {
     const float* lut = norm.channel(c);
     const uint8_t* plane = in + size_t(c) * height * width;

@@ -22,6 +22,9 @@ Loader::Loader(ShardSet shards, const LoaderOptions& options)
                    ": must be at least 1");
   RT_REQUIRE_INPUT(options.augment_pad >= 0, "augment_pad ", options.augment_pad,
                    ": must not be negative");
+  RT_REQUIRE_INPUT(options.augment != AugmentKind::kDihedral || info_.height == info_.width,
+                   "data.augment = dihedral: ", split_files(info_), " holds ", info_.height, "x",
+                   info_.width, " images; its rotations by 90 degrees need square ones");
   RT_CHECK(options.rank >= 0 && options.rank < options.world_size, "rank ", options.rank,
            " outside world of ", options.world_size);
   if (options.inspect_labels) {
@@ -143,8 +146,11 @@ void Loader::fill(Batch& batch, const std::vector<int64_t>& order, int epoch, in
   if (options_.inspect_labels) read_inspect_labels(batch);
   for (size_t i = 0; i < batch.ids.size(); ++i) {
     const AugmentParams params =
-        options_.augment ? augment_params(options_.seed, epoch, batch.ids[i], options_.augment_pad)
-                         : AugmentParams{};
+        options_.augment == AugmentKind::kCropFlip
+            ? augment_params(options_.seed, epoch, batch.ids[i], options_.augment_pad)
+        : options_.augment == AugmentKind::kDihedral
+            ? dihedral_params(options_.seed, epoch, batch.ids[i])
+            : AugmentParams{};
     transform_image(pixels_.data() + i * bytes, info_.channels, info_.height, info_.width, params,
                     normaliser_, batch.images.data() + i * bytes);
   }

@@ -49,6 +49,9 @@ po::options_description predict_flags(PredictOptions& o, std::string& backend,
       "writes OUTPUT.csv and OUTPUT.h5")("top-k", po::value<int>(&o.top_k)->default_value(0),
                                          "classes per image (0: up to 3)")(
       "batch", po::value<int>(&o.batch)->default_value(o.batch), "images per forward pass")(
+      "tta", po::value<std::string>(&o.tta)->default_value(o.tta),
+      "test-time augmentation: none; flip (the image and its mirror image); dihedral (the 8 "
+      "rotations and mirrorings: fiber end faces); the probabilities of every view averaged")(
       "weights", po::value<std::string>(&o.weights)->default_value(o.weights),
       "averaged: the run's moving average of the weights where it kept one (train.ema_decay), "
       "else its weights; raw: its weights")(
@@ -100,6 +103,9 @@ PredictCommandLine parse_predict_command_line(int argc, const char* const argv[]
                    "' for --top-k (0 or more)");
   RT_REQUIRE_INPUT(o.weights == "averaged" || o.weights == "raw", "ringtrain predict: bad value '",
                    o.weights, "' for --weights (averaged or raw)");
+  RT_REQUIRE_INPUT(o.tta == "none" || o.tta == "flip" || o.tta == "dihedral",
+                   "ringtrain predict: bad value '", o.tta,
+                   "' for --tta (none, flip or dihedral)");
   RT_REQUIRE_INPUT(
       o.device.backend == "cpu" || o.device.backend == "cuda" || o.device.backend == "ref",
       "ringtrain predict: bad value '", o.device.backend,
@@ -230,7 +236,12 @@ class Predictor {
         be_(be),
         model_(model),
         plan_(model),
-        normaliser_(card.mean, card.std) {}
+        normaliser_(card.mean, card.std),
+        views_(data::tta_views(data::parse_tta(o.tta, "--tta"))) {
+    RT_REQUIRE_INPUT(views_.size() <= 2 || card.input_shape[1] == card.input_shape[2],
+                     "--tta dihedral: the model takes ", card.input_shape[1], "x",
+                     card.input_shape[2], " images; its rotations by 90 degrees need square ones");
+  }
 
   // This rank's images [first, last), batch by batch: values_per_image() floats each.
   std::vector<float> run(const std::vector<Item>& items, size_t first, size_t last) {
@@ -238,7 +249,7 @@ class Predictor {
     for (size_t b = first; b < last; b += size_t(o_.batch)) {
       const size_t n = std::min(last, b + size_t(o_.batch)) - b;
       read_batch(items, b, n);
-      forward(n, values);
+      forward_views(n, values);
     }
     return values;
   }
@@ -279,11 +290,30 @@ class Predictor {
                             input_host_.data() + i * bytes);
   }
 
-  void forward(size_t n, std::vector<float>& values) {
+  // Every view's probabilities, averaged (one view: the image's own, unchanged).
+  void forward_views(size_t n, std::vector<float>& values) {
+    if (views_.size() == 1) return forward(input_host_, n, values);
+    const int c = card_.input_shape[0], h = card_.input_shape[1], w = card_.input_shape[2];
+    const size_t image = size_t(c) * size_t(h) * size_t(w), at = values.size();
+    view_host_.resize(input_host_.size());
+    std::vector<double> sum;
+    for (const data::AugmentParams& view : views_) {
+      for (size_t i = 0; i < n; ++i)
+        data::view_image(input_host_.data() + i * image, c, h, w, view,
+                         view_host_.data() + i * image);
+      values.resize(at);
+      forward(view_host_, n, values);
+      sum.resize(values.size() - at, 0.0);
+      for (size_t k = 0; k < sum.size(); ++k) sum[k] += values[at + k];
+    }
+    for (size_t k = 0; k < sum.size(); ++k) values[at + k] = float(sum[k] / double(views_.size()));
+  }
+
+  void forward(const std::vector<float>& images, size_t n, std::vector<float>& values) {
     const backend::Shape shape{int64_t(n), card_.input_shape[0], card_.input_shape[1],
                                card_.input_shape[2]};
     if (input_.empty() || input_.shape() != shape) input_ = be_.alloc(shape);
-    be_.upload(input_host_.data(), input_);
+    be_.upload(images.data(), input_);
     plan_.run(input_);
     const size_t classes = card_.class_names.size();
     logits_.resize(n * classes);
@@ -319,7 +349,8 @@ class Predictor {
   nn::InferencePlan plan_;  // the model's inference pass, batch norms folded (inference_plan.hpp)
   data::Normaliser normaliser_;
   std::vector<uint8_t> pixels_;
-  std::vector<float> input_host_, logits_;
+  std::vector<data::AugmentParams> views_;  // --tta
+  std::vector<float> input_host_, view_host_, logits_;
   backend::Tensor input_;
 };
 

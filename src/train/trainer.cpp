@@ -38,6 +38,7 @@
 #include "ringtrain/train/host_memory.hpp"
 #include "ringtrain/train/inspect_metrics.hpp"
 #include "ringtrain/train/gradient_clip.hpp"
+#include "ringtrain/train/view_average.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
@@ -121,6 +122,7 @@ class Trainer {
   void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
   Sums evaluate(data::Loader& loader, bool confusion = false);
   Sums evaluate_averages(bool whole_epoch);
+  void evaluate_views(const data::Batch& batch, Sums& sums);
   void test_averages();
   nn::InspectTargets inspect_targets(const data::Batch& batch, float smoothing);
   nn::InspectWeights inspect_weights() const;
@@ -166,6 +168,7 @@ class Trainer {
   std::unique_ptr<nn::Optimizer> optimizer_;
   std::unique_ptr<GradientClipper> clipper_;  // null: train.clip_norm = 0
   std::unique_ptr<nn::WeightAverage> ema_;     // null: train.ema_decay = 0
+  std::vector<data::AugmentParams> views_;     // data.tta: the views evaluation averages
   std::pair<double, double> ema_test_{kNaN, kNaN};  // the averages' test loss and accuracy
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
@@ -261,7 +264,8 @@ void Trainer::open_data() {
   data::LoaderOptions train;
   train.batch_per_rank = batch_per_rank_;
   train.shuffle = cfg_.data.shuffle;
-  train.augment = cfg_.data.augment;
+  train.augment = data::parse_augment(cfg_.data.augment);
+  views_ = data::tta_views(data::parse_tta(cfg_.data.tta, "data.tta ="));
   train.prefetch_batches = cfg_.data.prefetch_batches;
   train.seed = cfg_.train.seed;
   train.remainder = data::parse_remainder(cfg_.data.remainder);
@@ -286,10 +290,14 @@ void Trainer::open_data() {
   check_batch_fits_split(train.max_samples > 0 ? train.max_samples : train_shards.size(),
                          train.remainder);
   train_loader_ = std::make_unique<data::Loader>(std::move(train_shards), train);
+  const data::DatasetInfo& shape = train_loader_->info();
+  RT_REQUIRE_INPUT(views_.size() <= 2 || shape.height == shape.width,
+                   "data.tta = dihedral: the images are ", shape.height, "x", shape.width,
+                   "; their rotations by 90 degrees need square ones");
 
   data::LoaderOptions eval = train;
   eval.shuffle = false;
-  eval.augment = false;
+  eval.augment = data::AugmentKind::kNone;
   eval.remainder = data::Remainder::kAll;
   eval.max_samples = 0;
   eval.accumulate_steps = 1;
@@ -782,6 +790,10 @@ Sums Trainer::evaluate(data::Loader& loader, bool confusion) {
   data::Batch batch;
   eval_outputs_ = InspectOutputs{};
   while (loader.next(batch)) {
+    if (views_.size() > 1) {
+      evaluate_views(batch, sums);
+      continue;
+    }
     const backend::Tensor& logits = model_->forward(upload(batch), false);
     backend::LossResult loss = model_->loss(batch.labels.data());
     if (inspect_) {
@@ -793,6 +805,39 @@ Sums Trainer::evaluate(data::Loader& loader, bool confusion) {
     if (confusion) count_predictions(logits, batch, sums);
   }
   return sums;
+}
+
+// data.tta: the batch's probabilities averaged over the views; the loss, accuracy, confusion
+// and the heads' figures from the averages.
+void Trainer::evaluate_views(const data::Batch& batch, Sums& sums) {
+  const auto& info = train_loader_->info();
+  const backend::Shape shape{batch.n, info.channels, info.height, info.width};
+  const ViewProbabilities avg =
+      average_over_views(*model_, *backend_, batch.images, shape, views_, input_);
+  const int64_t classes = model_->classes();
+  backend::LossResult r = loss_of_probabilities(avg.classes, batch.labels.data(), batch.n, classes);
+  if (inspect_) {
+    const nn::InspectTargets t = inspect_targets(batch, 0.0f);
+    const nn::InspectLosses heads{bce_of_probabilities(avg.heads[0], t.defects),
+                                  bce_of_probabilities(avg.heads[1], t.pass),
+                                  bce_of_probabilities(avg.heads[2], t.zones)};
+    r.loss += heads.weighted(inspect_weights());
+    InspectOutputs& out = eval_outputs_;
+    out.defects = model_->inspect()->defects();
+    out.defect_prob.insert(out.defect_prob.end(), avg.heads[0].begin(), avg.heads[0].end());
+    out.pass_prob.insert(out.pass_prob.end(), avg.heads[1].begin(), avg.heads[1].end());
+    out.zone_prob.insert(out.zone_prob.end(), avg.heads[2].begin(), avg.heads[2].end());
+    out.defect_truth.insert(out.defect_truth.end(), batch.multi_hot.begin(), batch.multi_hot.end());
+    out.pass_truth.insert(out.pass_truth.end(), batch.pass.begin(), batch.pass.end());
+    out.zone_truth.insert(out.zone_truth.end(), batch.zone_pass.begin(), batch.zone_pass.end());
+  }
+  sums.add(r);
+  if (sums.confusion.empty()) return;
+  for (int64_t i = 0; i < batch.n; ++i) {
+    const double* row = avg.classes.data() + i * classes;
+    const int64_t predicted = std::max_element(row, row + classes) - row;
+    sums.confusion[size_t(batch.labels[size_t(i)] * classes + predicted)] += 1;
+  }
 }
 
 // ---- inspection heads -------------------------------------------------------------------

@@ -77,7 +77,7 @@ data::LoaderOptions options(int batch, bool shuffle, bool augment, Remainder rem
   data::LoaderOptions o;
   o.batch_per_rank = batch;
   o.shuffle = shuffle;
-  o.augment = augment;
+  o.augment = augment ? data::AugmentKind::kCropFlip : data::AugmentKind::kNone;
   o.remainder = remainder;
   o.seed = 11;
   o.prefetch_batches = 2;

@@ -33,7 +33,8 @@ struct DataConfig {
   std::string test_split = "test";  // evaluated once at the end; "" to skip
   std::string remainder = "drop";   // drop | pad
   bool shuffle = true;
-  bool augment = false;  // random crop (4 px padding) + horizontal flip
+  std::string augment = "false";  // false | true (crop with 4 px padding + flip) | dihedral
+  std::string tta = "none";       // evaluation: none | flip | dihedral (test-time augmentation)
   int prefetch_batches = 4;
   int64_t max_train_samples = 0;  // 0: the whole split (weak scaling decks set a per-rank count)
   int64_t samples_per_rank = 0;   // weak scaling: use world_size * this many train samples

@@ -17,6 +17,7 @@ struct PredictOptions {
   int top_k = 0;                          // 0: min(3, classes)
   int batch = 64;                         // images per forward
   std::string weights = "averaged";       // averaged (the run's moving average if kept) | raw
+  std::string tta = "none";               // none | flip | dihedral: probabilities averaged
   TrainConfig device;                     // backend, precision, threads (and the cuda keys)
 };
 
