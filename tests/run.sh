@@ -224,15 +224,48 @@ header=""
 RT_E2E_DATA_CACHE=$(mktemp -d /tmp/rt-e2e-data.XXXXXX)
 export RT_E2E_DATA_CACHE
 trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
+# E2E_LANES scripts at a time (default 2): most of a script's time is start-ups and waits for a
+# timeout, which overlap well. The scripts in E2E_ALONE run with nothing beside them: those
+# that bring up emulated nodes or a Slurm (network namespaces, addresses, ports), and those
+# whose property is a timing of their own under a known load (the stall and fault scripts, which
+# already run their cases two at a time). Results print as scripts finish.
+E2E_LANES=${E2E_LANES:-2}
+E2E_ALONE=${E2E_ALONE:-"multinode_faults multinode_train slurm_jobs slurm_requeue stall_phases \
+stall_no_progress fusion_stall checkpoint_faults weight_check"}
+declare -A e2e_pid_name=() e2e_started=()
+e2e_start() {  # e2e_start NAME: the script in the background, its exit code in a file
+  local name=$1
+  e2e_started[$name]=$(date +%s.%N)
+  (
+    BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 bash "tests/e2e/$name.sh" >"$LOG_DIR/e2e_$name.log" 2>&1
+    echo $? >"$LOG_DIR/e2e_$name.status"
+  ) &
+  e2e_pid_name[$!]=$name
+}
+e2e_reap() {  # waits for one script to end and prints its result
+  local pid name
+  wait -n -p pid "${!e2e_pid_name[@]}" || true
+  name=${e2e_pid_name[$pid]}
+  unset "e2e_pid_name[$pid]"
+  step_start=${e2e_started[$name]}
+  record "e2e/$name" "$(cat "$LOG_DIR/e2e_$name.status" 2>/dev/null || echo 1)" \
+    "$LOG_DIR/e2e_$name.log" "BIN=$BIN bash tests/e2e/$name.sh"
+}
 for i in "${!names[@]}"; do
   [[ "${names[$i]}" == e2e/* ]] && runs "$i" || continue
-  [ -n "$header" ] || { header=1; echo "== end-to-end tests"; }
+  [ -n "$header" ] || { header=1; echo "== end-to-end tests ($E2E_LANES at a time)"; }
   name=${names[$i]#e2e/}
-  log="$LOG_DIR/e2e_$name.log"
-  timed
-  BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 bash "tests/e2e/$name.sh" >"$log" 2>&1
-  record "e2e/$name" $? "$log" "BIN=$BIN bash tests/e2e/$name.sh"
+  rm -f "$LOG_DIR/e2e_$name.status"
+  if [[ " $E2E_ALONE " == *" $name "* ]]; then
+    while [ ${#e2e_pid_name[@]} -gt 0 ]; do e2e_reap; done
+    e2e_start "$name"
+    e2e_reap
+    continue
+  fi
+  while [ ${#e2e_pid_name[@]} -ge "$E2E_LANES" ]; do e2e_reap; done
+  e2e_start "$name"
 done
+while [ ${#e2e_pid_name[@]} -gt 0 ]; do e2e_reap; done
 
 echo "== took $(( $(date +%s) - start )) s"
 # What --quick left out, by suite, and how to run it.

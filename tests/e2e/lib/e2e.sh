@@ -27,9 +27,11 @@ tiny_fiber_data() {
   fi
   local cached=$RT_E2E_DATA_CACHE/fiber-$count-$seed
   if [ ! -d "$cached" ]; then
-    rm -rf "$cached.tmp"
-    "$BIN/rt-fibergen" --output "$cached.tmp" --count "$count" --seed "$seed" --shards 2 >/dev/null
-    mv "$cached.tmp" "$cached"
+    # Scripts run two at a time: each generates into a folder of its own, and the first to
+    # finish names the cache; the other's copy is dropped.
+    local mine=$cached.tmp.$$
+    "$BIN/rt-fibergen" --output "$mine" --count "$count" --seed "$seed" --shards 2 >/dev/null
+    mv -T "$mine" "$cached" 2>/dev/null || rm -rf "$mine"
   fi
   mkdir -p "$1" && cp -a "$cached/." "$1/"
 }
