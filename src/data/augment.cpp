@@ -50,34 +50,33 @@ std::vector<AugmentParams> tta_views(TtaKind kind) {
   return views;
 }
 
-// Where out(y, x) reads from before the crop: (u, v) = transpose ? (x, y) : (y, x), mirrored.
-struct SourceOf {
-  int height, width;
-  AugmentParams p;
-  void at(int y, int x, int& sy, int& sx) const {
-    int u = p.transpose ? x : y, v = p.transpose ? y : x;
-    if (p.flip_y) u = height - 1 - u;
-    if (p.flip) v = width - 1 - v;
-    sy = u + p.dy;
-    sx = v + p.dx;
-  }
-};
+namespace {
+
+// Where out(y, x) reads from: (u, v) = transpose ? (x, y) : (y, x), mirrored, then the crop's
+// offset. Calls put(c, y, x, sy, sx) for every output value.
+template <typename Put>
+void for_each_source(int channels, int height, int width, const AugmentParams& p, Put put) {
+  RT_CHECK(!p.transpose || height == width, "a transposed view of a ", height, "x", width,
+           " image");
+  for (int c = 0; c < channels; ++c)
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; ++x) {
+        int u = p.transpose ? x : y, v = p.transpose ? y : x;
+        if (p.flip_y) u = height - 1 - u;
+        if (p.flip) v = width - 1 - v;
+        put(c, y, x, u + p.dy, v + p.dx);
+      }
+}
+
+}  // namespace
 
 void view_image(const float* in, int channels, int height, int width, const AugmentParams& view,
                 float* out) {
-  RT_CHECK(!view.transpose || height == width, "a transposed view of a ", height, "x", width,
-           " image");
-  const SourceOf source{height, width, {0, 0, view.flip, view.flip_y, view.transpose}};
-  for (int c = 0; c < channels; ++c) {
-    const float* plane = in + size_t(c) * height * width;
-    float* dst = out + size_t(c) * height * width;
-    for (int y = 0; y < height; ++y)
-      for (int x = 0; x < width; ++x) {
-        int sy = 0, sx = 0;
-        source.at(y, x, sy, sx);
-        dst[size_t(y) * width + x] = plane[size_t(sy) * width + sx];
-      }
-  }
+  const AugmentParams no_crop{0, 0, view.flip, view.flip_y, view.transpose};
+  const size_t plane = size_t(height) * size_t(width);
+  for_each_source(channels, height, width, no_crop, [&](int c, int y, int x, int sy, int sx) {
+    out[c * plane + size_t(y) * width + x] = in[c * plane + size_t(sy) * width + sx];
+  });
 }
 
 Normaliser::Normaliser(const std::vector<float>& mean, const std::vector<float>& std) {
@@ -91,22 +90,13 @@ Normaliser::Normaliser(const std::vector<float>& mean, const std::vector<float>&
 void transform_image(const uint8_t* in, int channels, int height, int width, const AugmentParams& p,
                      const Normaliser& norm, float* out) {
   const bool plain = p.dx == 0 && p.dy == 0 && !p.flip && !p.flip_y && !p.transpose;
-  if (!plain && (p.flip_y || p.transpose)) {
-    RT_CHECK(!p.transpose || height == width, "a transposed view of a ", height, "x", width,
-             " image");
-    const SourceOf source{height, width, p};
-    for (int c = 0; c < channels; ++c) {
-      const float* lut = norm.channel(c);
-      const uint8_t* plane = in + size_t(c) * height * width;
-      float* dst = out + size_t(c) * height * width;
-      for (int y = 0; y < height; ++y)
-        for (int x = 0; x < width; ++x) {
-          int sy = 0, sx = 0;
-          source.at(y, x, sy, sx);
-          const bool inside = sy >= 0 && sy < height && sx >= 0 && sx < width;
-          dst[size_t(y) * width + x] = lut[inside ? plane[size_t(sy) * width + sx] : 0];
-        }
-    }
+  if (p.flip_y || p.transpose) {  // the dihedral group's other elements: the general walk
+    const size_t plane = size_t(height) * size_t(width);
+    for_each_source(channels, height, width, p, [&](int c, int y, int x, int sy, int sx) {
+      const bool inside = sy >= 0 && sy < height && sx >= 0 && sx < width;
+      out[c * plane + size_t(y) * width + x] =
+          norm.channel(c)[inside ? in[c * plane + size_t(sy) * width + sx] : 0];
+    });
     return;
   }
   for (int c = 0; c < channels; ++c) {
