@@ -6,7 +6,7 @@
 #   jobs/local/slurm.sh status [--prefix NAME]
 #
 # Everything lives in one folder, ${TMPDIR:-/tmp}/ringtrain-slurm-<prefix>/: the munge key,
-# socket and log, slurm.conf, slurmctld's state, each slurmd's spool, every log and PID file,
+# socket and log, slurm.conf, slurmctld's state, each slurmd's spool and TmpFS, every log and PID file,
 # and slurm.env, which points Slurm's commands at this instance:
 #   source /tmp/ringtrain-slurm-rts/slurm.env; sbatch jobs/slurm/train.sbatch DECK
 # Nothing is read from or written to /etc/slurm, /etc/munge or the system's daemons.
@@ -110,6 +110,9 @@ CredType=cred/munge
 AuthInfo=socket=$dir/munge.sock,cred_expire=5
 StateSaveLocation=$dir/ctld
 SlurmdSpoolDir=$dir/spool/%n
+# Each node's own TmpFS: PMIx makes its client folder there, named by job and step only, so
+# emulated nodes sharing this machine's /tmp collide (the second node's step fails to launch).
+TmpFS=$dir/tmp/%n
 SlurmctldPidFile=$dir/pid/slurmctld.file
 SlurmdPidFile=$dir/pid/slurmd-%n.file
 SlurmctldLogFile=$dir/log/slurmctld.log
@@ -121,18 +124,21 @@ TaskPlugin=task/affinity
 MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-# Jobs share cores (up to 4 on one), so a test can run several small jobs at once.
+# Jobs share cores (up to 8 on one), so a test can run many small jobs at once.
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_interval=1
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/log/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 ReturnToService=2
-SlurmdTimeout=30
+# A node silent this long is marked down and its jobs can end: 10 s on emulated nodes, whose
+# links the tests cut (they share one machine, so a live slurmd always answers in time).
+SlurmdTimeout=$([ "$nodes" = 1 ] && echo 30 || echo 10)
 MinJobAge=600
-KillWait=10
+# TERM to KILL; srun waits KillWait + 2 s for a cancelled step's tasks (Slurm's default is 30).
+KillWait=5
 $(printf '%s\n' "$@")
-PartitionName=rt Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=rt Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 CONF
 }
 
@@ -163,7 +169,7 @@ munge_up() {
 do_up() {
   check_permitted
   [ ! -e "$dir" ] || die "instance '$prefix' already exists ($dir); run 'jobs/local/slurm.sh down --prefix $prefix' first"
-  mkdir -p "$dir"/{log,pid,ctld,spool}
+  mkdir -p "$dir"/{log,pid,ctld,spool,tmp}
   echo "$nodes" >"$dir/nodes"
   # From here on any failure (a die, a failed command) removes what was made.
   up_done=0
@@ -205,7 +211,7 @@ do_up() {
   start slurmctld slurmctld -D -f "$conf"
   wait_for 20 slurmctld "$dir/log/slurmctld.out" scontrol ping
   for i in "${!names[@]}"; do
-    mkdir -p "$dir/spool/${names[$i]}"
+    mkdir -p "$dir/spool/${names[$i]}" "$dir/tmp/${names[$i]}"
     if [ "$nodes" = 1 ]; then
       start "slurmd-${names[$i]}" slurmd -D -N "${names[$i]}" -f "$conf"
     else
@@ -239,12 +245,16 @@ stragglers() {
   done
 }
 
+# A daemon has exited once it is gone or a zombie: up's shell is gone, so init reaps it, when
+# it gets round to it.
+exited() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] || ! kill -0 "$1" 2>/dev/null; }
+
 stop_pid() {  # stop_pid PID: TERM, then KILL after 10 s
   local pid=$1 try
   kill -TERM "$pid" 2>/dev/null || return 0
-  for try in $(seq 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
+  for try in $(seq 100); do
+    exited "$pid" && return 0
+    sleep 0.1
   done
   kill -KILL "$pid" 2>/dev/null || true
 }
@@ -254,11 +264,13 @@ do_down() {
   if [ ! -d "$dir" ]; then echo "slurm '$prefix' down: nothing to remove"; return 0; fi
   export SLURM_CONF=$conf
   local pid f stopped=0
-  # Jobs first, while slurmctld and slurmd are there to end them (bounded: a node may be gone).
+  # Jobs first, while slurmctld and slurmd are there to end them: until none runs (a job whose
+  # node cannot be reached stays COMPLETING; its processes are killed below).
   if [ -e "$dir/pid/slurmctld" ] && scontrol ping >/dev/null 2>&1; then
+    # shellcheck disable=SC2046  # a list of job ids
     scancel --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
     local end=$((SECONDS + 15))
-    while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ "$SECONDS" -lt "$end" ]; do sleep 0.2; done
+    while [ -n "$(squeue -h -t PD,CF,R,S -o %i 2>/dev/null)" ] && [ "$SECONDS" -lt "$end" ]; do sleep 0.2; done
   fi
   # slurmd before slurmctld before munged: each still has what it talks to while it stops.
   for f in "$dir"/pid/slurmd-* "$dir/pid/slurmctld" "$dir/pid/munged"; do
@@ -280,7 +292,7 @@ do_status() {
   for f in "$dir"/pid/*; do
     [ -e "$f" ] && [[ $f != *.file ]] || continue
     name=$(basename "$f") pid=$(cat "$f")
-    if kill -0 "$pid" 2>/dev/null; then echo "  $name: running (pid $pid)"; else echo "  $name: DEAD (pid $pid)"; fi
+    if exited "$pid"; then echo "  $name: DEAD (pid $pid)"; else echo "  $name: running (pid $pid)"; fi
   done
   SLURM_CONF=$conf sinfo -N 2>/dev/null | sed 's/^/  /' || echo "  slurmctld does not answer"
   echo "use it: source $dir/slurm.env"

@@ -2,17 +2,13 @@
 # submit from, sbatch, and bounded waits for a job's state or a line in its log.
 # shellcheck shell=bash
 
-# slurm_up_or_skip PREFIX [NODES]: jobs/local/slurm.sh up, its slurm.env sourced; or exit 0 with
-# the reason where Slurm cannot run here (not installed, not root, no namespaces). The caller's
-# e2e_workdir cleanup must take it down (jobs/local/slurm.sh down --prefix PREFIX).
-slurm_up_or_skip() {
+# slurm_up PREFIX NODES: jobs/local/slurm.sh up; status 0 when up, 2 when Slurm refused with its
+# one line (in $work/slurm-up.log: not installed, not root, no namespaces), fails otherwise.
+slurm_up() {
   local status=0
-  jobs/local/slurm.sh up --prefix "$1" --nodes "${2:-1}" >"$work/slurm-up.log" 2>&1 || status=$?
-  if [ "$status" = 2 ] && ! grep -q "error:" "$work/slurm-up.log"; then
-    echo "SKIP: $(head -1 "$work/slurm-up.log")"
-    exit 0
-  fi
-  [ "$status" = 0 ] || { cat "$work/slurm-up.log"; fail "slurm.sh up"; }
+  jobs/local/slurm.sh up --prefix "$1" --nodes "$2" >"$work/slurm-up.log" 2>&1 || status=$?
+  if [ "$status" = 2 ] && ! grep -q "error:" "$work/slurm-up.log"; then return 2; fi
+  [ "$status" = 0 ] || { cat "$work/slurm-up.log"; fail "slurm.sh up --nodes $2"; }
   # shellcheck disable=SC1090
   source "${TMPDIR:-/tmp}/ringtrain-slurm-$1/slurm.env"
 }
@@ -51,5 +47,18 @@ wait_line() {
     [ "$SECONDS" -lt "$end" ] && [ -n "$(squeue -h -j "$4" -o %i 2>/dev/null)" ] ||
       fail "no line '$2' in $1 (job $4 $(job_field "$4" JobState), $3 s at most): $(tail -5 "$1" 2>/dev/null)"
     sleep 0.1
+  done
+}
+
+# wait_record ID SECONDS: until Slurm's record of the finished job (jobcomp/filetxt, what sacct
+# reads from accounting elsewhere) has the job; prints its state. The record is written when the
+# job ends, before a node that cannot be reached lets it leave COMPLETING.
+wait_record() {
+  local end=$((SECONDS + $2)) line
+  while :; do
+    line=$(grep "^JobId=$1 " "$RT_SLURM_DIR/log/jobcomp.txt" 2>/dev/null | tail -1)
+    [ -z "$line" ] || { tr ' ' '\n' <<<"$line" | sed -n 's/^JobState=//p'; return 0; }
+    [ "$SECONDS" -lt "$end" ] || { echo "NO-RECORD($(job_field "$1" JobState))"; return 0; }
+    sleep 0.2
   done
 }
