@@ -236,23 +236,20 @@ nodes_idle() {  # nodes_idle COUNT: COUNT nodes, all idle
 # PIDs of processes with a file, socket or working folder in $dir that we did not record: job
 # steps (slurmstepd and its tasks) that outlived their daemons. Only those are ever killed.
 stragglers() {
-  local p link
-  for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" != $$ ] || continue
-    for link in "$p"/cwd "$p"/fd/*; do
-      if [[ "$(readlink "$link" 2>/dev/null)" == "$dir"/* ]]; then echo "${p#/proc/}"; break; fi
-    done
-  done
+  find /proc/[0-9]*/cwd /proc/[0-9]*/fd -maxdepth 1 -lname "$dir/*" 2>/dev/null |
+    cut -d/ -f3 | sort -u | grep -vx "$$" || true
 }
 
 # A daemon has exited once it is gone or a zombie: up's shell is gone, so init reaps it, when
 # it gets round to it.
 exited() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] || ! kill -0 "$1" 2>/dev/null; }
 
-stop_pid() {  # stop_pid PID: TERM, then KILL after 10 s
+# TERM, then KILL after 2 s: nothing of this instance outlives down, so no state is worth a
+# longer wait, and a daemon talking to a node whose link was cut waits MessageTimeout (10 s).
+stop_pid() {  # stop_pid PID
   local pid=$1 try
   kill -TERM "$pid" 2>/dev/null || return 0
-  for try in $(seq 100); do
+  for try in $(seq 20); do
     exited "$pid" && return 0
     sleep 0.1
   done
