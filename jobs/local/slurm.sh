@@ -247,9 +247,9 @@ exited() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] || ! kill -
 # TERM, then KILL after 2 s: nothing of this instance outlives down, so no state is worth a
 # longer wait, and a daemon talking to a node whose link was cut waits MessageTimeout (10 s).
 stop_pid() {  # stop_pid PID
-  local pid=$1 try
+  local pid=$1
   kill -TERM "$pid" 2>/dev/null || return 0
-  for try in $(seq 20); do
+  for _ in $(seq 20); do
     exited "$pid" && return 0
     sleep 0.1
   done

@@ -114,7 +114,7 @@ if [ -n "$n1" ]; then
   until [ -z "$(cut_ranks "$n0")$(cut_ranks "$n1")" ]; do
     [ $((SECONDS - cut_at)) -le "$limit" ] ||
       fail "cut: ranks left $limit s after the cut: $(for p in $(cut_ranks "$n0") $(cut_ranks "$n1"); do
-        echo "$p: $(for t in /proc/$p/task/*; do echo -n "$(cat "$t/comm") $(cat "$t/wchan"); "; done)"; done)"
+        echo "$p: $(for t in "/proc/$p"/task/*; do echo -n "$(cat "$t/comm") $(cat "$t/wchan"); "; done)"; done)"
     sleep 0.2
   done
   ranks_gone=$((SECONDS - cut_at))

@@ -1,6 +1,6 @@
 # slurm.sh — sourced by the Slurm end-to-end scripts (after e2e.sh): a throw-away Slurm, a tree to
 # submit from, sbatch, and bounded waits for a job's state or a line in its log.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # work and tree are the sourcing test's
 
 # slurm_up PREFIX NODES: jobs/local/slurm.sh up; status 0 when up, 2 when Slurm refused with its
 # one line (in $work/slurm-up.log: not installed, not root, no namespaces), fails otherwise.
