@@ -5,8 +5,9 @@
 # rt_train NAME NTASKS DECK [ARGS...]
 #     ringtrain on NTASKS tasks into output/<job id>/NAME.h5. Skips a run a previous attempt of
 #     this job finished (NAME.done), adds --resume when NAME.ckpt.h5 is there, and when the
-#     trainer stops on SIGUSR1/SIGTERM (it checkpoints, prints "stopped by signal at step N;
-#     resume with --resume" and exits 0) requeues the job and exits the batch script.
+#     trainer stops on Slurm's warning (--signal=USR1@N: it checkpoints, prints "stopped by
+#     signal at step N; resume with --resume" and exits 0) requeues the job and exits the batch
+#     script. On SIGTERM (scancel, preemption) it names the last checkpoint and exits 143.
 # Settings (environment): RT_SRUN_MPI (srun --mpi=...; default: the site's MpiDefault, or pmix
 # where that is "none", with which OpenMPI refuses to start),
 # PYTHON (python with h5py and matplotlib, for rt-report), RT_EXTRA_SRUN (more srun flags).
