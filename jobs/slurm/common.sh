@@ -112,8 +112,9 @@ rt_train() {
   set -e
   cat "$attempt" >>"$log"
   if [ "$RT_GOT_TERM" = 1 ]; then
-    rt_note "$name: SIGTERM (cancelled or preempted): srun stopped its tasks;" \
-      "$( [ -e "$OUT/$name.ckpt.h5" ] && echo "the last checkpoint is $OUT/$name.ckpt.h5" || echo "no checkpoint yet (train.checkpoint_every)")"
+    local kept="no checkpoint yet (train.checkpoint_every)"
+    [ ! -e "$OUT/$name.ckpt.h5" ] || kept="the last checkpoint is $OUT/$name.ckpt.h5"
+    rt_note "$name: SIGTERM (cancelled or preempted): srun stopped its tasks; $kept"
     exit 143
   fi
   if [ "$status" = 0 ] && grep -q "stopped by signal at step" "$attempt"; then
