@@ -168,9 +168,10 @@ stopped=$(sed -n 's/.*stopped by signal at step \([0-9]*\);.*/\1/p' "$out/$cance
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 step = int(f.attrs["global_step"])
-assert step == int(sys.argv[2]) if sys.argv[2] else step >= 5 and step % 5 == 0, (step, sys.argv[2])
+# Without the stop line (srun may die before it passes it on) the file may be either one.
+assert step == int(sys.argv[2]) if sys.argv[2] else step >= 5, (step, sys.argv[2])
 assert len(f["params"]) > 4 and len(f["optimizer"]) > 0
-print(f"scancel left the checkpoint of step {step}" + (" (on TERM)" if sys.argv[2] else " (periodic)"))
+print(f"scancel left the checkpoint of step {step}" + (" (on TERM)" if sys.argv[2] else ""))
 PY
 
 # A broken srun line (no --mpi where the site has none): every task stops in MPI_Init, Slurm
