@@ -109,8 +109,8 @@ if [ -n "$n1" ]; then
   }
   # Each rank: its stall timeout (x 3 if it was writing the checkpoint), 5 s for the others'
   # answers, 5 s for MPI_Abort to return (comm/mpi_check: across the dead link it does not),
-  # then it exits on its own; 2 s for the step it was in.
-  limit=$((3 * stall_s + 10 + 2))
+  # then it exits on its own; 4 s for the step it was in on a busy machine.
+  limit=$((3 * stall_s + 10 + 4))
   until [ -z "$(cut_ranks "$n0")$(cut_ranks "$n1")" ]; do
     [ $((SECONDS - cut_at)) -le "$limit" ] ||
       fail "cut: ranks left $limit s after the cut: $(for p in $(cut_ranks "$n0") $(cut_ranks "$n1"); do
