@@ -230,7 +230,7 @@ trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 # whose property is a timing of their own under a known load (the stall and fault scripts, which
 # already run their cases two at a time). Results print as scripts finish.
 E2E_LANES=${E2E_LANES:-2}
-E2E_ALONE=${E2E_ALONE:-"multinode_faults multinode_train slurm_jobs slurm_requeue stall_phases \
+E2E_ALONE=${E2E_ALONE:-"multinode_faults multinode_train slurm_jobs stall_phases \
 stall_no_progress fusion_stall checkpoint_faults weight_check"}
 declare -A e2e_pid_name=() e2e_started=()
 e2e_start() {  # e2e_start NAME: the script in the background, its exit code in a file

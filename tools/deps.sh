@@ -72,13 +72,15 @@ if [ "$mode" = "--install" ] && [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# What only the emulated-node tests use (jobs/local/cluster.sh: ip, tc; nft for packet loss):
-# installed where apt-get runs as root, never required (those tests skip without them).
-test_pkgs=(iproute2 util-linux nftables)
+# What only the emulated-node tests use (jobs/local/cluster.sh: ip, tc; nft for packet loss) and
+# the real Slurm the Slurm tests start (jobs/local/slurm.sh: slurmctld, slurmd, the client
+# commands, the pmix and task/affinity plugins, munge): installed where apt-get runs as root,
+# never required (those tests skip without them).
+test_pkgs=(iproute2 util-linux nftables slurm-wlm slurm-wlm-basic-plugins munge)
 if [ "$mode" = "--install" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   optional=(); for name in "${test_pkgs[@]}"; do installed "$name" || optional+=("$name"); done
   if [ ${#optional[@]} -gt 0 ]; then
-    echo "deps: installing ${optional[*]} (emulated-node tests)"
+    echo "deps: installing ${optional[*]} (emulated-node and Slurm tests)"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${optional[@]}" \
       >>/tmp/ringtrain-apt.log 2>&1 || echo "deps: could not install ${optional[*]}; those tests will skip" >&2
   fi
@@ -105,5 +107,10 @@ if "${PYTHON:-python3}" -c 'import h5py, matplotlib' 2>/dev/null; then
   say ✓ Python "${PYTHON:-python3} with h5py, matplotlib"
 else
   say ✗ Python "${PYTHON:-python3} lacks h5py/matplotlib (set PYTHON=)"
+fi
+if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
+  say ✓ Slurm "$(slurmctld -V 2>/dev/null) and munge: the Slurm tests start one (jobs/local/slurm.sh)"
+else
+  say ✗ Slurm "not installed: the Slurm tests skip (make deps installs slurm-wlm and munge as root)"
 fi
 exit 0

@@ -5,9 +5,11 @@
 # rt_train NAME NTASKS DECK [ARGS...]
 #     ringtrain on NTASKS tasks into output/<job id>/NAME.h5. Skips a run a previous attempt of
 #     this job finished (NAME.done), adds --resume when NAME.ckpt.h5 is there, and when the
-#     trainer stops on SIGUSR1/SIGTERM (it checkpoints, prints "stopped by signal at step N;
-#     resume with --resume" and exits 0) requeues the job and exits the batch script.
-# Settings (environment): RT_SRUN_MPI (srun --mpi=..., default: the site's MpiDefault),
+#     trainer stops on Slurm's warning (--signal=USR1@N: it checkpoints, prints "stopped by
+#     signal at step N; resume with --resume" and exits 0) requeues the job and exits the batch
+#     script. On SIGTERM (scancel, preemption) it names the last checkpoint and exits 143.
+# Settings (environment): RT_SRUN_MPI (srun --mpi=...; default: the site's MpiDefault, or pmix
+# where that is "none", with which OpenMPI refuses to start),
 # PYTHON (python with h5py and matplotlib, for rt-report), RT_EXTRA_SRUN (more srun flags).
 # shellcheck shell=bash
 
@@ -36,9 +38,15 @@ rt_slurm_setup() {
     RT_GPUS_PER_NODE=$SLURM_GPUS_ON_NODE
   fi
   RT_TASKS_PER_NODE=$(rt_tasks_per_node)
-  # Slurm warns the steps (USR1, --signal) before the time limit; preemption sends TERM to
-  # the batch shell too. Trapping it keeps this shell alive until the trainer has checkpointed.
-  trap 'rt_note "SIGTERM: waiting for the trainer to checkpoint"' TERM
+  RT_SRUN_MPI=$(rt_srun_mpi)
+  # Slurm warns the steps alone (--signal=USR1@N): the trainer checkpoints, and this shell
+  # requeues the job. scancel, and preemption past its grace time, send TERM to the steps and to
+  # this shell and its srun, and srun answers TERM by killing its tasks ("forcing job
+  # termination"): the trainer may not finish a checkpoint then, so the last periodic one
+  # (train.checkpoint_every) is what a cancelled run leaves. The trap keeps this shell alive to
+  # say so.
+  RT_GOT_TERM=0
+  trap 'RT_GOT_TERM=1' TERM
   rt_note "job ${SLURM_JOB_NAME:-?} on ${SLURM_JOB_NUM_NODES:-1} node(s), ${SLURM_NTASKS:-1} task(s)" \
     "x ${OMP_NUM_THREADS} cpu(s), $RT_GPUS_PER_NODE GPU(s)/node, attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 ))" \
     "-> $OUT/"
@@ -51,6 +59,16 @@ rt_tasks_per_node() {
   if [ -z "$per" ]; then per=$(( ${SLURM_NTASKS:-1} / ${SLURM_JOB_NUM_NODES:-1} )); fi
   [ "$per" -ge 1 ] || per=1
   echo "$per"
+}
+
+# srun's --mpi: RT_SRUN_MPI when set (empty: the site's default). Slurm's own default, "none",
+# gives tasks no wire-up: OpenMPI then stops in MPI_Init on every task ("OMPI was not built with
+# SLURM's PMI support"), so take pmix there, the plugin OpenMPI 4+ speaks.
+rt_srun_mpi() {
+  if [ -n "${RT_SRUN_MPI+set}" ]; then echo "$RT_SRUN_MPI"; return; fi
+  local site
+  site=$(scontrol show config 2>/dev/null | awk '$1 == "MpiDefault" {print $3}')
+  if [ "$site" = none ]; then echo pmix; else echo ""; fi
 }
 
 rt_srun() {
@@ -87,11 +105,18 @@ rt_train() {
   read -r -a device <<<"$(rt_device_args "$@")"
   rt_note "$name: ringtrain --deck $deck on $ntasks task(s) ${resume[*]} (log $log)"
   set +e
+  # tee ignores TERM, so that what srun passed on before a cancel stays in the logs.
   rt_srun "$ntasks" bin/ringtrain --deck "$deck" --output.dir="$OUT" --output.name="$name" \
-    "${device[@]}" "${resume[@]}" "$@" 2>&1 | tee "$attempt"
+    "${device[@]}" "${resume[@]}" "$@" 2>&1 | (trap '' TERM; exec tee "$attempt")
   local status=${PIPESTATUS[0]}
   set -e
   cat "$attempt" >>"$log"
+  if [ "$RT_GOT_TERM" = 1 ]; then
+    local kept="no checkpoint yet (train.checkpoint_every)"
+    [ ! -e "$OUT/$name.ckpt.h5" ] || kept="the last checkpoint is $OUT/$name.ckpt.h5"
+    rt_note "$name: SIGTERM (cancelled or preempted): srun stopped its tasks; $kept"
+    exit 143
+  fi
   if [ "$status" = 0 ] && grep -q "stopped by signal at step" "$attempt"; then
     rt_note "$name: $(grep -o 'stopped by signal at step [0-9]*' "$attempt" | tail -1); requeueing"
     if scontrol requeue "$SLURM_JOB_ID"; then exit 0; fi

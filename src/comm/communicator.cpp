@@ -131,6 +131,7 @@ void Communicator::find_cpu_share() {
   facts.cgroup_cpus = cgroup_cpu_limit();
   facts.local_ranks = node_size;
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
+  if (const char* cpt = std::getenv("SLURM_CPUS_PER_TASK")) facts.slurm_cpus = cpt;
   CpuShare share = compute_cpu_share(facts);
   cpu_threads_ = share.threads;
   cpu_description_ = share.description;

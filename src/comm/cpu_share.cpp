@@ -18,7 +18,8 @@ std::string cgroup_text(double cpus) {
   return cpus > 0 ? str(cpus, " CPUs") : std::string("none");
 }
 
-// The leading positive integer of OMP_NUM_THREADS ("4" or the outer level of "4,2"), or 0.
+// The leading positive integer of OMP_NUM_THREADS ("4" or the outer level of "4,2") or of
+// SLURM_CPUS_PER_TASK ("4"), or 0.
 int parse_omp_threads(const std::string& text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
@@ -85,6 +86,17 @@ CpuShare compute_cpu_share(const CpuFacts& facts) {
           " usable cores (node affinity ", facts.node_affinity_cpus, ", cgroup limit ",
           cgroup_text(facts.cgroup_cpus), ") / ", local, " rank", local == 1 ? "" : "s",
           " on this node; this rank's mask holds ", own);
+  if (facts.slurm_cpus) {
+    // The allocation's own count: a task Slurm did not bind sees the whole node's mask.
+    const int allocated = parse_omp_threads(*facts.slurm_cpus);
+    if (allocated > 0 && allocated < share.threads) {
+      share.threads = allocated;
+      share.description = str(allocated, " thread", allocated == 1 ? "" : "s",
+                              " per rank: SLURM_CPUS_PER_TASK=", allocated, " (", usable,
+                              " usable cores / ", local, " rank", local == 1 ? "" : "s",
+                              " on this node would give more; this rank's mask holds ", own, ")");
+    }
+  }
   return share;
 }
 

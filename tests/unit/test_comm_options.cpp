@@ -158,6 +158,29 @@ BOOST_AUTO_TEST_CASE(cpu_share_divides_usable_cores_among_local_ranks) {
   BOOST_TEST(share.warning.empty());
 }
 
+// srun --cpus-per-task=2 on a 16-core node with --cpu-bind=none (or task/none): the mask is the
+// node's, the allocation is 2 CPUs a task.
+BOOST_AUTO_TEST_CASE(slurm_cpus_caps_an_unbound_share) {
+  comm::CpuFacts facts;
+  facts.own_affinity_cpus = 16;
+  facts.node_affinity_cpus = 16;
+  facts.local_ranks = 2;
+  facts.slurm_cpus = "2";
+  comm::CpuShare share = comm::compute_cpu_share(facts);
+  BOOST_TEST(share.threads == 2);
+  BOOST_TEST(share.description ==
+             "2 threads per rank: SLURM_CPUS_PER_TASK=2 (16 usable cores / 2 ranks on this node "
+             "would give more; this rank's mask holds 16)");
+  facts.own_affinity_cpus = 1;  // bound by Slurm: the mask is already the allocation
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 1);
+  facts.own_affinity_cpus = 16;
+  facts.slurm_cpus = "oops";  // not a count: the share alone
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 8);
+  facts.slurm_cpus = "4";
+  facts.omp_num_threads = "3";  // OMP_NUM_THREADS still wins
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 3);
+}
+
 BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
   comm::CpuFacts facts;
   facts.own_affinity_cpus = 1;

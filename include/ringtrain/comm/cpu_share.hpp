@@ -2,7 +2,9 @@
 //
 // Usable cores are the union of the affinity masks of the ranks on this node, capped by the
 // cgroup CPU limit; each local rank gets an equal share (at least 1), never more than its own
-// mask holds. OMP_NUM_THREADS, when set, wins, with a warning when it oversubscribes the mask.
+// mask holds, nor more than Slurm's --cpus-per-task (SLURM_CPUS_PER_TASK) where Slurm did not
+// bind the task (task/none, --cpu-bind=none): the mask then spans CPUs other jobs were given.
+// OMP_NUM_THREADS, when set, wins, with a warning when it oversubscribes the mask.
 #pragma once
 
 #include <optional>
@@ -16,6 +18,7 @@ struct CpuFacts {
   double cgroup_cpus = 0;                      // cpu.max quota / period; 0 = no limit
   int local_ranks = 1;                         // ranks sharing this node
   std::optional<std::string> omp_num_threads;  // the environment variable, when set
+  std::optional<std::string> slurm_cpus;       // SLURM_CPUS_PER_TASK, when set
 };
 
 struct CpuShare {
