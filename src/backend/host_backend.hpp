@@ -87,6 +87,15 @@ class HostBackend : public Backend {
     return host::all_finite(t.f32(), t.numel());
   }
 
+  std::vector<uint64_t> digests(const std::vector<const Tensor*>& tensors) override {
+    std::vector<uint64_t> out;
+    for (const Tensor* t : tensors) {
+      RT_CHECK(t->is_plain(), "digest of a tensor with a backend layout");
+      out.push_back(digest_f32(t->f32(), size_t(t->numel())));
+    }
+    return out;
+  }
+
   void axpby(float a, const Tensor& x, float b, Tensor& y) override {
     host::check_same_numel("axpby", x, y);
     RT_CHECK(x.is_plain() && y.is_plain(), "axpby of tensors with a backend layout");

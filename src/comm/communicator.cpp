@@ -210,6 +210,16 @@ void Communicator::broadcast(std::vector<uint8_t>& bytes, int root) const {
   broadcast_bytes(world_.get(), bytes, root);
 }
 
+std::vector<uint64_t> Communicator::allgather(const std::vector<uint64_t>& mine) const {
+  WatchedCollective watched(watch_);
+  RT_CHECK(mine.size() <= static_cast<size_t>(INT_MAX), "allgather: ", mine.size(),
+           " values is more than one MPI call can carry");
+  std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size_));
+  const int n = static_cast<int>(mine.size());
+  MPI_CHECK(MPI_Allgather(mine.data(), n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, world_.get()));
+  return all;
+}
+
 void Communicator::abort(int code) const {
   abort_job(MPI_COMM_WORLD, code);
 }

@@ -175,6 +175,13 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"comm.ranks_per_node", &c.comm.ranks_per_node,
        "hierarchical: declare nodes of this many consecutive ranks (0 = the real nodes)", {}},
       {"comm.sync_bn", &c.comm.sync_bn, "batch-norm statistics over all ranks (false: per rank)", {}},
+      {"comm.verify_every", &c.comm.verify_every,
+       "steps between checks that every rank holds the same weights and optimizer state (a digest "
+       "compared across ranks; always before a checkpoint; 0 = only before checkpoints)", {}},
+      {"comm.on_divergence", &c.comm.on_divergence,
+       "ranks found holding different weights: stop every rank naming the ranks and the first "
+       "tensor, or repair them from the majority's copy (no majority, e.g. 2 ranks: stop)",
+       {"stop", "repair"}},
       {"output.dir", &c.output.dir, "directory for results, timelines, checkpoints", {}},
       {"output.name", &c.output.name, "results file name without .h5 (default: the deck's name)", {}},
       {"output.timeline", &c.output.timeline, "write a Chrome-trace timeline <dir>/<name>.trace.json", {}},
@@ -484,6 +491,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
           "0 (by message size) or more KiB");
   require(m.ranks_per_node >= 0, "comm.ranks_per_node", std::to_string(m.ranks_per_node),
           "0 or more");
+  require(m.verify_every >= 0, "comm.verify_every", std::to_string(m.verify_every),
+          "0 (only before checkpoints) or more steps");
   const auto& d = c.data;
   require(d.prefetch_batches >= 1, "data.prefetch_batches", std::to_string(d.prefetch_batches),
           "at least 1");

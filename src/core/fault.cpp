@@ -1,5 +1,5 @@
-// fault.cpp — the RINGTRAIN_FAULT kill points, RINGTRAIN_STOP_AT stop points and
-// RINGTRAIN_NONFINITE_AT poisoned gradients, RINGTRAIN_DROP_MESSAGE lost messages
+// fault.cpp — the RINGTRAIN_FAULT kill points and flipped weight bit, RINGTRAIN_STOP_AT stop points
+// and RINGTRAIN_NONFINITE_AT poisoned gradients, RINGTRAIN_DROP_MESSAGE lost messages
 // (core/fault.hpp).
 #include "ringtrain/core/fault.hpp"
 
@@ -47,6 +47,14 @@ bool nonfinite_fault_at(int64_t step, int rank) {
   static const PointSpec poison_at("RINGTRAIN_NONFINITE_AT", -1);  // STEP@RANK
   return !poison_at.name.empty() && poison_at.number == rank &&
          std::strtol(poison_at.name.c_str(), nullptr, 10) == step;
+}
+
+bool flip_weight_fault_at(int64_t step, int rank) {
+  static const PointSpec flip_at("RINGTRAIN_FAULT", -1);  // flip-weight:RANK@STEP
+  static const std::string prefix = "flip-weight:";
+  if (flip_at.name.compare(0, prefix.size(), prefix) != 0) return false;
+  return std::strtol(flip_at.name.c_str() + prefix.size(), nullptr, 10) == rank &&
+         flip_at.number == step;
 }
 
 bool drop_message_fault(int rank) {

@@ -230,6 +230,30 @@ std::string build_identity() {
              RINGTRAIN_HAS_CUDA ? "CUDA" : "CPU", " build");
 }
 
+void write_weight_checks(h5::Group& root, const WeightChecks& w, int world_size) {
+  h5::Group g = root.create_group("weight_checks");
+  g.set_attr("description",
+             "every rank's digest of its parameters and optimizer state, compared across ranks "
+             "every verify_every steps and before each checkpoint; one row a check");
+  g.set_attr("verify_every", w.verify_every);
+  g.set_attr("on_divergence", w.on_divergence);
+  g.set_attr("covers", w.covers_bn ? "parameters, optimizer state, BN running statistics"
+                                   : "parameters, optimizer state");
+  g.set_attr("repairs", w.repairs);
+  const hsize_t checks = w.step.size();
+  if (checks == 0) return;
+  RT_CHECK(w.digest.size() == checks * hsize_t(world_size) && w.seconds.size() == w.digest.size(),
+           "weight checks: ", w.digest.size(), " digests for ", checks, " checks x ", world_size,
+           " ranks");
+  column(g, "step", w.step, "1", "the optimizer step (from 1) after which the ranks compared");
+  column(g, "repaired", w.repaired, "1", "1: ranks differed and took the majority's copy");
+  g.write<uint64_t>("digest", {checks, hsize_t(world_size)}, w.digest.data())
+      .set_attr("description", "the digest each rank held, row = check, column = rank");
+  h5::Dataset seconds = g.write<double>("seconds", {checks, hsize_t(world_size)}, w.seconds.data());
+  seconds.set_attr("units", "s");
+  seconds.set_attr("description", "each rank's time in the check, row = check, column = rank");
+}
+
 void write_results(const std::string& path, const Results& r) {
   h5::AtomicFile out(path);
   h5::Group& root = out.root();
@@ -242,6 +266,7 @@ void write_results(const std::string& path, const Results& r) {
   write_test(root, r);
   write_inspect(root, r.inspect);
   if (!r.autotune.source.empty()) write_autotune(root, r.autotune, r.info.world_size);
+  write_weight_checks(root, r.weight_checks, r.info.world_size);
   out.commit();
 }
 

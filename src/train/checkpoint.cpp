@@ -59,6 +59,10 @@ void CheckpointState::save(nn::Model& model, nn::Optimizer& optimizer, int64_t g
       root.set_attr("loss_scale", scaler->state().scale);
       root.set_attr("loss_scale_clean_steps", scaler->state().clean_steps);
     }
+    if (!weights_digest_.empty()) {
+      root.set_attr("weights_digest", weights_digest_);
+      root.set_attr("weights_digest_covers_bn", int32_t(weights_digest_covers_bn_));
+    }
     if (tuned) {
       root.set_attr("autotune_overlap", int32_t(tuned->overlap));
       root.set_attr("autotune_fusion_mib", tuned->fusion_mib);
@@ -152,7 +156,12 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, Lo
     ema->load(root.open_group("ema"));
   else if (ema)
     ema->reset();
-  ResumePoint point{step, std::nullopt, std::nullopt};
+  ResumePoint point;
+  point.global_step = step;
+  if (root.has_attr("weights_digest")) {
+    point.weights_digest = root.attr_string("weights_digest");
+    point.weights_digest_covers_bn = root.attr<int32_t>("weights_digest_covers_bn") != 0;
+  }
   if (root.has_attr("pass_threshold")) point.pass_threshold = root.attr<float>("pass_threshold");
   if (root.has_attr("autotune_overlap") && root.has_attr("autotune_fusion_mib"))
     point.tuned = comm::fusion::TuneSettings{root.attr<int32_t>("autotune_overlap") != 0,

@@ -15,6 +15,7 @@ const PhaseInfo& phase_info(Phase phase) {
       {"results", "the results file", true},
       {"timeline", "the timeline", true},
       {"set-up", "the set-up (data, model, buckets)", true},
+      {"weight-check", "the weight check", false},
   };
   return table[static_cast<int>(phase)];
 }

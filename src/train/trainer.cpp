@@ -42,6 +42,7 @@
 #include "ringtrain/train/loss_scale.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
+#include "ringtrain/train/weight_check.hpp"
 
 namespace ringtrain::train {
 namespace {
@@ -137,9 +138,14 @@ class Trainer {
   bool nonfinite_step_is_skipped(const nn::Parameter* bad);
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
+  uint64_t check_weights();
   void save_checkpoint() {
+    // In the checkpoint's phase (callers entered it): the check is part of writing one.
+    checkpoint_->set_weights_digest(digest_hex(check_weights()),
+                                    weight_check_->covers_bn_statistics());
     checkpoint_->save(*model_, *optimizer_, global_step_, card_, scaler_.get(),
                       parallel_->tuned_choice(), ema_.get());
+    weight_check_->set_checkpoint_step(global_step_);
   }
 
   const Config& cfg_;
@@ -173,6 +179,8 @@ class Trainer {
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
   std::unique_ptr<CheckpointState> checkpoint_;
+  // Every comm.verify_every steps and before each checkpoint: the ranks hold the same model.
+  std::unique_ptr<WeightCheck> weight_check_;
   io::ModelCard card_;           // what the checkpoint carries for inference
   bool inspect_ = false;         // model.heads = inspect
   std::vector<float> targets_;   // one batch's inspection targets: defects, pass, zones
@@ -222,6 +230,7 @@ void Trainer::set_up() {
   });
   checkpoint_ = std::make_unique<CheckpointState>(cfg_, comm_, batch_per_rank_);
   checkpoint_->remove_stale_temp_files();
+  weight_check_ = std::make_unique<WeightCheck>(cfg_.comm, comm_, *model_, *optimizer_, *backend_);
   std::optional<comm::fusion::TuneSettings> tuned;  // the checkpoint's autotune choice
   if (cfg_.resume) {
     agree_watched([&] {
@@ -230,7 +239,9 @@ void Trainer::set_up() {
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
       tuned = at.tuned;
       if (scaler_) parallel_->set_loss_scale(scaler_->scale());
+      verify_resumed_weights(*weight_check_, at, cfg_.checkpoint_path());
     });
+    weight_check_->set_checkpoint_step(global_step_);
     first_epoch_ = int(global_step_ / steps_per_epoch_) + 1;
     skip_steps_ = global_step_ % steps_per_epoch_;
     log::info(str("resumed from ", cfg_.checkpoint_path(), " at step ", global_step_, " (epoch ",
@@ -640,6 +651,9 @@ void Trainer::train_epoch(int epoch) {
     parallel_->end_step(t.step);  // collective: the autotune may switch settings here
     ++step;
     ++global_step_;
+    if (flip_weight_fault_at(global_step_, comm_.rank()))
+      log::warn(
+          str("step ", global_step_, ": RINGTRAIN_FAULT ", flip_weight_bit(*model_, *backend_)));
     if (step % cfg_.train.log_interval == 0 || step == steps_per_epoch_) {
       settle_losses(epoch_sums, interval);
       log_interval(epoch, step, steps_per_epoch_, interval, interval_first);
@@ -649,6 +663,9 @@ void Trainer::train_epoch(int epoch) {
     if (checkpoint_->due(global_step_)) {
       enter_phase(Phase::kCheckpoint);
       save_checkpoint();
+    } else if (weight_check_->due(global_step_)) {
+      enter_phase(Phase::kWeightCheck);
+      check_weights();
     }
     enter_phase(Phase::kStopCheck);
     stop_ = checkpoint_->stop_requested();
@@ -960,6 +977,14 @@ void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch
   }
 }
 
+// Collective: the ranks' weight digests compared (train/weight_check.hpp); a divergence stops
+// every rank together, or is repaired.
+uint64_t Trainer::check_weights() {
+  uint64_t digest = 0;
+  agree(comm_, [&] { digest = weight_check_->run(global_step_); });
+  return digest;
+}
+
 void Trainer::enter_phase(Phase phase) {
   const PhaseInfo& info = phase_info(phase);
   fault_point_for_rank(info.id, comm_.rank());
@@ -1029,6 +1054,7 @@ void Trainer::write_results(double test_loss, double test_acc,
   r.comm.seconds = gather([](const comm::fusion::BucketRecord& b) { return b.seconds; });
   r.comm.cpu_seconds = gather([](const comm::fusion::BucketRecord& b) { return b.cpu_seconds; });
   std::vector<std::string> hosts = comm_.gather_strings_to_root(comm_.hostname());
+  r.weight_checks = weight_checks_record(comm_, *weight_check_, cfg_.comm);
   if (comm_.rank() != 0) return;
 
   r.comm.step = cast<int64_t>(step);

@@ -90,6 +90,7 @@ lane_b() {
   case_ 2 evaluation@0 1 "stall: after 1 s, rank 1 waits in evaluation at step 20; rank 0 $silent"
   case_ 3 results@0 3 "stall: after 3 s, ranks 1, 2 wait in the results file at step 13; rank 0 $silent"
   extra_args=--output.timeline=true case_ 2 timeline@0 3 "stall: after 3 s, rank 1 waits in the timeline at step 20; rank 0 $silent"
+  extra_args=--comm.verify_every=3 case_ 2 weight-check@1 1 "stall: after 1 s, rank 0 waits in the weight check at step 3; rank 1 $silent"
   exit "$failures"
 }
 (lane_a) >"$work/lane_a.out" 2>&1 &

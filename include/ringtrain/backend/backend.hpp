@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ringtrain/backend/tensor.hpp"
+#include "ringtrain/core/digest.hpp"
 
 namespace ringtrain::backend {
 
@@ -279,6 +280,19 @@ class Backend {
     for (size_t i = 0; i < tensors.size(); ++i)
       if (!all_finite(*tensors[i])) return i;
     return tensors.size();
+  }
+  // The weight digest (core/digest.hpp) of each of `tensors`' fp32 values, in order, for the
+  // ranks' weight check. This default downloads each tensor; the host backends read theirs in
+  // place; cuda sums on the device and copies back only the sums.
+  virtual std::vector<uint64_t> digests(const std::vector<const Tensor*>& tensors) {
+    std::vector<uint64_t> out;
+    std::vector<float> host;
+    for (const Tensor* t : tensors) {
+      host.resize(static_cast<size_t>(t->numel()));
+      download(*t, host.data());
+      out.push_back(digest_f32(host.data(), host.size()));
+    }
+    return out;
   }
   // y = a*x + b*y (plain, equal numel).
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;

@@ -65,6 +65,8 @@ class Communicator {
   // others an empty vector.
   std::vector<double> gather_to_root(const std::vector<double>& mine) const;
   std::vector<std::string> gather_strings_to_root(const std::string& mine) const;
+  // Every rank's values on every rank, rank-major (size()*n); every rank passes n values.
+  std::vector<uint64_t> allgather(const std::vector<uint64_t>& mine) const;
   // The root's bytes on every rank; receivers are resized.
   void broadcast(std::vector<uint8_t>& bytes, int root) const;
   [[noreturn]] void abort(int code) const;

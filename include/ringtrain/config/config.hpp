@@ -110,6 +110,9 @@ struct CommConfig {
   int chunk_kib = 0;          // 0: by message size (comm::allreduce::chunk_bytes_for)
   int ranks_per_node = 0;     // 0: the real nodes
   bool sync_bn = false;
+  // Steps between the ranks' weight checks (train/weight_check.hpp); 0: only before checkpoints.
+  int64_t verify_every = 100;
+  std::string on_divergence = "stop";  // stop | repair
 };
 
 struct OutputConfig {

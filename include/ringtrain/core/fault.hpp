@@ -7,6 +7,10 @@
 // (all written, not yet synced), atomic-write:synced (synced, not yet renamed into place),
 // atomic-write:renamed (in place, directory not yet synced).
 //
+// RINGTRAIN_FAULT=flip-weight:RANK@STEP flips one bit of one weight on rank RANK after optimizer
+// step STEP's update (from 1), as silent data corruption would: the ranks' weight check must
+// find it (train/weight_check.hpp).
+//
 // RINGTRAIN_STOP_AT=POINT@RANK stops (SIGSTOP) rank RANK the first time it reaches POINT, as a
 // stalled or descheduled rank would be: the other ranks' stall watchdog must end the job.
 // The points are the trainer's collective phases (train/phases.hpp ids, e.g. stop-check).
@@ -28,6 +32,8 @@ namespace ringtrain {
 void fault_point(const char* name);
 void fault_point_for_rank(const char* name, int rank);
 bool nonfinite_fault_at(int64_t step, int rank);
+// True for the one step and rank RINGTRAIN_FAULT=flip-weight:RANK@STEP names.
+bool flip_weight_fault_at(int64_t step, int rank);
 // True for the one message RINGTRAIN_DROP_MESSAGE names; counts rank's messages otherwise.
 bool drop_message_fault(int rank);
 

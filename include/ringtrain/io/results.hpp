@@ -109,6 +109,18 @@ struct AutotuneRecord {
   std::vector<double> trial_slowest_s;
 };
 
+// /weight_checks: the ranks' weight digests compared (train/weight_check.hpp), one row a check.
+struct WeightChecks {
+  int64_t verify_every = 0;
+  std::string on_divergence;
+  bool covers_bn = false;
+  int64_t repairs = 0;
+  std::vector<int64_t> step;
+  std::vector<int32_t> repaired;  // 1: the ranks differed and were repaired at that check
+  std::vector<uint64_t> digest;   // [checks x world size], as each rank held it when compared
+  std::vector<double> seconds;    // [checks x world size], each rank's time in the check
+};
+
 struct Results {
   std::string deck;  // effective deck text
   RunInfo info;
@@ -120,6 +132,7 @@ struct Results {
   std::vector<std::string> class_names;
   std::vector<InspectFigures> inspect;  // empty: model.heads = class
   AutotuneRecord autotune;
+  WeightChecks weight_checks;
 };
 
 // Writes path atomically (temp file, then rename). Throws ringtrain::Error naming the file.

@@ -44,6 +44,10 @@ class Optimizer {
   void step(double lr);
   int64_t steps() const { return steps_; }
   const OptimizerOptions& options() const { return options_; }
+  // Each parameter's first moment (SGD, LARS: the momentum buffer), in the order of the
+  // parameters given; the second moments (LAMB, AdamW; empty for the others).
+  const std::vector<Tensor>& first_moments() const { return first_; }
+  const std::vector<Tensor>& second_moments() const { return second_; }
 
   // The rule's name, the step count, the first moments (SGD, LARS: the momentum buffers) as a
   // dataset per parameter named as it, the second moments (LAMB, AdamW) in "second_moment".

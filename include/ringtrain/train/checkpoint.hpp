@@ -10,6 +10,8 @@
 // position needs nothing more: the loader's order is a pure function of (seed, epoch), so step g is
 // batch g mod steps_per_epoch of epoch g / steps_per_epoch + 1. The autotune's choice
 // (autotune_overlap, autotune_fusion_mib), once made, so that a resumed run does not search again.
+// The weight digest every rank agreed on just before the write (weights_digest, hex, and
+// weights_digest_covers_bn), which --resume recomputes from what it loaded.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,10 @@ struct ResumePoint {
   int64_t global_step = 0;
   std::optional<float> pass_threshold;  // the checkpoint's, when it has inspection heads
   std::optional<comm::fusion::TuneSettings> tuned;  // the autotune's choice, when it had made one
+  // The ranks' agreed weight digest when it was written (train/weight_check.hpp), hex, and
+  // whether it covers the BN statistics; empty: a checkpoint from before the check.
+  std::string weights_digest;
+  bool weights_digest_covers_bn = false;
 };
 
 class CheckpointState {
@@ -59,11 +65,18 @@ class CheckpointState {
   // are read from /ema; a checkpoint without them starts them from the loaded weights.
   ResumePoint load(nn::Model& model, nn::Optimizer& optimizer, LossScaler* scaler = nullptr,
                    nn::WeightAverage* ema = nullptr) const;
+  // The digest the next save() records (the weight check's, taken just before it).
+  void set_weights_digest(const std::string& hex, bool covers_bn) {
+    weights_digest_ = hex;
+    weights_digest_covers_bn_ = covers_bn;
+  }
 
  private:
   const Config& config_;
   const comm::Communicator& comm_;
   int batch_per_rank_;
+  std::string weights_digest_;
+  bool weights_digest_covers_bn_ = false;
 };
 
 }  // namespace ringtrain::train

@@ -14,7 +14,8 @@ enum class Phase {
   kEvaluation,
   kResults,
   kTimeline,
-  kSetUp
+  kSetUp,
+  kWeightCheck
 };
 
 struct PhaseInfo {

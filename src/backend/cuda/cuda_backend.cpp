@@ -321,6 +321,34 @@ class CudaBackend : public Backend {
     return n;
   }
 
+  // One 64-bit sum per tensor in device memory, zeroed on the stream; one digest_sum launch
+  // per tensor; one copy of the sums to pinned memory and one wait. Parameters and optimizer
+  // state are plain fp32 already (as_plain_f32 copies anything else).
+  std::vector<uint64_t> digests(const std::vector<const Tensor*>& tensors) override {
+    ctx_.activate();
+    const size_t n = tensors.size();
+    if (n == 0) return {};
+    const size_t bytes = n * sizeof(uint64_t);
+    if (digest_sums_host_.bytes() < bytes) {
+      digest_sums_ = ctx_.pool().allocate(bytes);
+      digest_sums_host_ = PinnedBuffer(bytes);
+    }
+    auto* sums = static_cast<uint64_t*>(digest_sums_.get());
+    CUDA_CHECK(cudaMemsetAsync(sums, 0, bytes, ctx_.stream()));
+    for (size_t i = 0; i < n; ++i) {
+      expect_present(*tensors[i], "digest tensor");
+      const Tensor& plain = ctx_.as_plain_f32(*tensors[i], digest_f32_);
+      kernels::digest_sum(plain.f32(), plain.numel(), sums + i, ctx_.stream());
+    }
+    CUDA_CHECK(cudaMemcpyAsync(digest_sums_host_.get(), sums, bytes, cudaMemcpyDeviceToHost,
+                               ctx_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    const auto* host = static_cast<const uint64_t*>(digest_sums_host_.get());
+    std::vector<uint64_t> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = finish_digest(host[i], uint64_t(tensors[i]->numel()));
+    return out;
+  }
+
   void axpby(float a, const Tensor& x, float b, Tensor& y) override {
     ctx_.activate();
     check_same_numel("axpby", x, y);
@@ -367,6 +395,9 @@ class CudaBackend : public Backend {
   Tensor bce_logits_f32_;               // its own: the class loss may still be reading logits_f32_
   std::shared_ptr<void> finite_flags_;  // first_nonfinite: a flag per tensor, and their copy
   PinnedBuffer finite_flags_host_;
+  Tensor digest_f32_;  // digests: a conversion scratch, the sums, their copy
+  std::shared_ptr<void> digest_sums_;
+  PinnedBuffer digest_sums_host_;
   ScratchBlock loss_scratch_;  // totals, per-row losses, labels, correct flags
   ScratchBlock bce_scratch_;   // total, per-value losses, targets
   ScratchBlock update_scratch_;  // the update rules' and sum_of_squares' partial sums

@@ -6,6 +6,7 @@
 #include "check.hpp"
 #include "column_sum_plan.hpp"
 #include "kernels.hpp"
+#include "ringtrain/core/digest.hpp"
 
 namespace ringtrain::backend::cuda::kernels {
 namespace {
@@ -252,6 +253,25 @@ __global__ void sum_kernel(const double* values, int64_t count, double* total) {
 __global__ void flag_nonfinite_kernel(const float* x, int64_t n, int32_t* flag) {
   GRID_LOOP(i, n)
   if (!isfinite(x[i])) *flag = 1;
+}
+
+// Each thread sums the word terms of its words (core/digest.hpp), the block adds its threads'
+// sums in shared memory and one atomic add per block folds them into *sum: addition modulo
+// 2^64 in any order, so the host loop's bits.
+__global__ void digest_sum_kernel(const uint32_t* x, int64_t n, unsigned long long* sum) {
+  __shared__ unsigned long long partial[kThreads];
+  unsigned long long mine = 0;
+  GRID_LOOP(k, (n + 1) / 2) {
+    const uint64_t hi = 2 * k + 1 < n ? x[2 * k + 1] : 0u;
+    mine += word_term(uint64_t(x[2 * k]) | (hi << 32), uint64_t(k));
+  }
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(sum, partial[0]);
 }
 
 // blockIdx.y picks the segment; the x dimension strides over its elements.
@@ -536,6 +556,14 @@ void loss_totals(const double* row_loss, const int32_t* row_correct, int64_t row
 void flag_nonfinite(const float* x, int64_t n, int32_t* flag, cudaStream_t s) {
   if (n == 0) return;
   flag_nonfinite_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, n, flag);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void digest_sum(const float* x, int64_t n, uint64_t* sum, cudaStream_t s) {
+  if (n == 0) return;
+  static_assert(sizeof(unsigned long long) == sizeof(uint64_t), "atomicAdd on 64-bit sums");
+  digest_sum_kernel<<<blocks_for((n + 1) / 2), kThreads, 0, s>>>(
+      reinterpret_cast<const uint32_t*>(x), n, reinterpret_cast<unsigned long long*>(sum));
   CUDA_CHECK(cudaGetLastError());
 }
 

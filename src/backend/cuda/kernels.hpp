@@ -76,6 +76,10 @@ void column_sums_typed(const void* m, Elem type, int64_t rows, int64_t cols, flo
 void loss_totals(const double* row_loss, const int32_t* row_correct, int64_t rows, double* totals,
                  cudaStream_t s);
 
+// Adds the word terms of x's n fp32 values (core/digest.hpp) to *sum (device, zeroed by the
+// caller); the host finishes the digest with finish_digest(*sum, n).
+void digest_sum(const float* x, int64_t n, uint64_t* sum, cudaStream_t s);
+
 // Sets *flag (device int, zeroed by the caller) to 1 when any value is inf or NaN.
 void flag_nonfinite(const float* x, int64_t n, int32_t* flag, cudaStream_t s);
 
