@@ -126,6 +126,14 @@ BOOST_AUTO_TEST_CASE(covers_parameters_and_momentum_and_bn_only_when_synced) {
              2 * params + model->buffers().size());
   BOOST_TEST(train::checked_tensors(*model, sgd, false)[params].name ==
              model->parameters()[0]->name + " (momentum)");
+  // AdamW and LAMB keep two moments: both are covered.
+  nn::OptimizerOptions adamw;
+  adamw.kind = nn::OptimizerKind::kAdamW;
+  nn::Optimizer adam(model->parameters(), adamw, *be);
+  const auto adam_tensors = train::checked_tensors(*model, adam, false);
+  BOOST_TEST(adam_tensors.size() == 3 * params);
+  BOOST_TEST(adam_tensors[params].name == model->parameters()[0]->name + " (first moment)");
+  BOOST_TEST(adam_tensors[2 * params].name == model->parameters()[0]->name + " (second moment)");
   auto bump = [&](backend::Tensor t) {
     std::vector<float> host = to_host(*be, t);
     host[0] += 1.0f;
