@@ -69,6 +69,11 @@ BOOST_AUTO_TEST_CASE(digest_sees_every_bit_and_every_position) {
     std::swap(v[a], v[b]);
     BOOST_TEST(digest_of(v) != digest_of(base), a << "<->" << b);
   }
+  // Whole 8-byte words swapped (values 0,1 with 2,3): only the position mixing sees it.
+  std::vector<float> words_swapped = base;
+  std::swap(words_swapped[0], words_swapped[2]);
+  std::swap(words_swapped[1], words_swapped[3]);
+  BOOST_TEST(digest_of(words_swapped) != digest_of(base));
   // A trailing zero is not the padding of an odd count; 0.0 and -0.0 differ.
   std::vector<float> longer = base;
   longer.push_back(0.0f);
