@@ -15,7 +15,9 @@ BOOST_AUTO_TEST_SUITE(gradient_clip)
 // value; a limit of 20 leaves them be.
 BOOST_AUTO_TEST_CASE(global_norm_over_the_limit_scales_every_gradient) {
   auto be = backend::make_backend("cpu", 2);
-  nn::Parameter a{"a.weight", {2}}, b{"b.bias", {1}};
+  nn::Parameter a, b;
+  a.name = "a.weight", a.shape = {2};
+  b.name = "b.bias", b.shape = {1};
   a.grad = to_device(*be, {2}, {3, 4});
   b.grad = to_device(*be, {1}, {12});
   train::GradientClipper clip(6.5, {&a, &b}, *be);
