@@ -52,7 +52,8 @@ const char* kImagesHelp =
     "time, and writes. Each shard is built in memory (--shards bounds its size) and all are "
     "renamed\n"
     "into place at the end. Bad input (unreadable, corrupt or 0-byte file, unknown extension, a\n"
-    "label not in the class list, mixed sizes without --size): one line naming the file, exit 2,\n"
+    "header declaring more than --max-pixels pixels, refused before decoding, a label not in\n"
+    "the class list, mixed sizes without --size): one line naming the file, exit 2,\n"
     "nothing written; with --skip-bad such files are left out, listed and counted on stderr.\n"
     "Progress goes to stderr on runs past 1000 images or 2 s.\n";
 
@@ -148,6 +149,7 @@ std::vector<std::string> run_images(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->default_value("0")->value_name("S"), "the split's shuffle")
       ("shards", po::value(&o.shards)->default_value(1)->value_name("N"), "shard files per split")
       ("threads", po::value(&o.threads)->value_name("T"), "decoding threads (default: all cores)")
+      ("max-pixels", po::value(&o.max_pixels)->default_value(o.max_pixels)->value_name("N"), "refuse an image whose header declares more pixels")
       ("skip-bad", po::bool_switch(&o.skip_bad), "leave bad images out (listed and counted)");
   // clang-format on
   auto vm = parse(desc, args);
@@ -158,6 +160,7 @@ std::vector<std::string> run_images(const std::vector<std::string>& args) {
   RT_REQUIRE_INPUT(vm.count("output"), "--output is required (the shard directory)");
   if (vm.count("threads"))
     RT_REQUIRE_INPUT(o.threads >= 1, "--threads ", o.threads, ": must be at least 1");
+  RT_REQUIRE_INPUT(o.max_pixels >= 1, "--max-pixels ", o.max_pixels, ": must be at least 1");
   o.seed = parse_seed(seed);
   if (!classes.empty()) o.classes = split_commas(classes);
   return shard::convert_images(o, std::cout, std::cerr);

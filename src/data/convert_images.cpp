@@ -72,14 +72,14 @@ struct Fitted {
 // results land in their own slots, so what is written next does not depend on the threads.
 std::vector<Fitted> decode_window(const std::vector<ImageItem>& items,
                                   const std::vector<size_t>& order, size_t first, size_t n,
-                                  int channels, int size, int threads) {
+                                  int channels, int size, int threads, int64_t max_pixels) {
   std::vector<Fitted> out(n);
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (long i = 0; i < long(n); ++i) {
     Fitted& f = out[size_t(i)];
     const std::string& path = items[order[first + size_t(i)]].path;
     try {
-      const data::Image image = data::decode_image(path);
+      const data::Image image = data::decode_image(path, max_pixels);
       f.width = image.width;
       f.height = image.height;
       f.channels = image.channels;
@@ -181,7 +181,7 @@ size_t Converter::window_items() const {
 Reference Converter::find_reference() {
   for (size_t i = 0; i < plan_.items.size(); ++i) {
     const std::vector<size_t> one{i};
-    Fitted f = std::move(decode_window(plan_.items, one, 0, 1, 1, 0, 1)[0]);
+    Fitted f = std::move(decode_window(plan_.items, one, 0, 1, 1, 0, 1, o_.max_pixels)[0]);
     if (f.error.empty()) {
       Reference ref{plan_.items[i].path, o_.channels ? o_.channels : f.channels, f.width, f.height};
       plan_.channels = ref.channels;
@@ -205,8 +205,8 @@ void Converter::check_all(const Reference& ref) {
   Progress progress(progress_, "checked", int64_t(n));
   for (size_t first = 0; first < n; first += window) {
     const size_t m = std::min(window, n - first);
-    std::vector<Fitted> fitted =
-        decode_window(plan_.items, order, first, m, plan_.channels, o_.size, threads_);
+    std::vector<Fitted> fitted = decode_window(plan_.items, order, first, m, plan_.channels,
+                                               o_.size, threads_, o_.max_pixels);
     for (size_t i = 0; i < m; ++i) {
       const Fitted& f = fitted[i];
       if (!f.error.empty() && !f.input_error) throw Error(f.error);
@@ -359,8 +359,8 @@ std::string Converter::write_shard(const std::string& staging, int split, int sh
     const size_t window = window_items();
     for (size_t row = 0; row < rows; row += window) {
       const size_t m = std::min(window, rows - row);
-      std::vector<Fitted> fitted =
-          decode_window(plan_.items, order, first + row, m, plan_.channels, o_.size, threads_);
+      std::vector<Fitted> fitted = decode_window(plan_.items, order, first + row, m, plan_.channels,
+                                                 o_.size, threads_, o_.max_pixels);
       datasets.write(row, m, gather(plan_, order, first + row, fitted));
       written_ += int64_t(m);
       progress.update(written_);

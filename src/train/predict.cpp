@@ -55,6 +55,8 @@ po::options_description predict_flags(PredictOptions& o, std::string& backend,
       "weights", po::value<std::string>(&o.weights)->default_value(o.weights),
       "averaged: the run's moving average of the weights where it kept one (train.ema_decay), "
       "else its weights; raw: its weights")(
+      "max-pixels", po::value<int64_t>(&o.max_pixels)->default_value(o.max_pixels),
+      "refuse an image file whose header declares more pixels (before decoding it)")(
       "deck", po::value<std::string>(), "take train.backend, precision and threads from this deck")(
       "backend", po::value<std::string>(&backend),
       "cpu, cuda or ref (default: the deck's, or cpu)")(
@@ -99,13 +101,14 @@ PredictCommandLine parse_predict_command_line(int argc, const char* const argv[]
   RT_REQUIRE_INPUT(!o.inputs.empty(), "ringtrain predict: --input PATH... is required");
   RT_REQUIRE_INPUT(o.batch >= 1, "ringtrain predict: bad value '", o.batch,
                    "' for --batch (at least 1)");
+  RT_REQUIRE_INPUT(o.max_pixels >= 1, "ringtrain predict: bad value '", o.max_pixels,
+                   "' for --max-pixels (at least 1)");
   RT_REQUIRE_INPUT(o.top_k >= 0, "ringtrain predict: bad value '", o.top_k,
                    "' for --top-k (0 or more)");
   RT_REQUIRE_INPUT(o.weights == "averaged" || o.weights == "raw", "ringtrain predict: bad value '",
                    o.weights, "' for --weights (averaged or raw)");
   RT_REQUIRE_INPUT(o.tta == "none" || o.tta == "flip" || o.tta == "dihedral",
-                   "ringtrain predict: bad value '", o.tta,
-                   "' for --tta (none, flip or dihedral)");
+                   "ringtrain predict: bad value '", o.tta, "' for --tta (none, flip or dihedral)");
   RT_REQUIRE_INPUT(
       o.device.backend == "cpu" || o.device.backend == "cuda" || o.device.backend == "ref",
       "ringtrain predict: bad value '", o.device.backend,
@@ -271,7 +274,8 @@ class Predictor {
         const int c = card_.input_shape[0], h = card_.input_shape[1], w = card_.input_shape[2];
         RT_REQUIRE_INPUT(h == w, s.path, ": the model takes ", h, "x", w,
                          " images; image files are fitted to square inputs only");
-        const std::vector<uint8_t> fitted = data::fit_image(data::decode_image(s.path), c, h);
+        const std::vector<uint8_t> fitted =
+            data::fit_image(data::decode_image(s.path, o_.max_pixels), c, h);
         std::copy(fitted.begin(), fitted.end(), pixels_.begin() + std::ptrdiff_t(i * bytes));
         ++i;
         continue;
@@ -515,8 +519,8 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   agree(comm, [&] {
     int cuda_device = -1;
     be = make_rank_backend(comm, o.device, threads, &cuda_device);
-    nn::LoadedModel loaded = nn::load_model_file(
-        o.model, *be, resave_hint(), nn::parse_model_weights(o.weights, "--weights"));
+    nn::LoadedModel loaded = nn::load_model_file(o.model, *be, resave_hint(),
+                                                 nn::parse_model_weights(o.weights, "--weights"));
     model = std::move(loaded.model);
     averaged = loaded.averaged;
   });

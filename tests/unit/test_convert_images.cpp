@@ -181,4 +181,29 @@ BOOST_AUTO_TEST_CASE(mixed_formats_resized_to_rgb_rows_in_path_order) {
   BOOST_TEST(err.str() == "");
 }
 
+// A decompression bomb (a header declaring 60000 x 60000 pixels) is bad input like a corrupt
+// file: with skip_bad it is left out, listed and counted, and the other images are written.
+BOOST_AUTO_TEST_CASE(a_bomb_is_skipped_and_counted_under_skip_bad) {
+  const std::string dir = rt_test::temp_dir("images-bomb");
+  std::filesystem::create_directories(dir + "/in/cat");
+  rt_test::TestImage grey{4, 4, 1, 8, std::vector<uint16_t>(16, 7)};
+  rt_test::write_png_file(dir + "/in/cat/a.png", grey);
+  rt_test::write_png_header_only(dir + "/in/cat/b.png", 60000, 60000);
+  rt_test::write_png_file(dir + "/in/cat/c.png", grey);
+  shard::ImagesOptions o;
+  o.input_dir = dir + "/in";
+  o.output_dir = dir + "/out";
+  o.val_fraction = o.test_fraction = 0;
+  o.skip_bad = true;
+  std::ostringstream out, err;
+  const auto files = shard::convert_images(o, out, err);
+  BOOST_TEST_REQUIRE(files.size() == 1u);
+  BOOST_TEST(err.str() == "rt-shard: skipped " + dir +
+                              "/in/cat/b.png: 60000x60000 image (3600000000 pixels) is over the "
+                              "limit of 100000000 pixels (--max-pixels)\n"
+                              "rt-shard: skipped 1 bad images\n");
+  h5::File f = h5::File::open_read(files[0]);
+  BOOST_TEST((f.root().open_dataset("images").dims() == h5::Dims{2, 1, 4, 4}));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ringtrain/data/image_decode.hpp"
+
 namespace ringtrain::shard {
 
 // One input image and its labels.
@@ -65,7 +67,8 @@ struct ImagesOptions {
   double val_fraction = 0.1, test_fraction = 0.1;
   uint64_t seed = 0;
   int shards = 1;
-  int threads = 0;  // 0: the cores this process may use
+  int threads = 0;                               // 0: the cores this process may use
+  int64_t max_pixels = data::kDefaultMaxPixels;  // a larger image (by its header) is bad input
   bool skip_bad = false;
 };
 

@@ -107,3 +107,17 @@ for n in names:
 print(f"bitwise equal: {len(names)} datasets at step {step}")
 PY
 }
+
+# bomb_png FILE WIDTH HEIGHT: a decompression bomb's header: a valid PNG whose IHDR declares
+# WIDTH x HEIGHT 8-bit grey pixels over one tiny IDAT (a few dozen bytes in all). A decoder that
+# believes the header allocates WIDTH x HEIGHT bytes before it finds the data missing.
+bomb_png() {
+  "$PYTHON" - "$@" <<'PY'
+import struct, sys, zlib
+path, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+open(path, "wb").write(png + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+PY
+}
