@@ -5,20 +5,11 @@
 #include <map>
 #include <vector>
 
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/core/log.hpp"
 
 namespace ringtrain::train {
 namespace {
-
-// "rank 2", "ranks 0-3", "ranks 0,2".
-std::string rank_list(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return str("rank ", ranks[0]);
-  bool consecutive = ranks.back() - ranks.front() + 1 == int(ranks.size());
-  if (consecutive) return str("ranks ", ranks.front(), "-", ranks.back());
-  std::string out = "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
-  return out;
-}
 
 void print_grouped(const std::vector<std::string>& messages, int world) {
   std::map<std::string, std::vector<int>> ranks_of;
@@ -28,8 +19,8 @@ void print_grouped(const std::vector<std::string>& messages, int world) {
     if (world == 1)
       log::error_for_ranks(message);
     else
-      log::error_for_ranks(
-          str(message, " (", int(ranks.size()) == world ? "every rank" : rank_list(ranks), ")"));
+      log::error_for_ranks(str(
+          message, " (", int(ranks.size()) == world ? "every rank" : comm::rank_list(ranks), ")"));
   }
 }
 

@@ -2,16 +2,10 @@
 #include "ringtrain/comm/shm/wait_style.hpp"
 
 #include <cstdlib>
-#include <cstring>
 
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm::shm {
-namespace {
-
-constexpr size_t kSettingBytes = 32;
-
-}  // namespace
 
 std::string to_string(WaitStyle style) {
   return style == WaitStyle::yield ? "yield" : style == WaitStyle::sleep ? "sleep" : "spin";
@@ -36,15 +30,14 @@ WaitStyle choose_wait_style(MPI_Comm node_comm, std::string& why) {
   MPI_CHECK(MPI_Comm_rank(node_comm, &rank));
   const CpuFacts facts = gather_cpu_facts(node_comm);
   // Rank 0's setting for all, so that a bad one fails on every rank alike.
-  char setting[kSettingBytes] = {};
   const char* own = std::getenv("RINGTRAIN_SHM_WAIT");
-  if (rank == 0 && own) std::strncpy(setting, own, sizeof setting - 1);
-  MPI_CHECK(MPI_Bcast(setting, int(sizeof setting), MPI_CHAR, 0, node_comm));
-  const WaitStyle style = wait_style_for(facts, setting);
+  std::string setting = rank == 0 && own ? own : "";
+  broadcast_bytes(node_comm, setting, 0);
+  const WaitStyle style = wait_style_for(facts, setting.c_str());
   why =
       str(facts.local_ranks, " ranks on ", usable_node_cpus(facts), " CPU(s) of this node: waits ",
           style == WaitStyle::yield ? "yield the CPU" : "spin", " before they sleep",
-          setting[0] ? str(" (RINGTRAIN_SHM_WAIT=", setting, ")") : std::string());
+          setting.empty() ? std::string() : str(" (RINGTRAIN_SHM_WAIT=", setting, ")"));
   return style;
 }
 
