@@ -2,7 +2,7 @@
 //
 // The command line is parsed on every rank and agreed (config_agreement.hpp): a parse error
 // or a configuration that differs from rank 0's is printed once, by rank 0, and every rank
-// exits 2. Set-up errors go through agree(): rank 0 prints each distinct
+// exits 2. Set-up errors go through fail_together(): rank 0 prints each distinct
 // message once with the ranks that raised it, and every rank exits non-zero. An error inside a
 // step, where the other ranks may be waiting in a collective, is printed by its rank, which then
 // aborts the job so that nothing hangs.
@@ -14,8 +14,8 @@
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
-#include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/config_agreement.hpp"
+#include "ringtrain/train/fail_together.hpp"
 #include "ringtrain/train/predict.hpp"
 #include "ringtrain/train/trainer.hpp"
 

@@ -25,7 +25,7 @@
 #include "ringtrain/nn/inference_plan.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/model_file.hpp"
-#include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/fail_together.hpp"
 #include "ringtrain/train/gather_rows.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
 #include "ringtrain/train/inspect_metrics.hpp"
@@ -507,7 +507,7 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   std::unique_ptr<nn::Model> model;
   bool averaged = false;
   const int threads = o.device.threads > 0 ? o.device.threads : comm.cpu_threads_per_rank();
-  agree(comm, [&] {
+  fail_together(comm, [&] {
     card = read_card(o.model);
     sources = expand_inputs(o.inputs, card);
     if (comm.rank() == 0)
@@ -516,7 +516,7 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
                                    : fs::path(o.output).parent_path().string(),
                                "--output");
   });
-  agree(comm, [&] {
+  fail_together(comm, [&] {
     int cuda_device = -1;
     be = make_rank_backend(comm, o.device, threads, &cuda_device);
     nn::LoadedModel loaded = nn::load_model_file(o.model, *be, resave_hint(),
@@ -538,9 +538,9 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
                 card.model, " (heads ", card.heads, ")", averaged ? ", averaged weights" : ""));
   Predictor predictor(o, card, sources, *be, *model);
   std::vector<float> mine;
-  agree(comm, [&] { mine = predictor.run(items, first, last); });
+  fail_together(comm, [&] { mine = predictor.run(items, first, last); });
   const std::vector<float> all = gather_rows_to_root(comm, mine);
-  agree(comm, [&] {
+  fail_together(comm, [&] {
     if (comm.rank() != 0) return;
     std::vector<std::string> paths;
     for (const Item& item : items) paths.push_back(item_path(sources, item));

@@ -30,9 +30,9 @@
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 #include "ringtrain/nn/weight_average.hpp"
-#include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
+#include "ringtrain/train/fail_together.hpp"
 #include "ringtrain/train/gather_rows.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
 #include "ringtrain/train/host_memory.hpp"
@@ -104,7 +104,7 @@ class Trainer {
  private:
   void set_up();
   void watch_set_up();
-  void agree_watched(const std::function<void()>& phase);
+  void fail_together_watched(const std::function<void()>& phase);
   void open_data();
   void build_model();
   void check_batch_memory() const;
@@ -216,15 +216,15 @@ void Trainer::set_up() {
       threads_warning(cfg_, comm_.cpu_threads_per_rank(), comm_.cpu_threads_description());
   if (comm_.rank() == 0 && !oversubscribed.empty()) log::warn(oversubscribed);
   watch_set_up();
-  agree_watched([&] {
+  fail_together_watched([&] {
     if (comm_.rank() == 0) h5::require_writable_dir(cfg_.output.dir, "output.dir");
     if (comm_.rank() == 0) prepare_output_paths(cfg_);  // checkpoint dir, baseline: before training
     open_data();
   });
-  agree_watched([&] { build_model(); });
+  fail_together_watched([&] { build_model(); });
   card_ = model_card();
-  agree_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
-  agree_watched([&] {
+  fail_together_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
+  fail_together_watched([&] {
     build_optimizer();
     build_loss_scaler();
   });
@@ -233,7 +233,7 @@ void Trainer::set_up() {
   weight_check_ = std::make_unique<WeightCheck>(cfg_.comm, comm_, *model_, *optimizer_, *backend_);
   std::optional<comm::fusion::TuneSettings> tuned;  // the checkpoint's autotune choice
   if (cfg_.resume) {
-    agree_watched([&] {
+    fail_together_watched([&] {
       ResumePoint at = checkpoint_->load(*model_, *optimizer_, scaler_.get(), ema_.get());
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
@@ -264,11 +264,12 @@ void Trainer::watch_set_up() {
   enter_phase(Phase::kSetUp);
 }
 
-// agree() with the whole phase watched: its collectives (the allreducers' and the engine's
-// set-up, not only agree's own) and the work between them (I/O: io_phase_timeout_factor()).
-void Trainer::agree_watched(const std::function<void()>& phase) {
+// fail_together() with the whole phase watched: its collectives (the allreducers' and the
+// engine's set-up, not only fail_together's own) and the work between them (I/O:
+// io_phase_timeout_factor()).
+void Trainer::fail_together_watched(const std::function<void()>& phase) {
   comm::WatchedCollective watched(watch_);
-  agree(comm_, phase);
+  fail_together(comm_, phase);
 }
 
 void Trainer::open_data() {
@@ -1164,7 +1165,7 @@ void Trainer::run() {
     if (ema_) test_averages();
   }
   enter_phase(Phase::kResults);
-  agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });
+  fail_together(comm_, [&] { write_results(test_loss, test_acc, confusion); });
   if (timeline_->enabled()) {
     enter_phase(Phase::kTimeline);
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";

@@ -8,7 +8,7 @@
 namespace ringtrain::train {
 
 // Collective over comm: trains as config says, evaluates, and has rank 0 write the
-// results file. A failure in set-up fails every rank together (agree.hpp); a failure in
+// results file. A failure in set-up fails every rank together (fail_together.hpp); a failure in
 // a step on one rank aborts the job.
 void train(const Config& config, comm::Communicator& comm);
 

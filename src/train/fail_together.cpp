@@ -1,6 +1,6 @@
-// agree.cpp — failing together: every rank learns whether any rank's phase threw, and rank
+// fail_together.cpp — failing together: every rank learns whether any rank's phase threw, and rank
 // 0 prints each distinct message once, naming the ranks that raised it.
-#include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/fail_together.hpp"
 
 #include <map>
 #include <vector>
@@ -26,7 +26,7 @@ void print_grouped(const std::vector<std::string>& messages, int world) {
 
 }  // namespace
 
-void agree(const comm::Communicator& comm, const std::function<void()>& phase) {
+void fail_together(const comm::Communicator& comm, const std::function<void()>& phase) {
   std::string mine;
   double failures[2] = {0, 0};  // input errors, other errors
   try {
