@@ -2,7 +2,8 @@
 // synthetic backward pass: ResNet-18 (CIFAR) gradient shapes, a busy loop per layer standing in
 // for its backward, MPI_Allreduce as the reduction; overlap on and off against no reduction.
 //
-//   mpirun -np 2 bin/rt-fusion-bench [steps=8] [backward_ms=300] [fusion_mib=64]
+//   mpirun -np 2 bin/rt-fusion-bench [steps=8] [backward_ms=300] [fusion_mib=16, the trainer's
+//   default]
 // Prints a table of medians (rank 0) and appends JSON lines to output/bench/fusion.jsonl.
 #define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
 #include <mpi.h>
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
   const Communicator communicator;
   int steps = argc > 1 ? std::atoi(argv[1]) : 8;
   double backward_s = (argc > 2 ? std::atof(argv[2]) : 300) / 1000;
-  double fusion_mib = argc > 3 ? std::atof(argv[3]) : 64;
+  double fusion_mib = argc > 3 ? std::atof(argv[3]) : kDefaultFusionMib;
 
   double wall0 = Timeline::now(), busy0 = machine_busy_seconds();
   std::vector<Result> results;

@@ -411,16 +411,9 @@ void Trainer::build_comm() {
       stat_reducer_->sum(v, n);
     });
 
-  comm::fusion::FusionOptions fusion;
-  const comm::fusion::TuneSettings start = autotune_options(cfg_.comm, 0).start;
-  fusion.fusion_mib = start.fusion_mib;
-  fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
-  fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
-  fusion.overlap = start.overlap;
-  fusion.local_gate = cfg_.comm.local_gate;
   parallel_ =
       std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_, *stat_reducer_,
-                                     fusion, timeline_.get(), accumulate_steps_);
+                                     engine_options(cfg_.comm), timeline_.get(), accumulate_steps_);
   watch_ = parallel_->engine().stall_watch();
   comm_.set_stall_watch(watch_);
   watch_registration_.comm = &comm_;
