@@ -27,6 +27,7 @@
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/cpu_share.hpp"
 #include "ringtrain/comm/link_probe.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -463,20 +464,17 @@ void write_outputs(const comm::Communicator& comm, const BenchOptions& options,
   const std::string stem =
       str(options.output_dir, "/allreduce-np", comm.size(),
           options.allreduce.wire == comm::allreduce::Wire::fp32 ? "" : "-" + wire);
-  // JSON lines, written beside and renamed into place.
+  // JSON lines, written atomically (core/atomic_file.hpp).
   const std::vector<Row>* mpi = by_algorithm.count("mpi") ? &by_algorithm.at("mpi") : nullptr;
-  {
-    std::ofstream out(stem + ".jsonl.tmp");
-    for (const auto& [name, rows] : by_algorithm)
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const double ratio = mpi && (*mpi)[i].busbw_gbps > 0 && name != "p2p"
-                                 ? rows[i].busbw_gbps / (*mpi)[i].busbw_gbps
-                                 : 0;
-        out << json_line(rows[i], comm.size(), options.allreduce.wire, ratio) << "\n";
-      }
-    RT_CHECK(out.good(), "cannot write ", stem, ".jsonl.tmp");
-  }
-  std::filesystem::rename(stem + ".jsonl.tmp", stem + ".jsonl");
+  std::string lines;
+  for (const auto& [name, rows] : by_algorithm)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double ratio = mpi && (*mpi)[i].busbw_gbps > 0 && name != "p2p"
+                               ? rows[i].busbw_gbps / (*mpi)[i].busbw_gbps
+                               : 0;
+      lines += json_line(rows[i], comm.size(), options.allreduce.wire, ratio) + "\n";
+    }
+  write_file_atomically(stem + ".jsonl", lines);
 
   h5::AtomicFile file(stem + ".h5");
   auto& root = file.root();

@@ -2,7 +2,6 @@
 // statistics), then decode again a window at a time and write the shards, all-or-nothing.
 #include "ringtrain/data/convert_images.hpp"
 
-#include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <ostream>
 #include <regex>
 
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/image_decode.hpp"
@@ -402,15 +402,6 @@ void remove_other_shards(const std::string& dir, const std::vector<std::string>&
   }
 }
 
-// Makes the renames into dir durable (a crash after we report success keeps the files).
-void sync_folder(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  const bool ok = fd >= 0 && fsync(fd) == 0;
-  const int why = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) throw Error(str(dir, ": cannot sync the folder (", std::strerror(why), ")"));
-}
-
 std::vector<std::string> Converter::write_all() {
   StagingFolder staging(o_.output_dir);
   Progress progress(progress_, "wrote", int64_t(plan_.items.size()));
@@ -426,7 +417,7 @@ std::vector<std::string> Converter::write_all() {
     for (size_t i = 0; i + 1 < paths.size(); ++i) std::remove(paths[i].c_str());
     throw Error(str(paths.back(), ": cannot move into place (", ec.message(), ")"));
   }
-  sync_folder(o_.output_dir);
+  sync_folder(o_.output_dir);  // the renames durable: a crash after success keeps the files
   remove_other_shards(o_.output_dir, names);
   return paths;
 }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/data/augment.hpp"
@@ -428,24 +429,6 @@ std::string csv_text(const std::vector<std::string>& paths, const std::vector<fl
   return text;
 }
 
-// Temp file, then rename: a reader never sees half a CSV.
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = h5::temp_path_for(path);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temp.c_str());
-      throw Error(str("file ", path, ": cannot write ", temp));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(str("file ", path, ": cannot rename ", temp, " into place"));
-  }
-}
-
 // Column c0..c0+width of every image's values, as one [n, width] block.
 std::vector<float> columns(const std::vector<float>& values, size_t per, size_t c0, size_t width) {
   std::vector<float> out;
@@ -544,7 +527,7 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
     if (comm.rank() != 0) return;
     std::vector<std::string> paths;
     for (const Item& item : items) paths.push_back(item_path(sources, item));
-    write_text_atomically(o.output + ".csv", csv_text(paths, all, card, k));
+    write_file_atomically(o.output + ".csv", csv_text(paths, all, card, k));
     write_hdf5(o.output + ".h5", o.model, paths, all, card, k);
     log::info(str("predict: ", o.output, ".csv and ", o.output, ".h5"));
   });

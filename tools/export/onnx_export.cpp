@@ -3,15 +3,11 @@
 
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <set>
 
 #include "ringtrain/build_config.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/graph.hpp"
 
@@ -224,19 +220,10 @@ class OnnxBuilder {
 };
 
 void write_atomically(const onnx::ModelProto& model, const std::string& path) {
-  const std::string temp = path + ".tmp-" + std::to_string(getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    RT_REQUIRE_INPUT(out.good(), path, ": cannot write (", std::strerror(errno), ")");
-    if (!model.SerializeToOstream(&out) || !out.flush()) {
-      std::remove(temp.c_str());
-      throw Error(str(path, ": writing the ONNX model failed"));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(str(path, ": cannot rename ", temp, " into place (", std::strerror(errno), ")"));
-  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    throw Error(str(path, ": serialising the ONNX model failed"));
+  write_file_atomically(path, bytes);
 }
 
 }  // namespace

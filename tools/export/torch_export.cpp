@@ -5,7 +5,6 @@
 // `archive/byteorder`. What torch.load reads, in the layout torch.save writes.
 #include "torch_export.hpp"
 
-#include <unistd.h>
 #include <zip.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <cstring>
 #include <list>
 
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::tools {
@@ -191,23 +191,15 @@ class ZipWriter {
 
 int write_torch_state_dict(const ModelFile& file, const std::string& pt_path) {
   const std::vector<Entry> entries = state_dict(file);
-  const std::string temp = pt_path + ".tmp-" + std::to_string(getpid());
-  try {
-    ZipWriter zip(temp);
-    zip.add("archive/data.pkl", state_dict_pickle(entries));
-    for (size_t i = 0; i < entries.size(); ++i)
-      zip.add("archive/data/" + std::to_string(i), entries[i].data);
-    zip.add("archive/version", "3\n");
-    zip.add("archive/byteorder", "little");
-    zip.close();
-  } catch (...) {
-    std::remove(temp.c_str());
-    throw;
-  }
-  if (std::rename(temp.c_str(), pt_path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(str(pt_path, ": cannot rename ", temp, " into place (", std::strerror(errno), ")"));
-  }
+  AtomicWrite out(pt_path);
+  ZipWriter zip(out.temp_path());
+  zip.add("archive/data.pkl", state_dict_pickle(entries));
+  for (size_t i = 0; i < entries.size(); ++i)
+    zip.add("archive/data/" + std::to_string(i), entries[i].data);
+  zip.add("archive/version", "3\n");
+  zip.add("archive/byteorder", "little");
+  zip.close();
+  out.commit();
   return int(entries.size());
 }
 
