@@ -208,20 +208,6 @@ std::string item_path(const std::vector<Source>& sources, const Item& item) {
   return s.shard ? str(s.path, "#", item.row) : s.path;
 }
 
-// ---- the model ----------------------------------------------------------------------------
-
-std::string resave_hint() {
-  return "re-save it as a model file by resuming its run: ringtrain --deck DECK --resume "
-         "(with its train.epochs reached it trains no further and rewrites the checkpoint as "
-         "format_version 2)";
-}
-
-io::ModelCard read_card(const std::string& path) {
-  RT_REQUIRE_INPUT(h5::is_hdf5(path), "--model ", path, ": not an HDF5 file (a checkpoint is)");
-  const h5::File file = h5::File::open_read(path);
-  return io::read_model_card(file.root(), resave_hint());
-}
-
 // ---- the loop -----------------------------------------------------------------------------
 
 // Per image: softmax over the classes, then (inspect) sigmoid of defects, pass and zones.
@@ -484,15 +470,15 @@ void write_hdf5(const std::string& path, const std::string& model_path,
 // ---- the run ------------------------------------------------------------------------------
 
 void predict(const PredictOptions& o, comm::Communicator& comm) {
-  io::ModelCard card;
+  std::unique_ptr<nn::ModelFile> file;  // its card read once, the model built from it later
   std::vector<Source> sources;
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<nn::Model> model;
   bool averaged = false;
   const int threads = o.device.threads > 0 ? o.device.threads : comm.cpu_threads_per_rank();
   fail_together(comm, [&] {
-    card = read_card(o.model);
-    sources = expand_inputs(o.inputs, card);
+    file = std::make_unique<nn::ModelFile>(o.model);
+    sources = expand_inputs(o.inputs, file->card());
     if (comm.rank() == 0)
       h5::require_writable_dir(fs::path(o.output).parent_path().empty()
                                    ? "."
@@ -502,11 +488,11 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
   fail_together(comm, [&] {
     int cuda_device = -1;
     be = make_rank_backend(comm, o.device, threads, &cuda_device);
-    nn::LoadedModel loaded = nn::load_model_file(o.model, *be, resave_hint(),
-                                                 nn::parse_model_weights(o.weights, "--weights"));
-    model = std::move(loaded.model);
-    averaged = loaded.averaged;
+    const nn::ModelWeights weights = nn::parse_model_weights(o.weights, "--weights");
+    model = file->build_model(*be, weights);
+    averaged = file->averaged(weights);
   });
+  const io::ModelCard& card = file->card();
   const std::vector<Item> items = items_of(sources);
   const int k = o.top_k > 0 ? std::min(o.top_k, int(card.class_names.size()))
                             : std::min(3, int(card.class_names.size()));

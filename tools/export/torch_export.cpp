@@ -116,9 +116,9 @@ std::string state_dict_pickle(const std::vector<Entry>& entries) {
   return p.bytes();
 }
 
-Entry float_entry(const ModelFile& file, const std::string& name) {
+Entry float_entry(nn::Model& net, const std::string& name) {
   Entry e{name, "FloatStorage", {}, {}};
-  const std::vector<float> values = tensor_values(file, name, &e.shape);
+  const std::vector<float> values = nn::tensor_values(net, name, &e.shape);
   e.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   return e;
 }
@@ -126,17 +126,16 @@ Entry float_entry(const ModelFile& file, const std::string& name) {
 // Every parameter, then every buffer; after a BN layer's running_var, its num_batches_tracked
 // (an int64 scalar PyTorch keeps: here the training steps taken). load_state_dict matches by
 // name, so the order is free.
-std::vector<Entry> state_dict(const ModelFile& file) {
+std::vector<Entry> state_dict(const nn::ModelFile& file, nn::Model& net) {
   std::vector<Entry> entries;
-  for (const nn::Parameter* p : file.model->parameters())
-    entries.push_back(float_entry(file, p->name));
+  for (const nn::Parameter* p : net.parameters()) entries.push_back(float_entry(net, p->name));
   const std::string var = ".running_var";
-  for (const nn::NamedBuffer& b : file.model->buffers()) {
-    entries.push_back(float_entry(file, b.name));
+  for (const nn::NamedBuffer& b : net.buffers()) {
+    entries.push_back(float_entry(net, b.name));
     if (b.name.size() <= var.size() ||
         b.name.compare(b.name.size() - var.size(), var.size(), var) != 0)
       continue;
-    const int64_t steps = file.global_step;
+    const int64_t steps = file.global_step();
     entries.push_back({b.name.substr(0, b.name.size() - var.size()) + ".num_batches_tracked",
                        "LongStorage",
                        {},
@@ -189,8 +188,8 @@ class ZipWriter {
 
 }  // namespace
 
-int write_torch_state_dict(const ModelFile& file, const std::string& pt_path) {
-  const std::vector<Entry> entries = state_dict(file);
+int write_torch_state_dict(const nn::ModelFile& file, nn::Model& net, const std::string& pt_path) {
+  const std::vector<Entry> entries = state_dict(file, net);
   AtomicWrite out(pt_path);
   ZipWriter zip(out.temp_path());
   zip.add("archive/data.pkl", state_dict_pickle(entries));
