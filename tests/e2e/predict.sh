@@ -7,20 +7,8 @@
 source tests/e2e/lib/e2e.sh
 e2e_workdir predict
 tiny_fiber_data "$work/data"
-cat >"$work/inspect.deck" <<DECK
-[data]
-dir = $work/data
-[model]
-name = cnn_small
-heads = inspect
-false_accept_target = 0.05
-[train]
-epochs = 2
-batch_per_rank = 8
-lr = 0.05
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/inspect.deck" "$work/data" "$work/out" data.eval_split data.test_split \
+  "model.heads = inspect" "model.false_accept_target = 0.05" "epochs = 2" "lr = 0.05"
 mpirun() { command mpirun --oversubscribe -np "$@"; }
 mpirun 2 "$BIN/ringtrain" --deck "$work/inspect.deck" >"$work/train.log" 2>&1 \
   || { cat "$work/train.log"; fail "inspect training"; }
