@@ -14,7 +14,7 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/loader.hpp"
-#include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard/format.hpp"
 
 namespace po = boost::program_options;
 using namespace ringtrain;
@@ -65,9 +65,9 @@ int64_t loader_run(const Options& o, bool shuffle, bool augment, int epoch) {
 int64_t union_run(const Options& o, int epoch) {
   auto set = data::ShardSet::open(o.dir, o.split, o.cache_bytes);
   const auto& info = set.info();
-  const auto path = std::filesystem::path(o.dir) / shard::file_name(o.split, 0, info.shards);
+  const auto path = std::filesystem::path(o.dir) / data::shard::file_name(o.split, 0, info.shards);
   const auto file = h5::File::open_read(path.string());
-  const auto images = file.root().open_dataset(shard::kImages, o.cache_bytes / info.shards);
+  const auto images = file.root().open_dataset(data::shard::kImages, o.cache_bytes / info.shards);
   const hsize_t rows_in_shard = images.dims()[0];
   data::Sampler sampler(int64_t(rows_in_shard), o.batch, 1, data::Remainder::kDrop, true, 0);
   const auto order = sampler.epoch_order(epoch);

@@ -1,6 +1,6 @@
 // convert_images.cpp — `rt-shard images`: check every image (decode in parallel: sizes, train
 // statistics), then decode again a window at a time and write the shards, all-or-nothing.
-#include "ringtrain/data/convert_images.hpp"
+#include "ringtrain/data/shard/convert_images.hpp"
 
 #include <omp.h>
 #include <unistd.h>
@@ -19,11 +19,11 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/image_decode.hpp"
-#include "ringtrain/data/shard_format.hpp"
-#include "ringtrain/data/shard_writer.hpp"
+#include "ringtrain/data/shard/format.hpp"
+#include "ringtrain/data/shard/writer.hpp"
 #include "ringtrain/io/h5.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 namespace fs = std::filesystem;
 
 namespace {
@@ -477,4 +477,4 @@ std::vector<std::string> convert_images(const ImagesOptions& options, std::ostre
   return Converter(options, out, progress).run();
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

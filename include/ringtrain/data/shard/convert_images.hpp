@@ -15,7 +15,7 @@
 
 #include "ringtrain/data/image_decode.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 
 // One input image and its labels.
 struct ImageItem {
@@ -80,4 +80,4 @@ struct ImagesOptions {
 std::vector<std::string> convert_images(const ImagesOptions& options, std::ostream& out,
                                         std::ostream& progress);
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard
