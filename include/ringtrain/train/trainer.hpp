@@ -16,7 +16,4 @@ void train(const Config& config, comm::Communicator& comm);
 // train.deterministic and train.cudnn_workspace_mib.
 backend::CudaOptions cuda_options(const TrainConfig& train, int device);
 
-// The whole program behind main(): MPI start-up, the command line, the exit code.
-int run_app(int argc, char** argv);
-
 }  // namespace ringtrain::train

@@ -6,6 +6,8 @@
 // message once with the ranks that raised it, and every rank exits non-zero. An error inside a
 // step, where the other ranks may be waiting in a collective, is printed by its rank, which then
 // aborts the job so that nothing hangs.
+#include "ringtrain/app/app.hpp"
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -19,8 +21,10 @@
 #include "ringtrain/train/predict.hpp"
 #include "ringtrain/train/trainer.hpp"
 
-namespace ringtrain::train {
+namespace ringtrain::app {
 namespace {
+
+using train::StartRequest;
 
 // Parses the command line. What a rank finds here it does not act on alone: the ranks agree
 // first (agree_on_start), since in an MPMD launch or with per-node decks they may differ.
@@ -57,14 +61,15 @@ int run_app(int argc, char** argv) {
     log::error(e.what());
     return kExitFailure;
   }
-  if (argc > 1 && std::string(argv[1]) == "predict") return run_predict(argc - 1, argv + 1, *comm);
+  if (argc > 1 && std::string(argv[1]) == "predict")
+    return train::run_predict(argc - 1, argv + 1, *comm);
   const StartRequest request = configure(argc, argv, *comm);
   int refused = -1;  // the start-up agreement's exit code, when it ends the job
-  const int code = run_to_exit_code(*comm, [&] {
-    refused = agree_on_start(*comm, request);
-    if (refused < 0) train(request.config, *comm);
+  const int code = train::run_to_exit_code(*comm, [&] {
+    refused = train::agree_on_start(*comm, request);
+    if (refused < 0) train::train(request.config, *comm);
   });
   return refused >= 0 ? refused : code;
 }
 
-}  // namespace ringtrain::train
+}  // namespace ringtrain::app
