@@ -16,9 +16,9 @@
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
+#include "ringtrain/predict/predict.hpp"
 #include "ringtrain/train/config_agreement.hpp"
 #include "ringtrain/train/fail_together.hpp"
-#include "ringtrain/train/predict.hpp"
 #include "ringtrain/train/trainer.hpp"
 
 namespace ringtrain::app {
@@ -62,7 +62,7 @@ int run_app(int argc, char** argv) {
     return kExitFailure;
   }
   if (argc > 1 && std::string(argv[1]) == "predict")
-    return train::run_predict(argc - 1, argv + 1, *comm);
+    return predict::run_predict(argc - 1, argv + 1, *comm);
   const StartRequest request = configure(argc, argv, *comm);
   int refused = -1;  // the start-up agreement's exit code, when it ends the job
   const int code = train::run_to_exit_code(*comm, [&] {

@@ -9,7 +9,7 @@
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/data/image_decode.hpp"
 
-namespace ringtrain::train {
+namespace ringtrain::predict {
 
 struct PredictOptions {
   std::string model;                      // a checkpoint (the model file), format_version 2
@@ -43,4 +43,4 @@ void predict(const PredictOptions& options, comm::Communicator& comm);
 // `ringtrain predict ...` behind run_app: the exit code (2 for bad input on every rank).
 int run_predict(int argc, char** argv, comm::Communicator& comm);
 
-}  // namespace ringtrain::train
+}  // namespace ringtrain::predict

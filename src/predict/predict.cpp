@@ -1,6 +1,6 @@
 // predict.cpp — ringtrain predict: inputs expanded and split over ranks in whole batches, the
 // model file's network run in inference mode, per-image results gathered and written by rank 0.
-#include "ringtrain/train/predict.hpp"
+#include "ringtrain/predict/predict.hpp"
 
 #include <unistd.h>
 
@@ -31,7 +31,16 @@
 #include "ringtrain/train/gpu_binding.hpp"
 #include "ringtrain/train/inspect_metrics.hpp"
 
-namespace ringtrain::train {
+namespace ringtrain::predict {
+
+// What prediction shares with training: failing together, the rank's backend, rows gathered to
+// rank 0, the inspection heads' probabilities.
+using train::fail_together;
+using train::gather_rows_to_root;
+using train::make_rank_backend;
+using train::run_to_exit_code;
+using train::sigmoid_probability;
+
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
 
@@ -534,4 +543,4 @@ int run_predict(int argc, char** argv, comm::Communicator& comm) {
   return run_to_exit_code(comm, [&] { predict(cl.options, comm); });
 }
 
-}  // namespace ringtrain::train
+}  // namespace ringtrain::predict
