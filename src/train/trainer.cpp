@@ -975,7 +975,7 @@ void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch
 // every rank together, or is repaired.
 uint64_t Trainer::check_weights() {
   uint64_t digest = 0;
-  agree(comm_, [&] { digest = weight_check_->run(global_step_); });
+  fail_together(comm_, [&] { digest = weight_check_->run(global_step_); });
   return digest;
 }
 
