@@ -113,10 +113,11 @@ ifeq ($(HAVE_CUDA),1)
 endif
 
 # ---- sources -------------------------------------------------------------------------
-# The tools' library: what only the tools and tests use (the fiber generator, the dataset
-# converters, the shard writer, the link probe); bin/ringtrain does not carry it.
-TOOLS_LIB_CPP := $(sort $(wildcard src/fiber/*.cpp src/data/convert_*.cpp) src/data/shard_writer.cpp \
-                   $(shell find src/comm -name link_probe.cpp))
+# The tools' library, by folder: what only the tools and tests use (the fiber generator, the
+# dataset converters and shard writer, the benchmarks' library) and the link probe (comm/:
+# MPI); bin/ringtrain does not carry it.
+TOOLS_LIB_CPP := $(sort $(wildcard src/fiber/*.cpp src/data/shard/*.cpp tools/bench/*.cpp) \
+                   src/comm/link_probe.cpp)
 LIB_CPP   := $(filter-out $(TOOLS_LIB_CPP),$(shell find src -name '*.cpp' ! -path 'src/backend/cuda/*' ! -name main.cpp | sort))
 ifeq ($(HAVE_CUDA),1)
   LIB_CPP += $(sort $(wildcard src/backend/cuda/*.cpp))

@@ -2,7 +2,8 @@
 // MPI_Allreduce (and the hierarchical variant) per size, against the ring-link bound, with
 // #wrong checked exactly.
 //
-// defines: options, CPU accounting (/proc/stat), the timed loops, the table, HDF5 + JSON lines.
+// defines: options, CPU taken by others on each node (bench/bench.hpp), the timed loops, the
+// table, HDF5 + JSON lines.
 // Each timing is the slowest rank's time for one iteration; a row reports the median over
 // iterations. busbw = algbw * 2(n-1)/n (what one rank sends, nccl-tests' convention).
 #include <unistd.h>
@@ -23,10 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/cpu_share.hpp"
 #include "ringtrain/comm/link_probe.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -106,11 +109,11 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
   std::string wire = "fp32", chunk = "auto", depth = "4", post_all = "1", shm = "1",
               doubling = "default";
   po::options_description desc("rt-allreduce-bench options");
-  desc.add_options()("help", "print this help")("min-bytes",
-                                                po::value(&min_bytes)->default_value(min_bytes),
-                                                "smallest message (bytes, K, M, G)")(
-      "max-bytes", po::value(&max_bytes)->default_value(max_bytes),
-      "largest message; sizes double")(
+  desc.add_options()("help,h", "print this help and exit")(
+      "min-bytes", po::value(&min_bytes)->default_value(min_bytes),
+      "smallest message (bytes, K, M, G)")("max-bytes",
+                                           po::value(&max_bytes)->default_value(max_bytes),
+                                           "largest message; sizes double")(
       "iters", po::value(&options.iters)->default_value(options.iters),
       "timed iterations per size (fewer above 40 MiB: each size moves at most 2 GiB)")(
       "warmup", po::value(&options.warmup)->default_value(options.warmup),
@@ -141,16 +144,9 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
       "one node: the buffer every contender reduces lives in auto's shared buckets, as the "
       "trainer's fusion buckets do, so auto reduces it in place (0: plain memory)");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(str(e.what(), " (see --help)"));
-  }
-  if (vm.count("help")) {
-    if (log::is_root()) std::cout << desc << "\n";
+  if (!bench::parse_command_line(argc, argv, desc, vm, "mpirun -np N rt-allreduce-bench [options]",
+                                 nullptr, log::is_root()))
     return false;
-  }
   options.fastest = vm.count("fastest") > 0;
   options.min_bytes = parse_bytes(min_bytes, "min-bytes");
   options.max_bytes = parse_bytes(max_bytes, "max-bytes");
@@ -194,50 +190,24 @@ bool parse_options(int argc, char** argv, BenchOptions& options) {
 
 // ---- CPU taken by other processes --------------------------------------------------------
 
-struct Jiffies {
-  long long busy = 0, total = 0, own = 0;
-};
-
-Jiffies read_jiffies() {
-  Jiffies j;
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  long long user, nice, system, idle, iowait, irq, softirq, steal;
-  if (stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) {
-    j.busy = user + nice + system + irq + softirq + steal;
-    j.total = j.busy + idle + iowait;
-  }
-  std::ifstream self("/proc/self/stat");
-  std::string line;
-  std::getline(self, line);
-  // Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  for (int i = 3; i <= 15 && rest >> field; ++i)
-    if (i == 14 || i == 15) j.own += std::atoll(field.c_str());
-  return j;
-}
-
-// The largest fraction of any node's CPU time that went to processes other than our ranks.
+// The largest fraction of any node's CPU time that went to processes other than our ranks
+// (bench/bench.hpp measures one process; a node's ranks add up their own CPU time here).
 class CpuMeter {
  public:
-  explicit CpuMeter(const comm::Communicator& comm) : comm_(comm), start_(read_jiffies()) {}
+  explicit CpuMeter(const comm::Communicator& comm) : comm_(comm) {}
   double other_fraction() const {
-    const Jiffies end = read_jiffies();
     std::vector<double> own_per_node(comm_.node_count(), 0.0);
-    own_per_node[comm_.node_index()] = double(end.own - start_.own);
+    own_per_node[comm_.node_index()] = others_.own_seconds();
     comm_.allreduce_sum(own_per_node.data(), own_per_node.size());
-    double mine = 0;
-    if (comm_.local_rank() == 0 && end.total > start_.total)
-      mine = std::max(0.0, double(end.busy - start_.busy) - own_per_node[comm_.node_index()]) /
-             double(end.total - start_.total);
+    const double mine =
+        comm_.local_rank() == 0 ? others_.fraction(own_per_node[comm_.node_index()]) : 0;
     const std::vector<double> all = comm_.gather_to_root({mine});
     return all.empty() ? 0 : *std::max_element(all.begin(), all.end());
   }
 
  private:
   const comm::Communicator& comm_;
-  Jiffies start_;
+  bench::OtherCpu others_;
 };
 
 // ---- timed loops ------------------------------------------------------------------------
@@ -257,12 +227,6 @@ struct Row {
   long long wrong = 0;
   bool busy = false;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Root: the median over iterations of the slowest rank's time; others: 0.
 double median_of_slowest(const comm::Communicator& comm, const std::vector<double>& mine,
@@ -463,20 +427,17 @@ void write_outputs(const comm::Communicator& comm, const BenchOptions& options,
   const std::string stem =
       str(options.output_dir, "/allreduce-np", comm.size(),
           options.allreduce.wire == comm::allreduce::Wire::fp32 ? "" : "-" + wire);
-  // JSON lines, written beside and renamed into place.
+  // JSON lines, written atomically (core/atomic_file.hpp).
   const std::vector<Row>* mpi = by_algorithm.count("mpi") ? &by_algorithm.at("mpi") : nullptr;
-  {
-    std::ofstream out(stem + ".jsonl.tmp");
-    for (const auto& [name, rows] : by_algorithm)
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const double ratio = mpi && (*mpi)[i].busbw_gbps > 0 && name != "p2p"
-                                 ? rows[i].busbw_gbps / (*mpi)[i].busbw_gbps
-                                 : 0;
-        out << json_line(rows[i], comm.size(), options.allreduce.wire, ratio) << "\n";
-      }
-    RT_CHECK(out.good(), "cannot write ", stem, ".jsonl.tmp");
-  }
-  std::filesystem::rename(stem + ".jsonl.tmp", stem + ".jsonl");
+  std::string lines;
+  for (const auto& [name, rows] : by_algorithm)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double ratio = mpi && (*mpi)[i].busbw_gbps > 0 && name != "p2p"
+                               ? rows[i].busbw_gbps / (*mpi)[i].busbw_gbps
+                               : 0;
+      lines += json_line(rows[i], comm.size(), options.allreduce.wire, ratio) + "\n";
+    }
+  write_file_atomically(stem + ".jsonl", lines);
 
   h5::AtomicFile file(stem + ".h5");
   auto& root = file.root();

@@ -9,8 +9,6 @@
 //   rt-bench-compute --peak --threads 2 --precision bf16   (a matmul and a conv: the machine's
 //   limit; oneDNN only)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -20,6 +18,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/backend/peak.hpp"
 #include "ringtrain/core/error.hpp"
@@ -32,22 +31,6 @@ using namespace ringtrain;
 namespace po = boost::program_options;
 
 namespace {
-
-// CPU seconds every process on the machine spent busy, from /proc/stat (USER_HZ = 100).
-double machine_busy_seconds() {
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return (user + nice + system + irq + softirq + steal) / 100.0;
-}
-
-double own_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
 
 nn::ModelInput parse_input(const std::string& text) {
   nn::ModelInput in;
@@ -70,19 +53,13 @@ std::unique_ptr<backend::Backend> make_timed_backend(const std::string& name, in
   return backend::make_backend(name, threads, precision);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int run(int argc, char** argv) {
   std::string model_name, input_text, precision_text, backend_name;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
   po::options_description opts("rt-bench-compute options");
-  opts.add_options()("help", "this text")("model",
-                                          po::value(&model_name)->default_value("cnn_small"),
-                                          "cnn_small, resnet18_cifar, fibernet")(
+  opts.add_options()("help,h", "print this help and exit")(
+      "model", po::value(&model_name)->default_value("cnn_small"),
+      "cnn_small, resnet18_cifar, fibernet")(
       "input", po::value(&input_text), "CxHxW (default: 1x28x28 for cnn_small, else 3x32x32)")(
       "batch", po::value(&batch)->default_value(64), "images per step")(
       "threads", po::value(&threads)->default_value(1), "OpenMP threads")(
@@ -100,12 +77,8 @@ int run(int argc, char** argv) {
       "time a 2048^3 matmul and a 64-channel 3x3 convolution in this precision instead of a "
       "model (gflops: the faster)");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  po::notify(vm);
-  if (vm.count("help")) {
-    std::cout << opts;
-    return 0;
-  }
+  if (!bench::parse_command_line(argc, argv, opts, vm, "rt-bench-compute [options]"))
+    return kExitOk;
   RT_REQUIRE_INPUT(batch > 0 && windows > 0 && steps > 0 && warmup >= 0,
                    "--batch, --windows and --steps must be > 0 and --warmup >= 0");
   if (vm.count("peak")) {
@@ -157,7 +130,8 @@ int run(int argc, char** argv) {
   for (int i = 0; i < warmup; ++i) step();
   be->synchronize();
   std::vector<double> rates;
-  double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds(), wall0 = now_seconds();
+  const bench::OtherCpu others;
+  const double wall0 = now_seconds();
   for (int w = 0; w < windows; ++w) {
     Stopwatch watch;
     for (int i = 0; i < steps; ++i) step();
@@ -165,8 +139,7 @@ int run(int argc, char** argv) {
     rates.push_back(double(batch) * steps / watch.seconds());
   }
   double wall = now_seconds() - wall0;
-  double other_cores =
-      std::max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall;
+  const double other_cores = others.cores(wall);
   double img_s = median(rates);
   const double flops =
       inference ? model->forward_flops_per_image() : model->train_flops_per_image();
@@ -184,22 +157,14 @@ int run(int argc, char** argv) {
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s}\n",
       inference ? "inference" : "train", be->name().c_str(), model_name.c_str(), in.channels,
-      in.height, in.width, batch, threads,
-      precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
-      flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib);
+      in.height, in.width, batch, threads, precision_text.c_str(), be->instruction_set().c_str(),
+      img_s, windows_json.str().c_str(), flops / 1e9, img_s * flops / 1e9, other_cores,
+      gpu_peak_mib);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "rt-bench-compute: error: %s\n", e.what());
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rt-bench-compute: error: %s\n", e.what());
-    return kExitFailure;
-  }
+  return bench::run_bench("rt-bench-compute", [&] { return run(argc, argv); });
 }

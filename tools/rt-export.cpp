@@ -6,10 +6,11 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
-#include "export/model_file.hpp"
 #include "export/onnx_export.hpp"
 #include "export/torch_export.hpp"
+#include "ringtrain/backend/backend.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace po = boost::program_options;
@@ -62,17 +63,19 @@ int main(int argc, char** argv) {
     bool help = false;
     const Options o = parse(argc, argv, help);
     if (help) return kExitOk;
-    const tools::ModelFile file =
-        tools::read_model_file(o.model, nn::parse_model_weights(o.weights, "--weights"));
-    const std::string what = str(o.model, " (", file.card.model, ", step ", file.global_step,
-                                 file.averaged ? ", averaged weights" : "", ")");
+    const nn::ModelFile file(o.model);
+    const nn::ModelWeights weights = nn::parse_model_weights(o.weights, "--weights");
+    const std::unique_ptr<backend::Backend> ref = backend::make_backend("ref", 1);  // exact fp32
+    const std::unique_ptr<nn::Model> net = file.build_model(*ref, weights);
+    const std::string what = str(o.model, " (", file.card().model, ", step ", file.global_step(),
+                                 file.averaged(weights) ? ", averaged weights" : "", ")");
     if (!o.onnx.empty()) {
-      const int nodes = tools::write_onnx(file, o.onnx);
+      const int nodes = tools::write_onnx(file, *net, o.onnx);
       std::printf("rt-export: %s -> %s: %d ONNX nodes, opset 13, checked\n", what.c_str(),
                   o.onnx.c_str(), nodes);
     }
     if (!o.torch.empty()) {
-      const int entries = tools::write_torch_state_dict(file, o.torch);
+      const int entries = tools::write_torch_state_dict(file, *net, o.torch);
       std::printf("rt-export: %s -> %s: a state_dict of %d tensors\n", what.c_str(),
                   o.torch.c_str(), entries);
     }

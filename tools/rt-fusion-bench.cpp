@@ -2,13 +2,15 @@
 // synthetic backward pass: ResNet-18 (CIFAR) gradient shapes, a busy loop per layer standing in
 // for its backward, MPI_Allreduce as the reduction; overlap on and off against no reduction.
 //
-//   mpirun -np 2 bin/rt-fusion-bench [steps=8] [backward_ms=300] [fusion_mib=64]
+//   mpirun -np 2 bin/rt-fusion-bench [--steps 8] [--backward-ms 300] [--fusion-mib 16]
+//   (or the three by position; 16 MiB is the trainer's default)
 // Prints a table of medians (rank 0) and appends JSON lines to output/bench/fusion.jsonl.
 #define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,13 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "ringtrain/comm/allreduce/allreduce.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/comm/fusion/timeline.hpp"
+#include "ringtrain/core/error.hpp"
 
+using namespace ringtrain;
 using namespace ringtrain::comm;
 using namespace ringtrain::comm::fusion;
+namespace po = boost::program_options;
 
 namespace {
 
@@ -71,11 +77,6 @@ float busy_compute(double seconds) {
   return acc;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 struct Result {
   std::string mode;
   double step_s, backward_s, wait_s, allreduce_s;
@@ -121,33 +122,32 @@ Result run(const Communicator& world, const std::string& mode, int steps, double
   return {mode, median(step), median(backward), median(wait), median(allreduce)};
 }
 
-double machine_busy_seconds() {
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return (user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  int provided = 0, rank = 0, world = 1;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+int bench_main(int argc, char** argv) {
+  int steps = 8;
+  double backward_ms = 300, fusion_mib = kDefaultFusionMib;
+  po::options_description desc("rt-fusion-bench options (also taken by position, in this order)");
+  desc.add_options()("help,h", "print this help and exit")(
+      "steps", po::value(&steps)->default_value(steps), "timed steps per mode")(
+      "backward-ms", po::value(&backward_ms)->default_value(backward_ms), "synthetic backward, ms")(
+      "fusion-mib", po::value(&fusion_mib)->default_value(fusion_mib),
+      "bucket size cap, MiB (the trainer's default)");
+  po::positional_options_description order;
+  order.add("steps", 1).add("backward-ms", 1).add("fusion-mib", 1);
+  po::variables_map vm;
+  if (!bench::parse_command_line(argc, argv, desc, vm, "mpirun -np N rt-fusion-bench [options]",
+                                 &order))
+    return int(kExitOk);
   const Communicator communicator;
-  int steps = argc > 1 ? std::atoi(argv[1]) : 8;
-  double backward_s = (argc > 2 ? std::atof(argv[2]) : 300) / 1000;
-  double fusion_mib = argc > 3 ? std::atof(argv[3]) : 64;
+  const int rank = communicator.rank(), world = communicator.size();
+  const double backward_s = backward_ms / 1000;
 
-  double wall0 = Timeline::now(), busy0 = machine_busy_seconds();
+  double wall0 = Timeline::now(), busy0 = bench::cpu_times().machine_busy_s;
   std::vector<Result> results;
   for (const char* mode : {"no reduction", "overlap on", "overlap off"})
     results.push_back(run(communicator, mode, steps, backward_s, fusion_mib));
   // CPU the machine spent beyond what our ranks could use (world busy loops at most).
   double cores = double(sysconf(_SC_NPROCESSORS_ONLN));
-  double busy = (machine_busy_seconds() - busy0) / (Timeline::now() - wall0);
+  double busy = (bench::cpu_times().machine_busy_s - busy0) / (Timeline::now() - wall0);
   bool crowded = double(world) > cores || busy > cores * 0.95;
 
   if (rank == 0) {
@@ -183,6 +183,15 @@ int main(int argc, char** argv) {
         "%.0f cores (JSON lines in output/bench/fusion.jsonl)\n",
         busy, cores);
   }
+  return int(kExitOk);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const int code = bench::run_bench("rt-fusion-bench", [&] { return bench_main(argc, argv); });
   MPI_Finalize();
-  return 0;
+  return code;
 }

@@ -3,8 +3,6 @@
 // ShardSet reads and the loader (sequential, shuffled, shuffled+augmented) against one
 // H5Dread per batch over a union of hyperslabs, the textbook way.
 // Prints a table of medians and writes JSON lines to output/bench/loader.jsonl.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -12,10 +10,11 @@
 #include <fstream>
 #include <functional>
 
+#include "bench/bench.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/loader.hpp"
-#include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard/format.hpp"
 
 namespace po = boost::program_options;
 using namespace ringtrain;
@@ -28,30 +27,6 @@ struct Options {
   size_t cache_bytes = data::ShardSet::kDefaultChunkCacheBytes;
 };
 
-// CPU seconds the rest of the machine used while a measurement ran (from /proc/stat).
-class OtherCpu {
- public:
-  OtherCpu() : busy_(machine_busy()), own_(own_cpu()) {}
-  double cores(double wall) const {
-    return std::max(0.0, (machine_busy() - busy_) - (own_cpu() - own_)) / wall;
-  }
-
- private:
-  static double machine_busy() {
-    std::ifstream in("/proc/stat");
-    std::string cpu;
-    double user, nice, sys, idle, iowait, irq, softirq, steal;
-    in >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal;
-    return (user + nice + sys + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
-  }
-  static double own_cpu() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-  }
-  double busy_, own_;
-};
-
 struct Row {
   std::string mode;
   double median_img_s = 0, other_cores = 0;
@@ -62,15 +37,14 @@ Row measure(const std::string& mode, int repeats, const std::function<int64_t(in
   std::vector<double> rates;
   double other = 0;
   for (int r = 0; r < repeats; ++r) {
-    OtherCpu cpu;
+    bench::OtherCpu cpu;
     Stopwatch clock;
     const int64_t images = run(r);
     const double wall = clock.seconds();
     rates.push_back(double(images) / wall);
     other = std::max(other, cpu.cores(wall));
   }
-  std::sort(rates.begin(), rates.end());
-  return {mode, rates[rates.size() / 2], other};
+  return {mode, median(rates), other};
 }
 
 int64_t loader_run(const Options& o, bool shuffle, bool augment, int epoch) {
@@ -91,9 +65,9 @@ int64_t loader_run(const Options& o, bool shuffle, bool augment, int epoch) {
 int64_t union_run(const Options& o, int epoch) {
   auto set = data::ShardSet::open(o.dir, o.split, o.cache_bytes);
   const auto& info = set.info();
-  const auto path = std::filesystem::path(o.dir) / shard::file_name(o.split, 0, info.shards);
+  const auto path = std::filesystem::path(o.dir) / data::shard::file_name(o.split, 0, info.shards);
   const auto file = h5::File::open_read(path.string());
-  const auto images = file.root().open_dataset(shard::kImages, o.cache_bytes / info.shards);
+  const auto images = file.root().open_dataset(data::shard::kImages, o.cache_bytes / info.shards);
   const hsize_t rows_in_shard = images.dims()[0];
   data::Sampler sampler(int64_t(rows_in_shard), o.batch, 1, data::Remainder::kDrop, true, 0);
   const auto order = sampler.epoch_order(epoch);
@@ -141,17 +115,18 @@ int64_t shard_set_run(const Options& o, int epoch) {
 
 int main(int argc, char** argv) {
   Options o;
-  po::options_description desc("rt-loader-bench");
-  desc.add_options()("dir", po::value(&o.dir)->required(), "shard directory")(
+  po::options_description desc("rt-loader-bench options");
+  desc.add_options()("help,h", "print this help and exit")("dir", po::value(&o.dir)->required(),
+                                                           "shard directory")(
       "split", po::value(&o.split)->default_value("train"), "split")(
       "batch", po::value(&o.batch)->default_value(128), "batch per rank")(
       "steps", po::value(&o.steps)->default_value(100), "batches per measurement")(
       "repeats", po::value(&o.repeats)->default_value(5), "measurements per mode")(
       "cache-mib", po::value<double>()->default_value(64), "HDF5 chunk cache for the split, MiB");
-  try {
+  return bench::run_bench("rt-loader-bench", [&] {
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
-    po::notify(vm);
+    if (!bench::parse_command_line(argc, argv, desc, vm, "rt-loader-bench --dir DIR [options]"))
+      return int(kExitOk);
     o.cache_bytes = size_t(vm["cache-mib"].as<double>() * (1 << 20));
     const auto info = data::ShardSet::open(o.dir, o.split, o.cache_bytes).info();
     std::vector<Row> rows{
@@ -181,15 +156,6 @@ int main(int argc, char** argv) {
            << ",\"ratio_vs_per_row\":" << ratio << ",\"other_cores\":" << r.other_cores
            << ",\"busy\":" << (r.other_cores > 0.25 ? "true" : "false") << "}\n";
     }
-    return kExitOk;
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "rt-loader-bench: %s\n", e.what());
-    return kExitBadInput;
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "rt-loader-bench: %s\n", e.what());
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rt-loader-bench: error: %s\n", e.what());
-    return kExitFailure;
-  }
+    return int(kExitOk);
+  });
 }

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/convert.hpp"
-#include "ringtrain/data/convert_images.hpp"
+#include "ringtrain/data/shard/convert.hpp"
+#include "ringtrain/data/shard/convert_images.hpp"
 
 namespace po = boost::program_options;
 using namespace ringtrain;
@@ -52,7 +52,8 @@ const char* kImagesHelp =
     "time, and writes. Each shard is built in memory (--shards bounds its size) and all are "
     "renamed\n"
     "into place at the end. Bad input (unreadable, corrupt or 0-byte file, unknown extension, a\n"
-    "label not in the class list, mixed sizes without --size): one line naming the file, exit 2,\n"
+    "header declaring more than --max-pixels pixels, refused before decoding, a label not in\n"
+    "the class list, mixed sizes without --size): one line naming the file, exit 2,\n"
     "nothing written; with --skip-bad such files are left out, listed and counted on stderr.\n"
     "Progress goes to stderr on runs past 1000 images or 2 s.\n";
 
@@ -71,18 +72,18 @@ po::variables_map parse(const po::options_description& desc, const std::vector<s
 }
 
 std::vector<std::string> run_cifar10(const std::vector<std::string>& args) {
-  shard::CifarOptions o;
+  data::shard::CifarOptions o;
   po::options_description desc("rt-shard cifar10");
   desc.add_options()("input", po::value(&o.input_dir)->required(), "directory of data_batch_*.bin")(
       "output", po::value(&o.output_dir)->required(), "shard directory")(
       "shards", po::value(&o.shards)->default_value(1), "shards per split")(
       "val-count", po::value(&o.val_count)->default_value(0), "last train records held out as val");
   parse(desc, args);
-  return shard::convert_cifar10(o);
+  return data::shard::convert_cifar10(o);
 }
 
 std::vector<std::string> run_idx(const std::vector<std::string>& args) {
-  shard::IdxOptions o;
+  data::shard::IdxOptions o;
   std::string names;
   float mean = -1, std = -1;
   po::options_description desc("rt-shard idx");
@@ -104,11 +105,11 @@ std::vector<std::string> run_idx(const std::vector<std::string>& args) {
     o.std = {std};
   }
   if (!names.empty()) o.class_names = split_commas(names);
-  return shard::convert_idx(o);
+  return data::shard::convert_idx(o);
 }
 
 std::vector<std::string> run_fashion_mnist(const std::vector<std::string>& args) {
-  shard::FashionMnistOptions o;
+  data::shard::FashionMnistOptions o;
   po::options_description desc("rt-shard fashion-mnist");
   desc.add_options()("input", po::value(&o.input_dir)->default_value(o.input_dir),
                      "directory of Debian's dataset-fashion-mnist files")(
@@ -117,7 +118,7 @@ std::vector<std::string> run_fashion_mnist(const std::vector<std::string>& args)
       "val-count", po::value(&o.val_count)->default_value(5000),
       "last train records held out as val");
   parse(desc, args);
-  return shard::convert_fashion_mnist(o);
+  return data::shard::convert_fashion_mnist(o);
 }
 
 uint64_t parse_seed(const std::string& text) {
@@ -130,7 +131,7 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 std::vector<std::string> run_images(const std::vector<std::string>& args) {
-  shard::ImagesOptions o;
+  data::shard::ImagesOptions o;
   std::string classes, seed = "0";
   po::options_description desc("options", 100, 50);
   // clang-format off
@@ -148,6 +149,7 @@ std::vector<std::string> run_images(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->default_value("0")->value_name("S"), "the split's shuffle")
       ("shards", po::value(&o.shards)->default_value(1)->value_name("N"), "shard files per split")
       ("threads", po::value(&o.threads)->value_name("T"), "decoding threads (default: all cores)")
+      ("max-pixels", po::value(&o.max_pixels)->default_value(o.max_pixels)->value_name("N"), "refuse an image whose header declares more pixels")
       ("skip-bad", po::bool_switch(&o.skip_bad), "leave bad images out (listed and counted)");
   // clang-format on
   auto vm = parse(desc, args);
@@ -158,9 +160,10 @@ std::vector<std::string> run_images(const std::vector<std::string>& args) {
   RT_REQUIRE_INPUT(vm.count("output"), "--output is required (the shard directory)");
   if (vm.count("threads"))
     RT_REQUIRE_INPUT(o.threads >= 1, "--threads ", o.threads, ": must be at least 1");
+  RT_REQUIRE_INPUT(o.max_pixels >= 1, "--max-pixels ", o.max_pixels, ": must be at least 1");
   o.seed = parse_seed(seed);
   if (!classes.empty()) o.classes = split_commas(classes);
-  return shard::convert_images(o, std::cout, std::cerr);
+  return data::shard::convert_images(o, std::cout, std::cerr);
 }
 
 }  // namespace

@@ -3,14 +3,14 @@
 // Ratios use the calling thread's CPU time, which other processes on a shared machine do not
 // inflate; wall time is printed beside it.
 //
-//   mpirun -np 1 bin/rt-timeline-bench [spans=1000000] [repeats=9]
+//   mpirun -np 1 bin/rt-timeline-bench [--spans 1000000] [--repeats 9] (or both by position)
 // Prints a table of medians and writes JSON lines to output/bench/timeline.jsonl.
 #define OMPI_SKIP_MPICXX 1  // C bindings only: the C++ ones warn under -Wextra
 #include <mpi.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -22,37 +22,22 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/fusion_engine.hpp"
 #include "ringtrain/comm/fusion/timeline.hpp"
+#include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 
 using namespace ringtrain::comm;
 using namespace ringtrain::comm::fusion;
+using ringtrain::kExitOk;
+using ringtrain::median;
 using ringtrain::thread_cpu_seconds;
+namespace bench = ringtrain::bench;
+namespace po = boost::program_options;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Seconds of CPU that the whole machine spent busy, from /proc/stat.
-double machine_busy_seconds() {
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return (user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
-}
-
-double own_cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto s = [](timeval t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
-  return s(usage.ru_utime) + s(usage.ru_stime);
-}
 
 // Median ns per call of body(i) over `repeats` runs of n calls, in wall time and in this
 // thread's CPU time (the cost to the calling thread, robust to other processes taking turns).
@@ -78,15 +63,22 @@ struct Row {
   Cost cost;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+int bench_main(int argc, char** argv) {
+  size_t spans = 1000000;
+  int repeats = 9;
+  po::options_description desc("rt-timeline-bench options (also taken by position, in this order)");
+  desc.add_options()("help,h", "print this help and exit")(
+      "spans", po::value(&spans)->default_value(spans), "calls per measurement")(
+      "repeats", po::value(&repeats)->default_value(repeats), "measurements per case");
+  po::positional_options_description order;
+  order.add("spans", 1).add("repeats", 1);
+  po::variables_map vm;
+  if (!bench::parse_command_line(argc, argv, desc, vm, "mpirun -np 1 rt-timeline-bench [options]",
+                                 &order))
+    return int(kExitOk);
   const Communicator world;  // the engine below runs alone when this runs as one process
-  size_t spans = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1000000;
-  int repeats = argc > 2 ? std::atoi(argv[2]) : 9;
-  double wall0 = Timeline::now(), busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
+  const bench::OtherCpu other_cpu;
+  double wall0 = Timeline::now();
 
   std::vector<Row> rows;
   volatile double sink = 0;
@@ -159,7 +151,7 @@ int main(int argc, char** argv) {
   std::filesystem::remove(path);
 
   double wall = Timeline::now() - wall0;
-  double others = (machine_busy_seconds() - busy0 - (own_cpu_seconds() - own0)) / wall;
+  double others = other_cpu.cores(wall);
   bool busy = others > 0.25;
   double reference = rows[0].cost.cpu_ns;
   std::printf("timeline overhead: %zu spans x %d repeats, medians%s\n", spans, repeats,
@@ -182,6 +174,15 @@ int main(int argc, char** argv) {
           << "}\n";
   }
   std::printf("(JSON lines appended to output/bench/timeline.jsonl)\n");
+  return int(kExitOk);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const int code = bench::run_bench("rt-timeline-bench", [&] { return bench_main(argc, argv); });
   MPI_Finalize();
-  return 0;
+  return code;
 }

@@ -1,7 +1,6 @@
 // communicator.cpp — MPI session, node discovery, ring order, CPU share, checked collectives.
 #include "ringtrain/comm/communicator.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,29 +109,9 @@ void Communicator::split_nodes(int ranks_per_node) {
 }
 
 void Communicator::find_cpu_share() {
-  // The union of the affinity masks of the ranks on this (real) node.
-  CommHandle node_handle = split_shared_memory(world_.get());
-  MPI_Comm node = node_handle.get();
-  int node_size = 1;
-  MPI_CHECK(MPI_Comm_size(node, &node_size));
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  sched_getaffinity(0, sizeof(mask), &mask);
-  std::vector<cpu_set_t> masks(node_size);
-  MPI_CHECK(
-      MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node));
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  for (auto& m : masks) CPU_OR(&all, &all, &m);
-
-  CpuFacts facts;
-  facts.own_affinity_cpus = own_affinity_cpus();
-  facts.node_affinity_cpus = std::max(1, CPU_COUNT(&all));
-  facts.cgroup_cpus = cgroup_cpu_limit();
-  facts.local_ranks = node_size;
-  if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
-  if (const char* cpt = std::getenv("SLURM_CPUS_PER_TASK")) facts.slurm_cpus = cpt;
-  CpuShare share = compute_cpu_share(facts);
+  // Over the ranks of this (real) node, whatever ranks_per_node emulates.
+  CommHandle node = split_shared_memory(world_.get());
+  const CpuShare share = compute_cpu_share(gather_cpu_facts(node.get()));
   cpu_threads_ = share.threads;
   cpu_description_ = share.description;
   if (!share.warning.empty()) log::warn(share.warning);

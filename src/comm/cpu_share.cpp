@@ -1,4 +1,5 @@
-// cpu_share.cpp — the per-rank thread count from affinity masks, cgroup limits and OMP_NUM_THREADS.
+// cpu_share.cpp — the node's usable CPUs and the per-rank thread count, from affinity masks,
+// cgroup limits and OMP_NUM_THREADS.
 #include "ringtrain/comm/cpu_share.hpp"
 
 #include <sched.h>
@@ -6,7 +7,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "ringtrain/core/error.hpp"
@@ -55,6 +58,13 @@ std::string own_cgroup_v2_path() {
 
 }  // namespace
 
+int usable_node_cpus(const CpuFacts& facts) {
+  int usable = std::max(1, facts.node_affinity_cpus);
+  if (facts.cgroup_cpus > 0)
+    usable = std::min(usable, std::max(1, static_cast<int>(std::floor(facts.cgroup_cpus))));
+  return usable;
+}
+
 CpuShare compute_cpu_share(const CpuFacts& facts) {
   CpuShare share;
   const int own = std::max(1, facts.own_affinity_cpus);
@@ -76,9 +86,7 @@ CpuShare compute_cpu_share(const CpuFacts& facts) {
     share.warning =
         str("OMP_NUM_THREADS=", *facts.omp_num_threads, " is not a positive thread count; ignored");
   }
-  int usable = std::max(1, facts.node_affinity_cpus);
-  if (facts.cgroup_cpus > 0)
-    usable = std::min(usable, std::max(1, static_cast<int>(std::floor(facts.cgroup_cpus))));
+  const int usable = usable_node_cpus(facts);
   const int local = std::max(1, facts.local_ranks);
   share.threads = std::min(own, std::max(1, usable / local));
   share.description =
@@ -98,6 +106,25 @@ CpuShare compute_cpu_share(const CpuFacts& facts) {
     }
   }
   return share;
+}
+
+CpuFacts gather_cpu_facts(MPI_Comm node_comm) {
+  CpuFacts facts;
+  MPI_CHECK(MPI_Comm_size(node_comm, &facts.local_ranks));
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  sched_getaffinity(0, sizeof mask, &mask);
+  facts.own_affinity_cpus = std::max(1, CPU_COUNT(&mask));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mask, int(sizeof mask), MPI_BYTE, MPI_BOR, node_comm));
+  facts.node_affinity_cpus = std::max(1, CPU_COUNT(&mask));
+  // The lowest limit (none counts as the highest), so every rank of the node takes one answer.
+  const double own = cgroup_cpu_limit();
+  double lowest = own > 0 ? own : std::numeric_limits<double>::infinity();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_DOUBLE, MPI_MIN, node_comm));
+  facts.cgroup_cpus = std::isinf(lowest) ? 0 : lowest;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
+  if (const char* cpt = std::getenv("SLURM_CPUS_PER_TASK")) facts.slurm_cpus = cpt;
+  return facts;
 }
 
 int own_affinity_cpus() {

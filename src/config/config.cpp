@@ -816,37 +816,6 @@ std::string agreed_config_text(const Config& c) {
   return out + "--resume = " + (c.resume ? c.checkpoint_path() : std::string("false")) + "\n";
 }
 
-namespace {
-
-// "key = value" lines as (key, value), in order.
-std::vector<std::pair<std::string, std::string>> key_lines(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) out.emplace_back(line.substr(0, eq), line.substr(eq + 3));
-  }
-  return out;
-}
-
-}  // namespace
-
-KeyDifference first_difference(const std::string& a, const std::string& b) {
-  const auto in_a = key_lines(a), in_b = key_lines(b);
-  const std::map<std::string, std::string> b_of(in_b.begin(), in_b.end());
-  const std::map<std::string, std::string> a_of(in_a.begin(), in_a.end());
-  const std::string absent = "(no such key)";
-  for (const auto& [key, value] : in_a) {
-    auto other = b_of.find(key);
-    if (other == b_of.end()) return {key, value, absent};
-    if (other->second != value) return {key, value, other->second};
-  }
-  for (const auto& [key, value] : in_b)
-    if (!a_of.count(key)) return {key, absent, value};
-  return {};
-}
-
 std::string threads_warning(const Config& c, int cores, const std::string& why) {
   if (c.train.threads <= cores) return "";
   return str("train.threads = ", c.train.threads, " is more than this rank's ", cores, " core(s) (",

@@ -61,6 +61,15 @@ std::FILE* open_nonempty(const std::string& path) {
   return f;
 }
 
+// A header's size against the limit, before a pixel is allocated: a small file may declare an
+// image of gigabytes (a decompression bomb), and the allocation would end the whole run.
+void require_within_limit(const std::string& path, uint64_t width, uint64_t height,
+                          int64_t max_pixels) {
+  const uint64_t pixels = width * height;  // each below 2^32: no overflow
+  RT_REQUIRE_INPUT(pixels <= uint64_t(max_pixels), path, ": ", width, "x", height, " image (",
+                   pixels, " pixels) is over the limit of ", max_pixels, " pixels (--max-pixels)");
+}
+
 // Interleaved samples of 8 or 16 bits (16-bit ones big-endian when big_endian) into an Image.
 Image image_from_bytes(int width, int height, int channels, int depth, const uint8_t* bytes,
                        size_t row_stride, bool big_endian) {
@@ -88,7 +97,10 @@ struct PngRead {
   png_structp png = nullptr;
   png_infop info = nullptr;
   char error[256] = "";
-  int width = 0, height = 0, channels = 0, depth = 0;
+  int64_t max_pixels = 0;
+  png_uint_32 width = 0, height = 0;
+  int channels = 0, depth = 0;
+  bool too_large = false;
   std::vector<uint8_t> bytes;
   std::vector<png_bytep> rows;
   ~PngRead() {
@@ -118,28 +130,35 @@ bool png_decode(PngRead& r) {
   if (setjmp(png_jmpbuf(r.png))) return false;
   png_init_io(r.png, r.file);
   png_read_info(r.png, r.info);
+  r.width = png_get_image_width(r.png, r.info);
+  r.height = png_get_image_height(r.png, r.info);
+  if (uint64_t(r.width) * r.height > uint64_t(r.max_pixels)) {
+    r.too_large = true;
+    return false;
+  }
   png_normalise(r);
-  r.width = int(png_get_image_width(r.png, r.info));
-  r.height = int(png_get_image_height(r.png, r.info));
   r.channels = png_get_channels(r.png, r.info);
   r.depth = png_get_bit_depth(r.png, r.info);
   const size_t stride = png_get_rowbytes(r.png, r.info);
   r.bytes.resize(stride * size_t(r.height));
   r.rows.resize(size_t(r.height));
-  for (int y = 0; y < r.height; ++y) r.rows[size_t(y)] = r.bytes.data() + size_t(y) * stride;
+  for (size_t y = 0; y < r.height; ++y) r.rows[y] = r.bytes.data() + y * stride;
   png_read_image(r.png, r.rows.data());
   png_read_end(r.png, nullptr);
   return true;
 }
 
-Image decode_png(const std::string& path) {
+Image decode_png(const std::string& path, int64_t max_pixels) {
   PngRead r;
+  r.max_pixels = max_pixels;
   r.file = open_nonempty(path);
   r.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, png_fail, png_ignore_warning);
   if (r.png) r.info = png_create_info_struct(r.png);
   RT_CHECK(r.png && r.info, path, ": libpng could not start");
-  RT_REQUIRE_INPUT(png_decode(r), path, ": corrupt PNG (libpng: ", r.error, ")");
-  return image_from_bytes(r.width, r.height, r.channels, r.depth, r.bytes.data(),
+  const bool ok = png_decode(r);
+  if (r.too_large) require_within_limit(path, r.width, r.height, max_pixels);
+  RT_REQUIRE_INPUT(ok, path, ": corrupt PNG (libpng: ", r.error, ")");
+  return image_from_bytes(int(r.width), int(r.height), r.channels, r.depth, r.bytes.data(),
                           png_get_rowbytes(r.png, r.info), true);
 }
 
@@ -150,7 +169,8 @@ struct JpegRead {
   jpeg_decompress_struct cinfo{};
   jpeg_error_mgr jerr{};
   std::jmp_buf jump;
-  bool created = false, cmyk = false;
+  int64_t max_pixels = 0;
+  bool created = false, cmyk = false, too_large = false;
   char error[JMSG_LENGTH_MAX] = "";
   std::vector<uint8_t> bytes;
   ~JpegRead() {
@@ -176,6 +196,10 @@ bool jpeg_decode(JpegRead& r) {
   r.created = true;
   jpeg_stdio_src(&r.cinfo, r.file);
   jpeg_read_header(&r.cinfo, TRUE);
+  if (uint64_t(r.cinfo.image_width) * r.cinfo.image_height > uint64_t(r.max_pixels)) {
+    r.too_large = true;
+    return false;
+  }
   if (r.cinfo.jpeg_color_space == JCS_CMYK || r.cinfo.jpeg_color_space == JCS_YCCK) {
     r.cmyk = true;
     return false;
@@ -192,14 +216,17 @@ bool jpeg_decode(JpegRead& r) {
   return true;
 }
 
-Image decode_jpeg(const std::string& path) {
+Image decode_jpeg(const std::string& path, int64_t max_pixels) {
   JpegRead r;
+  r.max_pixels = max_pixels;
   r.file = open_nonempty(path);
   r.cinfo.err = jpeg_std_error(&r.jerr);
   r.jerr.error_exit = jpeg_fail;
   r.jerr.emit_message = jpeg_message;
   r.cinfo.client_data = &r;
   const bool ok = jpeg_decode(r);
+  if (r.too_large)
+    require_within_limit(path, r.cinfo.image_width, r.cinfo.image_height, max_pixels);
   RT_REQUIRE_INPUT(!r.cmyk, path, ": CMYK JPEG is not supported (save it as RGB)");
   RT_REQUIRE_INPUT(ok, path, ": corrupt JPEG (libjpeg: ", r.error, ")");
   const int w = int(r.cinfo.output_width), c = r.cinfo.output_components;
@@ -297,7 +324,7 @@ Image tiff_read_rgba(const std::string& path, TiffRead& r, const TiffLayout& l) 
   return out;
 }
 
-Image decode_tiff(const std::string& path) {
+Image decode_tiff(const std::string& path, int64_t max_pixels) {
   std::fclose(open_nonempty(path));  // the same messages as the other formats for these cases
   TiffRead r;
   r.options = TIFFOpenOptionsAlloc();
@@ -307,6 +334,7 @@ Image decode_tiff(const std::string& path) {
   RT_REQUIRE_INPUT(r.tif, path, ": corrupt TIFF (libtiff: ", r.error, ")");
   const TiffLayout layout = tiff_layout(r.tif);
   RT_REQUIRE_INPUT(layout.width > 0 && layout.height > 0, path, ": TIFF has no pixels");
+  require_within_limit(path, layout.width, layout.height, max_pixels);
   return layout.direct() ? tiff_read_direct(path, r, layout) : tiff_read_rgba(path, r, layout);
 }
 
@@ -321,15 +349,15 @@ void check_image_file(const std::string& path) {
   std::fclose(open_nonempty(path));
 }
 
-Image decode_image(const std::string& path) {
+Image decode_image(const std::string& path, int64_t max_pixels) {
   require_known_extension(path);
   switch (format_of(path)) {
     case Format::kPng:
-      return decode_png(path);
+      return decode_png(path, max_pixels);
     case Format::kJpeg:
-      return decode_jpeg(path);
+      return decode_jpeg(path, max_pixels);
     case Format::kTiff:
-      return decode_tiff(path);
+      return decode_tiff(path, max_pixels);
     case Format::kUnknown:
       break;
   }

@@ -12,7 +12,7 @@
 #include <regex>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard/format.hpp"
 
 namespace ringtrain::data {
 namespace fs = std::filesystem;

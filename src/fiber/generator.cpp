@@ -1,5 +1,5 @@
 // generator.cpp — the dataset writer: splits, validation, threaded rendering, HDF5 shards with
-// every attribute of shard_format.hpp, train statistics, the PNG contact sheet.
+// every attribute of data/shard/format.hpp, train statistics, the PNG contact sheet.
 #include "ringtrain/fiber/generator.hpp"
 
 #include <sched.h>
@@ -21,8 +21,8 @@
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
-#include "ringtrain/data/shard_format.hpp"
-#include "ringtrain/data/shard_writer.hpp"
+#include "ringtrain/data/shard/format.hpp"
+#include "ringtrain/data/shard/writer.hpp"
 #include "ringtrain/fiber/png_folder.hpp"
 #include "ringtrain/fiber/png_grid.hpp"
 #include "ringtrain/io/h5.hpp"
@@ -62,8 +62,8 @@ ShardWriter open_shard(const std::string& path, int64_t rows, int size) {
   const hsize_t n = hsize_t(rows), side = hsize_t(size);
   const hsize_t chunk = std::max<hsize_t>(1, (1u << 20) / (side * side));  // ~1 MiB of images
   ShardWriter w{nullptr,
-                root.create_dataset<uint8_t>(shard::kImages, {n, 1, side, side}, chunk),
-                root.create_dataset<int32_t>(shard::kLabels, {n}, 4096),
+                root.create_dataset<uint8_t>(data::shard::kImages, {n, 1, side, side}, chunk),
+                root.create_dataset<int32_t>(data::shard::kLabels, {n}, 4096),
                 root.create_dataset<uint8_t>("multi_hot", {n, kClasses}, 4096),
                 root.create_dataset<uint8_t>("pass", {n}, 4096),
                 root.create_dataset<uint8_t>("zone_pass", {n, kZones}, 4096),
@@ -102,17 +102,17 @@ void write_block(ShardWriter& w, int64_t row, const std::vector<Sample>& block, 
 
 void set_attributes(h5::Group& root, const DatasetOptions& o, const SplitPlan& split, int shard,
                     int64_t first, float mean, float std) {
-  root.set_attr(shard::kAttrFormat, shard::kFormatName);
-  root.set_attr(shard::kAttrFormatVersion, shard::kFormatVersion);
-  root.set_attr(shard::kAttrDataset, "fiber");
-  root.set_attr(shard::kAttrSplit, split.name);
-  root.set_attr(shard::kAttrClassNames, class_names());
-  root.set_attr(shard::kAttrMean, std::vector<float>{mean});
-  root.set_attr(shard::kAttrStd, std::vector<float>{std});
-  root.set_attr(shard::kAttrShardIndex, int32_t(shard));
-  root.set_attr(shard::kAttrShardCount, int32_t(o.shards));
-  root.set_attr(shard::kAttrFirstSample, int64_t(first));
-  root.set_attr(shard::kAttrSplitSamples, int64_t(split.samples));
+  root.set_attr(data::shard::kAttrFormat, data::shard::kFormatName);
+  root.set_attr(data::shard::kAttrFormatVersion, data::shard::kFormatVersion);
+  root.set_attr(data::shard::kAttrDataset, "fiber");
+  root.set_attr(data::shard::kAttrSplit, split.name);
+  root.set_attr(data::shard::kAttrClassNames, class_names());
+  root.set_attr(data::shard::kAttrMean, std::vector<float>{mean});
+  root.set_attr(data::shard::kAttrStd, std::vector<float>{std});
+  root.set_attr(data::shard::kAttrShardIndex, int32_t(shard));
+  root.set_attr(data::shard::kAttrShardCount, int32_t(o.shards));
+  root.set_attr(data::shard::kAttrFirstSample, int64_t(first));
+  root.set_attr(data::shard::kAttrSplitSamples, int64_t(split.samples));
   root.set_attr("um_per_pixel", float(kRenderUmPerPixel * kRenderSize / o.size));
   root.set_attr("render_um_per_pixel", float(kRenderUmPerPixel));
   root.set_attr("render_size", int32_t(kRenderSize));
@@ -221,7 +221,7 @@ void validate(const DatasetOptions& o) {
                    ": must be 64, 128 or 256");
   RT_REQUIRE_INPUT(o.shards >= 1, "--shards ", o.shards, ": must be at least 1");
   RT_REQUIRE_INPUT(o.threads >= 0, "--threads ", o.threads, ": must be at least 1");
-  shard::require_split_fractions(o.val_fraction, o.test_fraction);
+  data::shard::require_split_fractions(o.val_fraction, o.test_fraction);
   const auto splits = plan_splits(o);
   RT_REQUIRE_INPUT(!splits.empty() && splits[0].name == "train", "--count ", o.count,
                    " with --val-fraction ", o.val_fraction, " and --test-fraction ",
@@ -284,7 +284,7 @@ class DatasetRun {
       const int64_t begin = shard_begin(split.samples, s, o_.shards);
       const int64_t end = shard_begin(split.samples, s + 1, o_.shards);
       const std::string path =
-          (std::filesystem::path(o_.output_dir) / shard::file_name(split.name, s, o_.shards))
+          (std::filesystem::path(o_.output_dir) / data::shard::file_name(split.name, s, o_.shards))
               .string();
       if (shards_) writers_.push_back(open_shard(path, end - begin, o_.size));
       if (shards_) summary_.files.push_back(path);

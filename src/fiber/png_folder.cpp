@@ -2,7 +2,6 @@
 #include "ringtrain/fiber/png_folder.hpp"
 
 #include <png.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -62,17 +61,11 @@ void write_grey_png(const std::string& path, const uint8_t* pixels, int size) {
 }
 
 PngFolder::PngFolder(const std::string& dir, const std::string& split)
-    : dir_((fs::path(dir) / split).string()),
-      csv_((fs::path(dir_) / "labels.csv").string()),
-      temp_(str(csv_, ".tmp-", getpid())) {
+    : dir_((fs::path(dir) / split).string()), csv_((fs::path(dir_) / "labels.csv").string()) {
   for (const std::string& name : class_names()) fs::create_directories(fs::path(dir_) / name);
-  rows_.open(temp_);
-  if (!rows_) throw Error(str(temp_, ": cannot create (", std::strerror(errno), ")"));
+  rows_.open(csv_.temp_path());
+  if (!rows_) throw Error(str(csv_.temp_path(), ": cannot create (", std::strerror(errno), ")"));
   rows_ << "path,label,multi_hot,pass,zone_pass\n";
-}
-
-PngFolder::~PngFolder() {
-  if (!temp_.empty()) std::remove(temp_.c_str());
 }
 
 void PngFolder::add(int64_t index, const Sample& sample, int size) {
@@ -87,10 +80,8 @@ void PngFolder::add(int64_t index, const Sample& sample, int size) {
 
 void PngFolder::finish() {
   rows_.close();
-  if (!rows_) throw Error(str(temp_, ": write failed (disk full?)"));
-  if (std::rename(temp_.c_str(), csv_.c_str()) != 0)
-    throw Error(str(csv_, ": cannot rename into place (", std::strerror(errno), ")"));
-  temp_.clear();
+  if (!rows_) throw Error(str(csv_.temp_path(), ": write failed (disk full?)"));
+  csv_.commit();
 }
 
 }  // namespace ringtrain::fiber

@@ -3,7 +3,6 @@
 #include "ringtrain/fiber/png_grid.hpp"
 
 #include <png.h>
-#include <unistd.h>
 
 #include <array>
 #include <cctype>
@@ -12,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::fiber {
@@ -141,18 +141,9 @@ void write_png_grid(const std::string& path, const std::vector<GridTile>& tiles,
     draw_tile(sheet, tiles[i], gap + int(i % columns) * cell_w, gap + int(i / columns) * cell_h,
               scale);
   }
-  const std::string temp = str(path, ".tmp-", getpid());
-  try {
-    write_png(temp, sheet);
-  } catch (...) {
-    std::remove(temp.c_str());
-    throw;
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(temp.c_str());
-    throw Error(str("png grid ", path, ": cannot rename into place (", why, ")"));
-  }
+  AtomicWrite out(path);
+  write_png(out.temp_path(), sheet);
+  out.commit();
 }
 
 }  // namespace ringtrain::fiber

@@ -1,8 +1,6 @@
 // h5.cpp — the HDF5 wrapper: every call checked, every error naming its file and object.
 #include "ringtrain/io/h5.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "ringtrain/core/fault.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 
 namespace ringtrain::h5 {
 namespace {
@@ -425,74 +423,6 @@ void quiet_this_thread() {
 
 // ---- AtomicFile -------------------------------------------------------------------------
 
-namespace {
-
-// Writes bytes to path (created or truncated) and fsyncs it; errors name the file.
-void write_synced(const std::string& path, const std::vector<char>& bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(str("file ", path, ": cannot create (", std::strerror(errno), ")"));
-  auto fail = [&](const char* what) {
-    std::string why = std::strerror(errno);
-    ::close(fd);
-    std::remove(path.c_str());
-    throw Error(str("file ", path, ": ", what, " (", why, ")"));
-  };
-  size_t done = 0;
-  bool half_noted = false;
-  while (done < bytes.size()) {
-    size_t chunk = std::min<size_t>(bytes.size() - done, size_t(1) << 24);
-    ssize_t n = ::write(fd, bytes.data() + done, chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail(str("cannot write ", bytes.size(), " bytes").c_str());
-    done += size_t(n);
-    if (!half_noted && done >= bytes.size() / 2) {
-      half_noted = true;
-      fault_point("atomic-write:partial");
-    }
-  }
-  fault_point("atomic-write:written");
-  if (::fsync(fd) != 0) fail("cannot sync to disk");
-  if (::close(fd) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(path.c_str());
-    throw Error(str("file ", path, ": cannot close (", why, ")"));
-  }
-}
-
-// fsyncs the directory holding path, so a rename in it survives a crash of the machine.
-void sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // the file is in place; only its durability across a power loss is open
-  ::fsync(fd);
-  ::close(fd);
-}
-
-}  // namespace
-
-std::string temp_path_for(const std::string& final_path) {
-  return str(final_path, ".tmp-", getpid());
-}
-
-std::vector<std::string> remove_stale_temp_files(const std::string& final_path) {
-  namespace fs = std::filesystem;
-  const fs::path target(final_path);
-  const std::string prefix = target.filename().string() + ".tmp-";
-  std::vector<std::string> removed;
-  std::error_code ec;
-  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string pid_text = name.substr(prefix.size());
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
-    if (pid == long(getpid()) || !(::kill(pid_t(pid), 0) != 0 && errno == ESRCH)) continue;
-    if (fs::remove(entry.path(), ec)) removed.push_back(entry.path().string());
-  }
-  return removed;
-}
-
 AtomicFile::AtomicFile(const std::string& final_path) : final_path_(final_path) {
   file_ = std::make_unique<File>(File::create_in_memory(final_path));
 }
@@ -503,16 +433,7 @@ void AtomicFile::commit() {
   RT_CHECK(file_, "AtomicFile ", final_path_, ": committed twice");
   const std::vector<char> bytes = file_->image();
   file_.reset();
-  const std::string temp = temp_path_for(final_path_);
-  write_synced(temp, bytes);
-  fault_point("atomic-write:synced");
-  if (std::rename(temp.c_str(), final_path_.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(temp.c_str());
-    throw Error(str("file ", final_path_, ": cannot rename ", temp, " into place (", why, ")"));
-  }
-  fault_point("atomic-write:renamed");
-  sync_parent_dir(final_path_);
+  write_file_atomically(final_path_, bytes.data(), bytes.size());
 }
 
 void require_writable_dir(const std::string& dir, const std::string& what) {

@@ -35,7 +35,7 @@ std::string missing_attributes(const h5::Group& root) {
 
 }  // namespace
 
-ModelCard read_model_card(const h5::Group& root, const std::string& resave_hint) {
+ModelCard read_model_card(const h5::Group& root) {
   const std::string& path = root.file_name();
   const bool checkpoint =
       root.has_attr("format") && root.attr_string("format") == kCheckpointFormat;
@@ -44,7 +44,7 @@ ModelCard read_model_card(const h5::Group& root, const std::string& resave_hint)
   const int32_t version = root.attr<int32_t>("format_version");
   const std::string missing = missing_attributes(root);
   RT_REQUIRE_INPUT(missing.empty(), path, ": checkpoint format_version ", version,
-                   " lacks what inference needs (", missing, "); ", resave_hint);
+                   " lacks what inference needs (", missing, "); ", kResaveHint);
   ModelCard card;
   card.model = root.attr_string("model");
   card.heads = root.attr_string("heads");

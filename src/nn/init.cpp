@@ -2,17 +2,12 @@
 #include <cmath>
 #include <vector>
 
+#include "ringtrain/core/hash.hpp"
 #include "ringtrain/core/random.hpp"
 #include "ringtrain/nn/model.hpp"
 
 namespace ringtrain::nn {
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // splitmix64 (core/random.hpp): a small generator whose output is the same on every platform.
 struct SplitMix64 {

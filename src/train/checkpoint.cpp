@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/stop_signals.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -31,7 +32,7 @@ bool CheckpointState::stop_requested() const {
 void CheckpointState::remove_stale_temp_files() const {
   if (comm_.rank() != 0) return;
   for (const std::string& path : {config_.checkpoint_path(), config_.results_path()})
-    for (const std::string& removed : h5::remove_stale_temp_files(path))
+    for (const std::string& removed : ringtrain::remove_stale_temp_files(path))
       log::info(str("removed ", removed, ", left by a run that died while writing it"));
 }
 

@@ -52,6 +52,17 @@ comm::fusion::AutotuneOptions autotune_options(const CommConfig& comm, int64_t r
   return options;
 }
 
+comm::fusion::FusionOptions engine_options(const CommConfig& comm) {
+  const comm::fusion::TuneSettings start = autotune_options(comm, 0).start;
+  comm::fusion::FusionOptions options;
+  options.fusion_mib = start.fusion_mib;
+  options.overlap = start.overlap;
+  options.first_bucket_mib = comm.first_bucket_mib;
+  options.stall_timeout_s = comm.stall_timeout_s;
+  options.local_gate = comm.local_gate;
+  return options;
+}
+
 DataParallel::DataParallel(const comm::Communicator& comm, nn::Model& model,
                            backend::Backend& backend, comm::allreduce::Allreducer& grad_reducer,
                            comm::allreduce::Allreducer& stat_reducer,

@@ -30,24 +30,23 @@
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
 #include "ringtrain/nn/weight_average.hpp"
-#include "ringtrain/train/agree.hpp"
 #include "ringtrain/train/checkpoint.hpp"
 #include "ringtrain/train/data_parallel.hpp"
+#include "ringtrain/train/fail_together.hpp"
 #include "ringtrain/train/gather_rows.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
+#include "ringtrain/train/gradient_clip.hpp"
 #include "ringtrain/train/host_memory.hpp"
 #include "ringtrain/train/inspect_metrics.hpp"
-#include "ringtrain/train/gradient_clip.hpp"
-#include "ringtrain/train/view_average.hpp"
 #include "ringtrain/train/loss_scale.hpp"
 #include "ringtrain/train/phases.hpp"
 #include "ringtrain/train/report.hpp"
+#include "ringtrain/train/view_average.hpp"
 #include "ringtrain/train/weight_check.hpp"
+#include "trainer_run.hpp"
 
 namespace ringtrain::train {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // data.dir and a split key checked before ShardSet opens them: ShardSet's messages name files
 // and folders, and a newcomer needs the key to change (a wrong path, a misspelt split).
@@ -83,125 +82,23 @@ void check_split_exists(const DataConfig& d, const std::string& key, const std::
 // cnn_small and resnet18_cifar on 256 px.)
 constexpr int64_t kProcessBytes = int64_t(256) << 20;
 
-// Loss and accuracy sums over some batches of this rank (reduced across ranks to report).
-struct Sums {
-  double loss = 0;  // sum over samples
-  double correct = 0;
-  double count = 0;
-  std::vector<double> confusion;  // [true class][predicted class], when asked for
-  void add(const backend::LossResult& r) {
-    loss += r.loss * double(r.count);
-    correct += double(r.correct);
-    count += double(r.count);
+// "recall per class: clean 0.99, scratch 0.97, ..." from a confusion matrix.
+std::string per_class_line(const std::vector<double>& confusion,
+                           const std::vector<std::string>& names) {
+  const size_t classes = names.size();
+  if (classes == 0 || confusion.size() != classes * classes) return "";
+  std::string line = "recall per class:";
+  for (size_t c = 0; c < classes; ++c) {
+    double row = 0;
+    for (size_t p = 0; p < classes; ++p) row += confusion[c * classes + p];
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %.3f", row > 0 ? confusion[c * classes + c] / row : 0.0);
+    line += (c ? "," : "") + std::string(" ") + names[c] + buf;
   }
-};
+  return line;
+}
 
-class Trainer {
- public:
-  Trainer(const Config& config, comm::Communicator& comm) : cfg_(config), comm_(comm) {}
-  void run();
-
- private:
-  void set_up();
-  void watch_set_up();
-  void agree_watched(const std::function<void()>& phase);
-  void open_data();
-  void build_model();
-  void check_batch_memory() const;
-  void check_batch_fits_split(int64_t samples, data::Remainder remainder) const;
-  void build_comm();
-  void build_optimizer();
-  void build_loss_scaler();
-  float loss_gradient_scale() const;
-  bool step_is_taken();
-  bool loss_scaled_step_is_taken();
-  void print_start() const;
-  void train_epoch(int epoch);
-  bool train_step(data::Loader& loader, StepTimes& t);
-  void train_micro_step(const data::Batch& batch, int micro, StepTimes& t);
-  void settle_losses(Sums& epoch, Sums& interval);
-  void log_interval(int epoch, int64_t step, int64_t steps, Sums& interval, size_t first_step);
-  Sums evaluate(data::Loader& loader, bool confusion = false);
-  Sums evaluate_averages(bool whole_epoch);
-  void evaluate_views(const data::Batch& batch, Sums& sums);
-  void test_averages();
-  nn::InspectTargets inspect_targets(const data::Batch& batch, float smoothing);
-  nn::InspectWeights inspect_weights() const;
-  void collect_inspect_outputs(const data::Batch& batch);
-  InspectOutputs gather_inspect_outputs();
-  void report_inspect(const std::string& split, const InspectOutputs& all, float threshold);
-  void choose_pass_threshold();
-  io::ModelCard model_card() const;
-  void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
-  Sums reduce(Sums s) const;
-  void enter_phase(Phase phase);
-  bool nonfinite_step_is_skipped(const nn::Parameter* bad);
-  const backend::Tensor& upload(const data::Batch& batch);
-  void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
-  uint64_t check_weights();
-  void save_checkpoint() {
-    // In the checkpoint's phase (callers entered it): the check is part of writing one.
-    checkpoint_->set_weights_digest(digest_hex(check_weights()),
-                                    weight_check_->covers_bn_statistics());
-    checkpoint_->save(*model_, *optimizer_, global_step_, card_, scaler_.get(),
-                      parallel_->tuned_choice(), ema_.get());
-    weight_check_->set_checkpoint_step(global_step_);
-  }
-
-  const Config& cfg_;
-  comm::Communicator& comm_;
-  int batch_per_rank_ = 0;
-  int accumulate_steps_ = 1;  // micro-batches per optimizer step
-  int threads_ = 1;
-  int cuda_device_ = -1;  // the cuda backend's device; -1: the gradients are in host memory
-  std::unique_ptr<data::Loader> train_loader_, eval_loader_, test_loader_;
-  std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<nn::Model> model_;
-  std::unique_ptr<comm::allreduce::Allreducer> grad_reducer_, stat_reducer_;
-  std::unique_ptr<comm::fusion::Timeline> timeline_;
-  std::unique_ptr<DataParallel> parallel_;
-  // The watchdog of the set-up, until the engine's exists (then dropped at the end of set-up).
-  std::unique_ptr<comm::fusion::PhaseWatch> setup_watch_;
-  // The job's one stall watchdog (the fusion engine's), told of every collective; the
-  // registration with the communicator ends before the engine (and the set-up's) goes.
-  comm::StallWatch* watch_ = nullptr;
-  struct WatchRegistration {
-    const comm::Communicator* comm = nullptr;
-    ~WatchRegistration() {
-      if (comm) comm->set_stall_watch(nullptr);
-    }
-  } watch_registration_;
-  std::unique_ptr<nn::Optimizer> optimizer_;
-  std::unique_ptr<GradientClipper> clipper_;  // null: train.clip_norm = 0
-  std::unique_ptr<nn::WeightAverage> ema_;     // null: train.ema_decay = 0
-  std::vector<data::AugmentParams> views_;     // data.tta: the views evaluation averages
-  std::pair<double, double> ema_test_{kNaN, kNaN};  // the averages' test loss and accuracy
-  std::unique_ptr<nn::LRSchedule> schedule_;
-  std::unique_ptr<LossScaler> scaler_;  // null: train.loss_scale = none
-  std::unique_ptr<CheckpointState> checkpoint_;
-  // Every comm.verify_every steps and before each checkpoint: the ranks hold the same model.
-  std::unique_ptr<WeightCheck> weight_check_;
-  io::ModelCard card_;           // what the checkpoint carries for inference
-  bool inspect_ = false;         // model.heads = inspect
-  std::vector<float> targets_;   // one batch's inspection targets: defects, pass, zones
-  InspectOutputs eval_outputs_;  // this rank's, during an evaluation with inspection heads
-  InspectOutputs val_outputs_;   // rank 0: every rank's of the last evaluation of eval_split
-  std::vector<io::InspectFigures> inspect_figures_;  // for the results file
-  std::unordered_map<const std::string*, std::pair<const char*, const char*>> layer_names_;
-  backend::Tensor input_;
-  data::Batch batch_;  // the micro-batch being trained on; its memory is reused
-  // The losses of the steps since the last log line, one list of micro-batches per step:
-  // read (waiting for the device) only when a line or the epoch's row needs them.
-  std::vector<std::vector<backend::PendingLoss>> pending_losses_;
-  PhaseLog phases_;
-  std::vector<io::EpochRow> epochs_;
-  std::string start_time_;
-  int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
-  int first_epoch_ = 1;
-  int64_t skip_steps_ = 0;         // of first_epoch_, already done before a resume
-  int64_t nonfinite_skipped_ = 0;  // steps skipped for a non-finite gradient (on_nonfinite)
-  bool stop_ = false;
-};
+}  // namespace
 
 // ---- set-up -----------------------------------------------------------------------------
 
@@ -216,15 +113,15 @@ void Trainer::set_up() {
       threads_warning(cfg_, comm_.cpu_threads_per_rank(), comm_.cpu_threads_description());
   if (comm_.rank() == 0 && !oversubscribed.empty()) log::warn(oversubscribed);
   watch_set_up();
-  agree_watched([&] {
+  fail_together_watched([&] {
     if (comm_.rank() == 0) h5::require_writable_dir(cfg_.output.dir, "output.dir");
     if (comm_.rank() == 0) prepare_output_paths(cfg_);  // checkpoint dir, baseline: before training
     open_data();
   });
-  agree_watched([&] { build_model(); });
+  fail_together_watched([&] { build_model(); });
   card_ = model_card();
-  agree_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
-  agree_watched([&] {
+  fail_together_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
+  fail_together_watched([&] {
     build_optimizer();
     build_loss_scaler();
   });
@@ -233,7 +130,7 @@ void Trainer::set_up() {
   weight_check_ = std::make_unique<WeightCheck>(cfg_.comm, comm_, *model_, *optimizer_, *backend_);
   std::optional<comm::fusion::TuneSettings> tuned;  // the checkpoint's autotune choice
   if (cfg_.resume) {
-    agree_watched([&] {
+    fail_together_watched([&] {
       ResumePoint at = checkpoint_->load(*model_, *optimizer_, scaler_.get(), ema_.get());
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
@@ -264,11 +161,12 @@ void Trainer::watch_set_up() {
   enter_phase(Phase::kSetUp);
 }
 
-// agree() with the whole phase watched: its collectives (the allreducers' and the engine's
-// set-up, not only agree's own) and the work between them (I/O: io_phase_timeout_factor()).
-void Trainer::agree_watched(const std::function<void()>& phase) {
+// fail_together() with the whole phase watched: its collectives (the allreducers' and the
+// engine's set-up, not only fail_together's own) and the work between them (I/O:
+// io_phase_timeout_factor()).
+void Trainer::fail_together_watched(const std::function<void()>& phase) {
   comm::WatchedCollective watched(watch_);
-  agree(comm_, phase);
+  fail_together(comm_, phase);
 }
 
 void Trainer::open_data() {
@@ -410,16 +308,9 @@ void Trainer::build_comm() {
       stat_reducer_->sum(v, n);
     });
 
-  comm::fusion::FusionOptions fusion;
-  const comm::fusion::TuneSettings start = autotune_options(cfg_.comm, 0).start;
-  fusion.fusion_mib = start.fusion_mib;
-  fusion.first_bucket_mib = cfg_.comm.first_bucket_mib;
-  fusion.stall_timeout_s = cfg_.comm.stall_timeout_s;
-  fusion.overlap = start.overlap;
-  fusion.local_gate = cfg_.comm.local_gate;
   parallel_ =
       std::make_unique<DataParallel>(comm_, *model_, *backend_, *grad_reducer_, *stat_reducer_,
-                                     fusion, timeline_.get(), accumulate_steps_);
+                                     engine_options(cfg_.comm), timeline_.get(), accumulate_steps_);
   watch_ = parallel_->engine().stall_watch();
   comm_.set_stall_watch(watch_);
   watch_registration_.comm = &comm_;
@@ -545,10 +436,10 @@ void Trainer::train_micro_step(const data::Batch& batch, int micro, StepTimes& t
       model_->loss_later(batch.labels.data(), loss_gradient_scale(), smoothing);
   if (inspect_) {
     // The heads' losses are known now; the class loss's numbers may still be on the device.
-    const double heads =
-        model_->inspect_loss(inspect_targets(batch, smoothing), inspect_weights(),
-                             loss_gradient_scale())
-            .weighted(inspect_weights());
+    const double heads = model_
+                             ->inspect_loss(inspect_targets(batch, smoothing), inspect_weights(),
+                                            loss_gradient_scale())
+                             .weighted(inspect_weights());
     loss = backend::PendingLoss([loss, heads]() mutable {
       backend::LossResult r = loss.get();
       r.loss += heads;
@@ -857,114 +748,6 @@ void Trainer::evaluate_views(const data::Batch& batch, Sums& sums) {
   }
 }
 
-// ---- inspection heads -------------------------------------------------------------------
-
-// The heads' 0/1 targets, smoothed to t (1 - s) + s / 2 in training (train.label_smoothing).
-nn::InspectTargets Trainer::inspect_targets(const data::Batch& batch, float smoothing) {
-  const size_t defects = batch.multi_hot.size();
-  targets_.resize(defects + batch.pass.size() + batch.zone_pass.size());
-  std::copy(batch.multi_hot.begin(), batch.multi_hot.end(), targets_.begin());
-  std::copy(batch.pass.begin(), batch.pass.end(), targets_.begin() + std::ptrdiff_t(defects));
-  std::copy(batch.zone_pass.begin(), batch.zone_pass.end(),
-            targets_.begin() + std::ptrdiff_t(defects + batch.pass.size()));
-  if (smoothing > 0)
-    for (float& t : targets_) t = t * (1.0f - smoothing) + 0.5f * smoothing;
-  const float* t = targets_.data();
-  return {t, t + defects, t + defects + batch.pass.size()};
-}
-
-nn::InspectWeights Trainer::inspect_weights() const {
-  const ModelConfig& m = cfg_.model;
-  return {float(m.loss_weight_defects), float(m.loss_weight_pass), float(m.loss_weight_zones)};
-}
-
-// Appends the last forward's head probabilities and the batch's labels to eval_outputs_.
-void Trainer::collect_inspect_outputs(const data::Batch& batch) {
-  InspectOutputs& out = eval_outputs_;
-  out.defects = model_->inspect()->defects();
-  const std::pair<nn::Head, std::vector<float>*> heads[] = {{nn::Head::kDefects, &out.defect_prob},
-                                                            {nn::Head::kPass, &out.pass_prob},
-                                                            {nn::Head::kZones, &out.zone_prob}};
-  for (const auto& [head, probs] : heads) {
-    const backend::Tensor& logits = model_->inspect()->output(head);
-    const size_t at = probs->size();
-    probs->resize(at + size_t(logits.numel()));
-    backend_->download(logits, probs->data() + at);
-    for (size_t i = at; i < probs->size(); ++i) (*probs)[i] = sigmoid_probability((*probs)[i]);
-  }
-  out.defect_truth.insert(out.defect_truth.end(), batch.multi_hot.begin(), batch.multi_hot.end());
-  out.pass_truth.insert(out.pass_truth.end(), batch.pass.begin(), batch.pass.end());
-  out.zone_truth.insert(out.zone_truth.end(), batch.zone_pass.begin(), batch.zone_pass.end());
-}
-
-// Collective: every rank's eval_outputs_ on rank 0 (the others get an empty set).
-InspectOutputs Trainer::gather_inspect_outputs() {
-  InspectOutputs all;
-  all.defects = eval_outputs_.defects;
-  all.defect_prob = gather_rows_to_root(comm_, eval_outputs_.defect_prob);
-  all.defect_truth = gather_rows_to_root(comm_, eval_outputs_.defect_truth);
-  all.pass_prob = gather_rows_to_root(comm_, eval_outputs_.pass_prob);
-  all.pass_truth = gather_rows_to_root(comm_, eval_outputs_.pass_truth);
-  all.zone_prob = gather_rows_to_root(comm_, eval_outputs_.zone_prob);
-  all.zone_truth = gather_rows_to_root(comm_, eval_outputs_.zone_truth);
-  return all;
-}
-
-// Rank 0: one log line of the split's figures at threshold, kept for the results file.
-void Trainer::report_inspect(const std::string& split, const InspectOutputs& all, float threshold) {
-  if (comm_.rank() != 0 || all.images() == 0) return;
-  const InspectReport r = inspect_report(all, card_.defect_names, threshold);
-  log::info(inspect_line(split, r));
-  io::InspectFigures f;
-  f.split = split;
-  f.images = int64_t(all.images());
-  f.defect_names = r.defect_names;
-  f.defect_f1 = r.defect_f1;
-  f.defect_auroc = r.defect_auroc;
-  f.zone_accuracy = r.zone_accuracy;
-  f.pass_accuracy = r.pass.accuracy;
-  f.false_accept = r.pass.false_accept;
-  f.false_reject = r.pass.false_reject;
-  f.failing = r.pass.failing;
-  f.passing = r.pass.passing;
-  f.pass_auroc = r.pass_auroc;
-  f.threshold = threshold;
-  f.false_accept_target = cfg_.model.false_accept_target;
-  inspect_figures_.erase(
-      std::remove_if(inspect_figures_.begin(), inspect_figures_.end(),
-                     [&](const io::InspectFigures& g) { return g.split == split; }),
-      inspect_figures_.end());
-  inspect_figures_.push_back(std::move(f));
-}
-
-// Rank 0, at the end of training: the pass threshold for model.false_accept_target on the last
-// evaluation of eval_split, into the model card the final checkpoint carries.
-void Trainer::choose_pass_threshold() {
-  if (comm_.rank() != 0 || val_outputs_.images() == 0) return;
-  card_.pass_threshold = train::choose_pass_threshold(
-      val_outputs_.pass_prob, val_outputs_.pass_truth, cfg_.model.false_accept_target);
-  log::info(str("pass threshold: P(pass) >= ", card_.pass_threshold, " on ", cfg_.data.eval_split,
-                " for false-accept <= ", cfg_.model.false_accept_target));
-  report_inspect(cfg_.data.eval_split, val_outputs_, card_.pass_threshold);
-}
-
-io::ModelCard Trainer::model_card() const {
-  const data::DatasetInfo& info = train_loader_->info();
-  io::ModelCard card;
-  card.model = model_->name();
-  card.heads = nn::heads_name(model_->heads());
-  card.input_shape = {info.channels, info.height, info.width};
-  card.mean = info.mean;
-  card.std = info.std;
-  card.class_names = info.class_names;
-  if (inspect_) {
-    card.defect_names = train_loader_->defect_names();
-    card.zone_names = {"A", "B", "C", "D"};
-    card.false_accept_target = float(cfg_.model.false_accept_target);
-  }
-  return card;
-}
-
 void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch& batch,
                                 Sums& sums) {
   const size_t classes = size_t(model_->classes());
@@ -981,7 +764,7 @@ void Trainer::count_predictions(const backend::Tensor& logits, const data::Batch
 // every rank together, or is repaired.
 uint64_t Trainer::check_weights() {
   uint64_t digest = 0;
-  agree(comm_, [&] { digest = weight_check_->run(global_step_); });
+  fail_together(comm_, [&] { digest = weight_check_->run(global_step_); });
   return digest;
 }
 
@@ -996,140 +779,6 @@ Sums Trainer::reduce(Sums s) const {
   comm_.allreduce_sum(v, 3);
   if (!s.confusion.empty()) comm_.allreduce_sum(s.confusion.data(), s.confusion.size());
   return Sums{v[0], v[1], v[2], std::move(s.confusion)};
-}
-
-// ---- results ----------------------------------------------------------------------------
-
-std::vector<double> column_of(const std::vector<comm::fusion::BucketRecord>& records,
-                              double (*get)(const comm::fusion::BucketRecord&)) {
-  std::vector<double> out;
-  out.reserve(records.size());
-  for (const auto& r : records) out.push_back(get(r));
-  return out;
-}
-
-template <typename T>
-std::vector<T> cast(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
-
-// "recall per class: clean 0.99, scratch 0.97, ..." from a confusion matrix.
-std::string per_class_line(const std::vector<double>& confusion,
-                           const std::vector<std::string>& names) {
-  const size_t classes = names.size();
-  if (classes == 0 || confusion.size() != classes * classes) return "";
-  std::string line = "recall per class:";
-  for (size_t c = 0; c < classes; ++c) {
-    double row = 0;
-    for (size_t p = 0; p < classes; ++p) row += confusion[c * classes + p];
-    char buf[32];
-    std::snprintf(buf, sizeof buf, " %.3f", row > 0 ? confusion[c * classes + c] / row : 0.0);
-    line += (c ? "," : "") + std::string(" ") + names[c] + buf;
-  }
-  return line;
-}
-
-void Trainer::write_results(double test_loss, double test_acc,
-                            const std::vector<double>& confusion) {
-  io::Results r;
-  const int world = comm_.size();
-  // Every rank takes part in the gathers; rank 0 writes.
-  r.timings.world_size = world;
-  r.timings.steps = int64_t(phases_.steps());
-  for (auto& [phase, values] : phases_.columns())
-    r.timings.phases[phase] = comm_.gather_to_root(values);
-  const auto& records = parallel_->engine().records();
-  auto gather = [&](double (*get)(const comm::fusion::BucketRecord&)) {
-    return comm_.gather_to_root(column_of(records, get));
-  };
-  std::vector<double> step =
-      gather([](const comm::fusion::BucketRecord& b) { return double(b.step); });
-  std::vector<double> bucket =
-      gather([](const comm::fusion::BucketRecord& b) { return double(b.bucket); });
-  std::vector<double> bytes =
-      gather([](const comm::fusion::BucketRecord& b) { return double(b.bytes); });
-  std::vector<double> tensors =
-      gather([](const comm::fusion::BucketRecord& b) { return double(b.tensors); });
-  r.comm.start_s = gather([](const comm::fusion::BucketRecord& b) { return b.start_s; });
-  r.comm.seconds = gather([](const comm::fusion::BucketRecord& b) { return b.seconds; });
-  r.comm.cpu_seconds = gather([](const comm::fusion::BucketRecord& b) { return b.cpu_seconds; });
-  std::vector<std::string> hosts = comm_.gather_strings_to_root(comm_.hostname());
-  r.weight_checks = weight_checks_record(comm_, *weight_check_, cfg_.comm);
-  if (comm_.rank() != 0) return;
-
-  r.comm.step = cast<int64_t>(step);
-  r.comm.bucket = cast<int64_t>(bucket);
-  r.comm.bytes = cast<int64_t>(bytes);
-  r.comm.tensors = cast<int64_t>(tensors);
-  for (int rank = 0; rank < world; ++rank)
-    r.comm.rank.insert(r.comm.rank.end(), records.size(), rank);
-  r.deck = cfg_.effective_deck;
-  auto& info = r.info;
-  info.start_time = start_time_;
-  info.world_size = world;
-  info.nodes = comm_.node_count();
-  info.hosts = hosts;
-  info.backend = backend_->name();
-  info.algorithm = grad_reducer_->name();
-  info.precision = cfg_.train.precision;
-  info.instruction_set = backend_->instruction_set();
-  info.libraries = backend_->libraries();
-  info.wire = cfg_.comm.wire;
-  info.model = model_->name();
-  info.dataset = train_loader_->info().dataset;
-  info.fusion_mib = parallel_->engine().fusion_mib();  // the autotune's choice, or the deck's
-  info.first_bucket_mib = cfg_.comm.first_bucket_mib;
-  info.overlap = parallel_->engine().overlap();
-  r.autotune =
-      autotune_record(parallel_->autotuner()->report(), cfg_.comm.overlap, cfg_.comm.fusion_mib);
-  info.threads_per_rank = threads_;
-  info.batch_per_rank = batch_per_rank_;
-  info.global_batch = batch_per_rank_ * world;
-  info.accumulate_steps = accumulate_steps_;
-  info.effective_batch = int64_t(info.global_batch) * accumulate_steps_;
-  info.nonfinite_steps_skipped = nonfinite_skipped_;
-  info.loss_scale = cfg_.train.loss_scale;
-  info.loss_scale_final = scaler_ ? scaler_->scale() : 1.0;
-  info.loss_scale_skipped_steps = scaler_ ? scaler_->overflow_steps() : 0;
-  info.optimizer = cfg_.train.optimizer;
-  info.clip_norm = cfg_.train.clip_norm;
-  info.clipped_steps = clipper_ ? clipper_->clipped_total() : 0;
-  info.label_smoothing = cfg_.train.label_smoothing;
-  info.ema_decay = cfg_.train.ema_decay;
-  info.ema_test_loss = ema_test_.first;
-  info.ema_test_acc = ema_test_.second;
-  if (const char* job = std::getenv("SLURM_JOB_ID")) info.slurm_job_id = job;
-  r.epochs = epochs_;
-  r.summary =
-      summarise(r.timings, r.comm, warmup_steps(phases_.steps()), int(info.effective_batch));
-  double epoch_seconds = 0;
-  for (const auto& e : epochs_) epoch_seconds += e.seconds;
-  r.summary.time_per_epoch_s = epochs_.empty() ? 0 : epoch_seconds / double(epochs_.size());
-  r.test_confusion = cast<int64_t>(confusion);
-  r.class_names = train_loader_->info().class_names;
-  r.inspect = inspect_figures_;
-  r.summary.test_loss = test_loss;
-  r.summary.test_acc = test_acc;
-  r.summary.scaling_efficiency = kNaN;
-  if (!cfg_.output.baseline.empty()) {
-    io::BaselineFigures base = io::read_baseline(cfg_.output.baseline);
-    r.summary.baseline = cfg_.output.baseline;
-    if (base.images_per_s > 0)
-      r.summary.scaling_efficiency =
-          (r.summary.images_per_s / world) / (base.images_per_s / base.world_size);
-  }
-  io::write_results(cfg_.results_path(), r);
-  log::info(str("summary: ", int64_t(r.summary.images_per_s), " img/s over ", world,
-                " rank(s) | exposed comm ", int(r.summary.exposed_comm_fraction * 100 + 0.5),
-                "% of allreduce time (last rank to wait: ",
-                int(r.summary.exposed_comm_fraction_last_rank * 100 + 0.5), "%) | comm thread CPU ",
-                int(r.summary.comm_cpu_fraction * 1000 + 0.5) / 10.0,
-                "% of step time | load imbalance ", r.summary.load_imbalance,
-                std::isnan(test_acc) ? std::string() : str(" | test acc ", test_acc)));
-  if (scaler_)
-    log::info(str("loss scale: ", scaler_->scale(), " at the end; ", scaler_->overflow_steps(),
-                  " step(s) skipped for a gradient overflow"));
-  log::info(str("results: ", cfg_.results_path()));
 }
 
 void Trainer::run() {
@@ -1164,7 +813,7 @@ void Trainer::run() {
     if (ema_) test_averages();
   }
   enter_phase(Phase::kResults);
-  agree(comm_, [&] { write_results(test_loss, test_acc, confusion); });
+  fail_together(comm_, [&] { write_results(test_loss, test_acc, confusion); });
   if (timeline_->enabled()) {
     enter_phase(Phase::kTimeline);
     std::string path = cfg_.output.dir + "/" + cfg_.output.name + ".trace.json";
@@ -1174,8 +823,6 @@ void Trainer::run() {
     log::info(str("timeline: ", path, " (chrome://tracing or ui.perfetto.dev)"));
   }
 }
-
-}  // namespace
 
 backend::CudaOptions cuda_options(const TrainConfig& train, int device) {
   backend::CudaOptions options;

@@ -1,35 +1,14 @@
 #!/usr/bin/env bash
 # bench_report.sh — bench_scaling_report.py (make bench-scaling's arithmetic): a real 2-rank run's row against its results file, and the table's efficiencies on hand-made rows.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+source "$(dirname "$0")/lib/e2e.sh"
 source jobs/local/common.sh
-work=$(mktemp -d /tmp/rt-e2e-bench-report.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+e2e_workdir bench-report
 
 # ---- row: one ringtrain run's windows, compute-limited rate and exposed communication ------
 "$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 5 --shards 1 >/dev/null
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-threads = 1
-batch_per_rank = 8
-max_steps = 15
-lr = 0.02
-schedule = constant
-[comm]
-fusion_mib = 0.1
-first_bucket_mib = 0.02
-[output]
-dir = $work
-name = run
-DECK
+tiny_deck "$work/tiny.deck" "$work/data" "$work" train.epochs "threads = 1" "max_steps = 15" \
+  "lr = 0.02" "schedule = constant" "comm.fusion_mib = 0.1" "comm.first_bucket_mib = 0.02" \
+  "output.name = run"
 rt_mpirun 2 "$BIN/ringtrain" --deck "$work/tiny.deck" >"$work/run.log" 2>&1 \
   || { cat "$work/run.log"; fail "ringtrain failed"; }
 "$PYTHON" tools/bench_scaling_report.py row "$work/run.h5" --window 3 --extra '{"round": 1}' \

@@ -5,26 +5,8 @@
 source tests/e2e/lib/e2e.sh
 e2e_workdir ckpt
 tiny_fiber_data "$work/data"
-cat >"$work/ckpt.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 2
-batch_per_rank = 8
-lr = 0.05
-nesterov = true
-warmup_epochs = 0.5
-log_interval = 5
-[comm]
-fusion_mib = 0.1
-first_bucket_mib = 0.02
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/ckpt.deck" "$work/data" "$work/out" "epochs = 2" "lr = 0.05" "nesterov = true" \
+  "warmup_epochs = 0.5" "log_interval = 5" "comm.fusion_mib = 0.1" "comm.first_bucket_mib = 0.02"
 run() { BIN=$BIN jobs/local/train.sh "$work/ckpt.deck" 2 "$@"; }
 
 run --output.name=whole >"$work/whole.log" 2>&1 || { cat "$work/whole.log"; fail "uninterrupted run"; }

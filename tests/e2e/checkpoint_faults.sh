@@ -9,24 +9,8 @@ source tests/e2e/lib/e2e.sh
 e2e_workdir ckfault 'mountpoint -q "$work/full" && umount "$work/full"'
 full=$work/full
 tiny_fiber_data "$work/data"
-cat >"$work/run.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1
-batch_per_rank = 8
-lr = 0.05
-log_interval = 5
-checkpoint_every = 5
-[comm]
-fusion_mib = 0.1
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/run.deck" "$work/data" "$work/out" "lr = 0.05" "log_interval = 5" \
+  "checkpoint_every = 5" "comm.fusion_mib = 0.1"
 run() { BIN=$BIN jobs/local/train.sh "$work/run.deck" 2 "$@"; }
 step_of() { "$PYTHON" -c 'import sys, h5py; print(h5py.File(sys.argv[1], "r").attrs["global_step"])' "$1"; }
 

@@ -27,17 +27,8 @@ with h5py.File(f"{work}/inf_mean/val-00000-of-00001.h5", "r+") as f:
     f.attrs["mean"] = np.array([np.inf], dtype=np.float32)
 PY
 
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/px64
-[model]
-name = cnn_small
-[train]
-epochs = 1
-batch_per_rank = 16
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/tiny.deck" "$work/px64" "$work/out" data.eval_split data.test_split \
+  "batch_per_rank = 16"
 
 expect_bad() {  # expect_bad NP NAME DIR MESSAGE
   local np=$1 name=$2 dir=$3 message=$4

@@ -9,21 +9,8 @@ source tests/e2e/lib/e2e.sh
 source jobs/local/common.sh
 e2e_workdir data-truncated
 
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1000
-max_steps = 200
-batch_per_rank = 8
-log_interval = 1
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/tiny.deck" "$work/data" "$work/out" "epochs = 1000" "max_steps = 200" \
+  "log_interval = 1"
 
 for np in 1 2; do
   rm -rf "$work/data" "$work/out"

@@ -6,20 +6,8 @@ source tests/e2e/lib/e2e.sh
 e2e_workdir deck-errors
 
 "$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 5 --shards 1 >/dev/null
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/data
-[model]
-name = cnn_small
-[train]
-epochs = 1
-batch_per_rank = 16
-max_steps = 2
-[comm]
-fusion_mib = 0.1
-[output]
-dir = $work/out/runs
-DECK
+tiny_deck "$work/tiny.deck" "$work/data" "$work/out/runs" data.eval_split data.test_split \
+  "batch_per_rank = 16" "max_steps = 2" "comm.fusion_mib = 0.1"
 printf '[data]\ndir = %s\n[model]\nname = cnn_small\n[train]\nbatch_per_rank = 8\n[data]\ndir = x\n' \
   "$work/data" >"$work/dup.deck"
 touch "$work/a_file"

@@ -172,7 +172,8 @@ expect_bad() {  # expect_bad MESSAGE ARGS...
   [ "$err" = "rt-export: error: $message" ] || fail "message '$err' for $*"
   [ ! -e "$work/bad.onnx" ] || fail "$* wrote $work/bad.onnx"
 }
-hint="a model file is the checkpoint a training run of this ringtrain writes; resume its run (ringtrain --deck DECK --resume) to rewrite it as one"
+# The one re-save hint (io::kResaveHint), the same as ringtrain predict's.
+hint="re-save it as a model file by resuming its run: ringtrain --deck DECK --resume (with its train.epochs reached it trains no further and rewrites the checkpoint as format_version 2)"
 expect_bad "$work/data/train-00000-of-00002.h5: not a ringtrain model file (no format attribute 'ringtrain-checkpoint')" \
   --model "$work/data/train-00000-of-00002.h5" --onnx "$work/bad.onnx"
 cp "$model" "$work/v1.h5"

@@ -2,11 +2,8 @@
 # fibergen.sh — rt-fibergen end to end: shards readable by h5dump with every attribute, a PNG
 # contact sheet, bad options (exit 2, one line, nothing written), a killed run leaves no shard,
 # SIGTERM or SIGINT mid-run removes the temp files and exits 128 + the signal.
-set -euo pipefail
-BIN=${BIN:-bin}
-work=$(mktemp -d /tmp/rt-e2e-fibergen.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/e2e.sh"
+e2e_workdir fibergen
 
 "$BIN/rt-fibergen" --help | grep -- '--fiber-type' >/dev/null || fail "--help does not list --fiber-type"
 

@@ -10,12 +10,11 @@
 # and exit as they should, but OpenMPI 4.1.4's mpirun then hangs or crashes in its own shutdown
 # in about half the runs, with or without ringtrain (MPI_Abort or _exit on one rank while another
 # has finalized is enough), so the case would test the launcher.
-set -u
-BIN=${BIN:-bin}
+source "$(dirname "$0")/lib/e2e.sh"
+set +e  # every case runs to the end: its problems are counted (record_failure), not fatal
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 exe=$BIN/tests/mpi_test_fusion_engine
-[ -x "$exe" ] || { echo "missing $exe: run make $exe"; exit 1; }
+[ -x "$exe" ] || fail "missing $exe: run make $exe"
 np=3
 timeout_s=2
 limit_s=$((timeout_s + 10))
@@ -32,14 +31,14 @@ run_case() {
   elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
 }
 
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+record_failure() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # check_exit NAME: non-zero, not killed by our own timeout, and within the limit.
 check_exit() {
-  if [ "$status" = 0 ]; then fail "$1: the job exited 0"; fi
-  if [ "$status" = 124 ]; then fail "$1: the job hung (killed by timeout after 120 s)"; fi
+  if [ "$status" = 0 ]; then record_failure "$1: the job exited 0"; fi
+  if [ "$status" = 124 ]; then record_failure "$1: the job hung (killed by timeout after 120 s)"; fi
   if awk -v e="$elapsed" -v l="$limit_s" 'BEGIN { exit !(e > l) }'; then
-    fail "$1: the job took $elapsed s, more than the stall timeout + 10 s = $limit_s s"
+    record_failure "$1: the job took $elapsed s, more than the stall timeout + 10 s = $limit_s s"
   fi
   echo "$1: exit $status after $elapsed s (limit $limit_s s)"
 }
@@ -50,7 +49,7 @@ expect_line() {
   if grep -qxF "$want" "$log"; then
     echo "  rank $2 printed: $3"
   else
-    fail "$1: rank $2 did not print: $want"
+    record_failure "$1: rank $2 did not print: $want"
   fi
 }
 
@@ -71,7 +70,7 @@ for r in 0 2; do
   expect_line $name "$r" "stall: after 2 s, bucket 0 of step 1 still waits for rank 1, which did \
 not answer within 2 s (stuck outside the engine, e.g. in compute or I/O, or exited)"
 done
-if grep -q "ringtrain: error: rank 1: stall" "$log"; then fail "$name: rank 1 claims to have seen the stall"; fi
+if grep -q "ringtrain: error: rank 1: stall" "$log"; then record_failure "$name: rank 1 claims to have seen the stall"; fi
 [ "$failures" = 0 ] || sed 's/^/    | /' "$log"
 rm -f "$log"
 

@@ -2,18 +2,15 @@
 # fusion_timeline.sh — the Chrome-trace file of a 3-rank run parses as JSON (Python's json) and
 # holds every rank as a process, with compute and comm threads and each bucket's allreduce: one
 # at a time per rank, the same buckets in the same order on every rank.
-set -u
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+source "$(dirname "$0")/lib/e2e.sh"
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 exe=$BIN/tests/mpi_test_fusion_engine
-[ -x "$exe" ] || { echo "missing $exe: run make $exe"; exit 1; }
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+[ -x "$exe" ] || fail "missing $exe: run make $exe"
+e2e_workdir timeline
+dir=$work
 np=3
 RT_TEST_TIMELINE=$dir/trace.json timeout -k 5 120 $MPIRUN -np $np -x RT_TEST_TIMELINE \
-  "$exe" --run_test=fusion_timeline/writes_one_trace_for_all_ranks || { echo "FAIL: the run failed"; exit 1; }
+  "$exe" --run_test=fusion_timeline/writes_one_trace_for_all_ranks || fail "the run failed"
 ls "$dir"
 "$PYTHON" - "$dir/trace.json" "$np" <<'PY'
 import json, sys

@@ -18,26 +18,8 @@ export RT_LINK_TIMEOUT_S=2
 
 cluster_up_or_skip "$prefix"
 tiny_fiber_data "$work/data"
-cat >"$work/long.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1000
-batch_per_rank = 8
-lr = 0.05
-threads = 1
-log_interval = 1
-checkpoint_every = 5
-[comm]
-fusion_mib = 0.1
-stall_timeout_s = $timeout_s
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/long.deck" "$work/data" "$work/out" "epochs = 1000" "lr = 0.05" "threads = 1" \
+  "log_interval = 1" "checkpoint_every = 5" "comm.fusion_mib = 0.1" "comm.stall_timeout_s = $timeout_s"
 
 node_pids() { ip netns pids "$prefix-node$1" 2>/dev/null | tr '\n' ' '; }
 

@@ -11,25 +11,8 @@ prefix=rte$(($$ % 100000))
 e2e_workdir multinode 'jobs/local/cluster.sh down --prefix "$prefix"'
 cluster_up_or_skip "$prefix"
 tiny_fiber_data "$work/data" 200
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1
-max_steps = 4
-batch_per_rank = 8
-lr = 0.05
-threads = 1
-[comm]
-fusion_mib = 0.1
-first_bucket_mib = 0.02
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/tiny.deck" "$work/data" "$work/out" "max_steps = 4" "lr = 0.05" "threads = 1" \
+  "comm.fusion_mib = 0.1" "comm.first_bucket_mib = 0.02"
 run() {  # run NAME NODES NP [ringtrain args]: NODES empty = this machine
   local name=$1 nodes=$2 np=$3; shift 3
   NODES=$nodes RT_CLUSTER=$prefix BIN=$BIN jobs/local/train.sh "$work/tiny.deck" "$np" \

@@ -11,17 +11,8 @@ e2e_workdir newcomer-errors
 "$BIN/rt-fibergen" --output "$work/f256" --count 20 --seed 3 --size 256 >/dev/null
 "$BIN/rt-fibergen" --output "$work/f64" --count 200 --seed 3 >/dev/null
 mkdir -p "$work/empty"
-cat >"$work/new.deck" <<DECK
-[data]
-dir = $work/f64
-[model]
-name = fibernet
-[train]
-epochs = 1
-batch_per_rank = 32
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/new.deck" "$work/f64" "$work/out" data.eval_split data.test_split \
+  "model.name = fibernet" "batch_per_rank = 32"
 
 # expect NAME MESSAGE ARGS...: expect_refused (lib/e2e.sh: exactly "ringtrain: error: MESSAGE",
 # exit 2 on both ranks, no epoch trained, no results file) with the deck, or without the --deck

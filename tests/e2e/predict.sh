@@ -7,20 +7,8 @@
 source tests/e2e/lib/e2e.sh
 e2e_workdir predict
 tiny_fiber_data "$work/data"
-cat >"$work/inspect.deck" <<DECK
-[data]
-dir = $work/data
-[model]
-name = cnn_small
-heads = inspect
-false_accept_target = 0.05
-[train]
-epochs = 2
-batch_per_rank = 8
-lr = 0.05
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/inspect.deck" "$work/data" "$work/out" data.eval_split data.test_split \
+  "model.heads = inspect" "model.false_accept_target = 0.05" "epochs = 2" "lr = 0.05"
 mpirun() { command mpirun --oversubscribe -np "$@"; }
 mpirun 2 "$BIN/ringtrain" --deck "$work/inspect.deck" >"$work/train.log" 2>&1 \
   || { cat "$work/train.log"; fail "inspect training"; }
@@ -133,6 +121,27 @@ mpirun 2 "$BIN/ringtrain" predict --model "$ckpt" --input "$work/nowhere.h5" --o
 [ "$status" = 2 ] || { cat "$work/bad.log"; fail "a missing input exits $status, not 2"; }
 grep -q "input $work/nowhere.h5: no such file or folder" "$work/bad.log" || fail "bad input line: $(cat "$work/bad.log")"
 [ ! -e "$work/bad.csv" ] && [ ! -e "$work/bad.h5" ] || fail "output written for bad input"
+
+# A decompression bomb among the PNGs (all in one batch, rank 1's): refused from its header
+# before decoding, every rank exits 2; --max-pixels below the 64x64 images refuses one of them.
+bomb_png "$work/png/img9.png" 60000 60000
+predict_refused() {  # predict_refused NAME LINE ARGS...: exit 2, the line once, no output
+  local name=$1 line=$2 status=0
+  shift 2
+  mpirun 2 "$BIN/ringtrain" predict --model "$ckpt" --output "$work/$name" "$@" \
+    >"$work/$name.log" 2>&1 || status=$?
+  [ "$status" = 2 ] || { cat "$work/$name.log"; fail "$name: exit $status, not 2"; }
+  [ "$(grep -cxF "ringtrain: error: $line" "$work/$name.log")" = 1 ] ||
+    fail "$name: no line '$line' in: $(cat "$work/$name.log")"
+  [ ! -e "$work/$name.csv" ] && [ ! -e "$work/$name.h5" ] || fail "$name: output written"
+}
+predict_refused bomb \
+  "$work/png/img9.png: 60000x60000 image (3600000000 pixels) is over the limit of 100000000 pixels (--max-pixels) (rank 1)" \
+  --input "$work/png"
+predict_refused max_pixels \
+  "$work/png/img0.png: 64x64 image (4096 pixels) is over the limit of 4095 pixels (--max-pixels) (rank 1)" \
+  --input "$work/png/img0.png" --max-pixels 4095
+rm "$work/png/img9.png"
 
 # A version-1 checkpoint (a class-heads run's, its card removed): --resume still loads it; predict
 # says what is missing and how to re-save; resuming at its last step re-saves it as version 2.

@@ -1,34 +1,15 @@
 #!/usr/bin/env bash
 # report.sh — a tiny weak-scaling sweep (1, 2 ranks) through jobs/local/weak_scaling.sh, rt-report's table and
 # plots checked against the results files, rt-model's fit and predictions, and bad sweeps' exact errors.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+source "$(dirname "$0")/lib/e2e.sh"
 export BIN PYTHON
-work=$(mktemp -d /tmp/rt-e2e-report.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+e2e_workdir report
 
 "$BIN/rt-fibergen" --output "$work/data" --count 300 --seed 3 --shards 1 >/dev/null
-cat >"$work/tiny.deck" <<DECK
-# tiny.deck — weak scaling: 8 images and 48 samples per rank (6 steps at any rank count)
-[data]
-dir = $work/data
-eval_split =
-test_split =
-samples_per_rank = 48
-[model]
-name = cnn_small
-[train]
-threads = 1
-epochs = 1
-batch_per_rank = 8
-lr = 0.02
-schedule = constant
-[comm]
-fusion_mib = 0.1
-first_bucket_mib = 0.02
-DECK
+# Weak scaling: 8 images and 48 samples per rank (6 steps at any rank count); the sweep names
+# the outputs.
+tiny_deck "$work/tiny.deck" "$work/data" "" output.dir "data.samples_per_rank = 48" "threads = 1" \
+  "lr = 0.02" "schedule = constant" "comm.fusion_mib = 0.1" "comm.first_bucket_mib = 0.02"
 
 # The sweep: one results file per rank count, the 2-rank one against the 1-rank baseline.
 NPS="1 2" OUT="$work" SWEEP=weak jobs/local/weak_scaling.sh "$work/tiny.deck" >"$work/sweep.log" 2>&1 \

@@ -8,26 +8,8 @@ export BIN PYTHON
 e2e_workdir model-check
 
 "$BIN/rt-fibergen" --output "$work/data" --count 200 --seed 5 --shards 1 >/dev/null
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/data
-eval_split =
-test_split =
-[model]
-name = cnn_small
-[train]
-threads = 1
-epochs = 1
-max_steps = 8
-batch_per_rank = 8
-lr = 0.02
-schedule = constant
-[comm]
-fusion_mib = 0.1
-first_bucket_mib = 0.02
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/tiny.deck" "$work/data" "$work/out" "threads = 1" "max_steps = 8" "lr = 0.02" \
+  "schedule = constant" "comm.fusion_mib = 0.1" "comm.first_bucket_mib = 0.02"
 for np in 1 2; do
   jobs/local/train.sh "$work/tiny.deck" "$np" --output.name="np$np" >"$work/np$np.log" 2>&1 \
     || { cat "$work/np$np.log"; fail "training on $np rank(s)"; }

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # rt_shard_fashion_mnist.sh — converts Debian's Fashion-MNIST with rt-shard and checks the
 # shards with h5dump: split sizes, shape, class names, and the train mean and std.
-set -euo pipefail
-BIN=${BIN:-bin}
+source "$(dirname "$0")/lib/e2e.sh"
 src=/usr/share/datasets/fashion-mnist
 if [ ! -e "$src/train-images-idx3-ubyte.gz" ]; then
   echo "missing $src (Debian package dataset-fashion-mnist; make deps installs it)"; exit 1
 fi
-out=$(mktemp -d /tmp/rt-e2e-fmnist.XXXXXX)
-trap 'rm -rf "$out"' EXIT
+e2e_workdir fmnist
+out=$work
 
 "$BIN/rt-shard" fashion-mnist --output "$out" --shards 2
 for split in train val test; do

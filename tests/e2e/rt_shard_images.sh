@@ -161,6 +161,17 @@ expect_bad sizes \
 "$BIN/rt-shard" images --input "$in" --output "$work/sized" --size 64 --val-fraction 0 \
   --test-fraction 0 >/dev/null || fail "--size 64 did not take the mixed sizes"
 
+# A decompression bomb (a header declaring 60000 x 60000 pixels) is refused from its header;
+# --max-pixels lowers the limit below the 64x64 images themselves.
+case_dir bomb; bomb_png "$in/a/a2.png" 60000 60000
+expect_bad bomb \
+  "rt-shard: $in/a/a2.png: 60000x60000 image (3600000000 pixels) is over the limit of 100000000 pixels (--max-pixels)" \
+  --input "$in"
+expect_bad max_pixels \
+  "rt-shard: $base/a/a0.png: 64x64 image (4096 pixels) is over the limit of 4095 pixels (--max-pixels)" \
+  --input "$base" --max-pixels 4095
+expect_bad max_pixels_zero "rt-shard: --max-pixels 0: must be at least 1" --input "$base" --max-pixels 0
+
 expect_bad shards "rt-shard: --shards 9: the train split has only 8 images (every shard needs one)" \
   --input "$base" --shards 9 --val-fraction 0 --test-fraction 0
 
@@ -180,12 +191,15 @@ ln -s "$work/nowhere.png" "$in/a/a9.png"
 : >"$in/b/b9.png"
 echo "notes" >"$in/a/notes.txt"
 cp "$big" "$in/b/b1.png"
+bomb_png "$in/a/a2.png" 60000 60000
 "$BIN/rt-shard" images --input "$in" --output "$work/skipped" --val-fraction 0 --test-fraction 0 \
   --skip-bad >"$work/skip.out" 2>"$work/skip.err" || fail "--skip-bad: exit $? ($(cat "$work/skip.err"))"
-[ "$(tail -1 "$work/skip.err")" = "rt-shard: skipped 5 bad images" ] || fail "skip count: $(cat "$work/skip.err")"
-[ "$(grep -c "^rt-shard: skipped $in/" "$work/skip.err")" = 5 ] || fail "skipped lines: $(cat "$work/skip.err")"
-h5dump -a /split_samples "$work/skipped/train-00000-of-00001.h5" | grep -q '(0): 6$' ||
-  fail "--skip-bad did not write the 6 good images"
+[ "$(tail -1 "$work/skip.err")" = "rt-shard: skipped 6 bad images" ] || fail "skip count: $(cat "$work/skip.err")"
+[ "$(grep -c "^rt-shard: skipped $in/" "$work/skip.err")" = 6 ] || fail "skipped lines: $(cat "$work/skip.err")"
+grep -qx "rt-shard: skipped $in/a/a2.png: 60000x60000 image (3600000000 pixels) is over the limit of 100000000 pixels (--max-pixels)" \
+  "$work/skip.err" || fail "the bomb's skipped line: $(cat "$work/skip.err")"
+h5dump -a /split_samples "$work/skipped/train-00000-of-00001.h5" | grep -q '(0): 5$' ||
+  fail "--skip-bad did not write the 5 good images"
 echo "--skip-bad OK"
 
 # ---- the README's "Your own images" walk: its four commands, smaller ------------------------------

@@ -2,12 +2,8 @@
 # sensitivity.sh — the sensitivity sweep end to end: jobs/local/sensitivity.sh over a small
 # grid, rt-report's grid (rows equal to each run's own /summary, efficiency from its timings,
 # a heat map per precision), a mixed folder refused with one line, an off-grid array task.
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
-work=$(mktemp -d /tmp/rt-e2e-sensitivity.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/lib/e2e.sh"
+e2e_workdir sensitivity
 
 "$BIN/rt-fibergen" --output "$work/data" --count 400 --seed 5 --shards 2 >/dev/null
 precisions=fp32

@@ -3,9 +3,8 @@
 # the MPI helpers, the fusion engine's and timeline's headers free of MPI, no private header of
 # another module, no include cycle, namespaces that match folders; and docs/ARCHITECTURE.md
 # stays true: every folder and file it names exists, and every source folder is named in it.
-set -euo pipefail
+source "$(dirname "$0")/lib/e2e.sh"
 cd "$(dirname "$0")/../.."
-PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" - <<'PY'
 import os, re, sys
 

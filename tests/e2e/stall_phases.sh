@@ -18,24 +18,8 @@ export RINGTRAIN_STALL_IO_FACTOR=3
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 tiny_fiber_data "$work/data"
-cat >"$work/run.deck" <<DECK
-[data]
-dir = $work/data
-eval_split = val
-test_split =
-[model]
-name = cnn_small
-[train]
-epochs = 1
-batch_per_rank = 8
-lr = 0.05
-log_interval = 5
-[comm]
-fusion_mib = 0.1
-stall_timeout_s = 1
-[output]
-dir = $work/out
-DECK
+tiny_deck "$work/run.deck" "$work/data" "$work/out" "data.eval_split = val" "lr = 0.05" \
+  "log_interval = 5" "comm.fusion_mib = 0.1" "comm.stall_timeout_s = 1"
 
 # case NP PHASE@RANK DEADLINE_S EXPECTED_TEXT (what each waiting rank prints after its prefix)
 case_() {

@@ -3,32 +3,14 @@
 # file (checked through h5py and h5dump; its summary, throughput and accuracies recomputed from
 # its own rows and the shards), and bad input stops every rank with one line, exit code 2 and
 # no results file (the refusals two at a time).
-set -euo pipefail
-BIN=${BIN:-bin}
-PYTHON=${PYTHON:-/usr/bin/python3}
+source "$(dirname "$0")/lib/e2e.sh"
 source jobs/local/common.sh
-work=$(mktemp -d /tmp/rt-e2e-train.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+e2e_workdir train
 
 "$BIN/rt-fibergen" --output "$work/data" --count 500 --seed 7 --shards 2 >/dev/null
-cat >"$work/tiny.deck" <<DECK
-[data]
-dir = $work/data
-[model]
-name = cnn_small
-[train]
-epochs = 2
-batch_per_rank = 16
-lr = 0.02
-log_interval = 5
-[comm]
-fusion_mib = 0.1
-first_bucket_mib = 0.02
-[output]
-dir = $work/out
-timeline = true
-DECK
+tiny_deck "$work/tiny.deck" "$work/data" "$work/out" data.eval_split data.test_split "epochs = 2" \
+  "batch_per_rank = 16" "lr = 0.02" "log_interval = 5" "comm.fusion_mib = 0.1" \
+  "comm.first_bucket_mib = 0.02" "output.timeline = true"
 
 # On 2 ranks, rank 1 is made a straggler (25 ms more in each data phase), so its timings
 # can be told from rank 0's: they must land in row 1 of every /timings dataset.

@@ -14,7 +14,7 @@
 
 #include "mpi_test.hpp"
 #include "ringtrain/data/loader.hpp"
-#include "ringtrain/data/shard_writer.hpp"
+#include "ringtrain/data/shard/writer.hpp"
 
 // RT_MPI_TEST_MAIN pastes its qualified fixture name into an identifier (gf_rt_test::...),
 // which does not compile; the same global fixture, named without the namespace:
@@ -44,7 +44,7 @@ std::string shared_split() {
   if (rt_test::world_rank() == 0) {
     fs::remove_all(dir);
     fs::create_directories(dir);
-    shard::SplitImages s;
+    data::shard::SplitImages s;
     s.dataset = "testset";
     s.split = "train";
     s.channels = 1;
@@ -56,7 +56,7 @@ std::string shared_split() {
       for (int k = 0; k < kSide * kSide; ++k) s.images.push_back(pixel(id, k));
       s.labels.push_back(int32_t(id % kClasses));
     }
-    shard::write_splits(dir.string(), {&s}, 3);
+    data::shard::write_splits(dir.string(), {&s}, 3);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return dir.string();

@@ -72,9 +72,10 @@ BOOST_AUTO_TEST_CASE(the_rule_follows_ranks_and_cpus_and_every_rank_agrees) {
   cpu_set_t all;
   CPU_ZERO(&all);
   for (cpu_set_t& m : masks) CPU_OR(&all, &all, &m);
+  // The cgroup limit rounded down, as for the thread share: 1.5 CPUs are one CPU to count on.
   int cpus = CPU_COUNT(&all);
   if (comm::cgroup_cpu_limit() > 0)
-    cpus = std::min(cpus, std::max(1, int(std::ceil(comm::cgroup_cpu_limit()))));
+    cpus = std::min(cpus, std::max(1, int(std::floor(comm::cgroup_cpu_limit()))));
   const WaitStyle expected = rt_test::world_size() > cpus ? WaitStyle::yield : WaitStyle::spin;
   BOOST_TEST(rt_test::all_ok(buckets->wait_style() == expected),
              rt_test::world_size() << " ranks, " << cpus << " CPUs: got "

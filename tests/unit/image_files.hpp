@@ -7,6 +7,7 @@
 #include <tiffio.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -167,6 +168,40 @@ inline void write_tiff_file(const std::string& path, const TestImage& im, int ph
   TIFFClose(t);
 }
 
+// A decompression bomb's header: a valid PNG signature and IHDR declaring width x height 8-bit
+// grey pixels, then one tiny IDAT and IEND (libpng computes the CRCs). A few hundred bytes on
+// disk; a decoder that believes the header allocates width x height bytes before the IDAT
+// shows that the data is missing.
+inline void write_png_header_only(const std::string& path, uint32_t width, uint32_t height) {
+  PngWriter w(path);
+  if (setjmp(png_jmpbuf(w.png))) throw std::runtime_error("libpng failed on " + path);
+  png_init_io(w.png, w.f);
+  png_set_IHDR(w.png, w.info, width, height, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(w.png, w.info);
+  const png_byte idat[] = {'I', 'D', 'A', 'T', 0}, iend[] = {'I', 'E', 'N', 'D', 0};
+  const png_byte zlib_of_one_zero[] = {0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01};
+  png_write_chunk(w.png, idat, zlib_of_one_zero, sizeof zlib_of_one_zero);
+  png_write_chunk(w.png, iend, nullptr, 0);
+}
+
+// A TIFF whose tags say width x height grey 8-bit pixels in one strip that is not there.
+inline void write_tiff_header_only(const std::string& path, uint32_t width, uint32_t height) {
+  TIFF* t = TIFFOpen(path.c_str(), "w");
+  if (!t) throw std::runtime_error("cannot create " + path);
+  TIFFSetField(t, TIFFTAG_IMAGEWIDTH, width);
+  TIFFSetField(t, TIFFTAG_IMAGELENGTH, height);
+  TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, uint16_t(1));
+  TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, uint16_t(8));
+  TIFFSetField(t, TIFFTAG_PHOTOMETRIC, uint16_t(PHOTOMETRIC_MINISBLACK));
+  TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+  TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, height);
+  const uint8_t one_row_start = 0;
+  if (TIFFWriteRawStrip(t, 0, const_cast<uint8_t*>(&one_row_start), 1) < 0)
+    throw std::runtime_error("tiff strip " + path);
+  TIFFClose(t);
+}
+
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw std::runtime_error("cannot create " + path);
@@ -182,6 +217,19 @@ inline std::string read_bytes(const std::string& path) {
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) bytes.append(buf, n);
   std::fclose(f);
   return bytes;
+}
+
+// A JPEG whose start-of-frame says width x height (at most 65535 each) although its data is
+// that of a 16 x 16 image: the real file with the SOF0 marker's size bytes overwritten.
+inline void write_jpeg_header_claiming(const std::string& path, uint16_t width, uint16_t height) {
+  TestImage small{16, 16, 1, 8, std::vector<uint16_t>(256, 128)};
+  write_jpeg_file(path, small, 90);
+  std::string bytes = read_bytes(path);
+  const size_t sof = bytes.find("\xff\xc0");  // baseline SOF0: length(2) precision(1) H(2) W(2)
+  if (sof == std::string::npos) throw std::runtime_error("no SOF0 in " + path);
+  bytes[sof + 5] = char(height >> 8), bytes[sof + 6] = char(height & 0xff);
+  bytes[sof + 7] = char(width >> 8), bytes[sof + 8] = char(width & 0xff);
+  write_bytes(path, bytes);
 }
 
 }  // namespace rt_test

@@ -4,9 +4,12 @@
 #include <map>
 
 #include "ringtrain/comm/fusion/autotune.hpp"
+#include "ringtrain/comm/fusion/fusion_engine.hpp"
+#include "ringtrain/train/data_parallel.hpp"
 
 using ringtrain::comm::fusion::AutotuneOptions;
 using ringtrain::comm::fusion::CoordinateSearch;
+using ringtrain::comm::fusion::FusionOptions;
 using ringtrain::comm::fusion::TuneSettings;
 
 namespace {
@@ -26,6 +29,31 @@ std::vector<TuneSettings> run(CoordinateSearch& search,
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(autotune)
+
+// comm.fusion_mib has one default: an engine built without a deck (the benches, the tests) runs
+// the size the trainer's engine starts at under comm.fusion_mib = auto, the autotune's start.
+// (It was 64 MiB for the one, 16 for the other.) A value in the deck reaches both.
+BOOST_AUTO_TEST_CASE(fusion_mib_has_one_default_and_the_deck_reaches_engine_and_search) {
+  const ringtrain::CommConfig deck;  // comm.fusion_mib = auto, comm.overlap = auto
+  BOOST_TEST(FusionOptions{}.fusion_mib == TuneSettings{}.fusion_mib);
+  BOOST_TEST(ringtrain::train::engine_options(deck).fusion_mib == TuneSettings{}.fusion_mib);
+  BOOST_TEST(ringtrain::train::autotune_options(deck, 0).start.fusion_mib ==
+             TuneSettings{}.fusion_mib);
+  BOOST_TEST(ringtrain::train::engine_options(deck).overlap);
+  ringtrain::CommConfig fixed;
+  fixed.fusion_mib = "2";
+  fixed.overlap = "false";
+  fixed.first_bucket_mib = 0.25;
+  fixed.stall_timeout_s = 7;
+  fixed.local_gate = false;
+  const FusionOptions engine = ringtrain::train::engine_options(fixed);
+  BOOST_TEST(engine.fusion_mib == 2.0);
+  BOOST_TEST(!engine.overlap);
+  BOOST_TEST(engine.first_bucket_mib == 0.25);
+  BOOST_TEST(engine.stall_timeout_s == 7.0);
+  BOOST_TEST(!engine.local_gate);
+  BOOST_TEST(ringtrain::train::autotune_options(fixed, 0).start.fusion_mib == 2.0);
+}
 
 // The searches below try 4 and 64 MiB beside the start's 16.
 AutotuneOptions four_and_64() {

@@ -181,6 +181,32 @@ BOOST_AUTO_TEST_CASE(slurm_cpus_caps_an_unbound_share) {
   BOOST_TEST(comm::compute_cpu_share(facts).threads == 3);
 }
 
+// A fractional cgroup limit is one count of the node's CPUs for both the thread share and the
+// shared-memory waits: rounded down, so 2 ranks in 1.5 CPUs get 1 thread each and yield (they
+// used to spin: the waits rounded 1.5 up to 2), and 3 ranks in 2.5 CPUs likewise.
+BOOST_AUTO_TEST_CASE(fractional_cgroup_limits_count_alike_for_threads_and_waits) {
+  using comm::shm::WaitStyle;
+  struct Case {
+    double cgroup;
+    int ranks, usable, threads;
+    WaitStyle wait;
+  };
+  for (const Case& c : {Case{1.5, 1, 1, 1, WaitStyle::spin}, Case{1.5, 2, 1, 1, WaitStyle::yield},
+                        Case{2.5, 2, 2, 1, WaitStyle::spin}, Case{2.5, 3, 2, 1, WaitStyle::yield},
+                        Case{2.5, 1, 2, 2, WaitStyle::spin}}) {
+    BOOST_TEST_CONTEXT(c.ranks << " ranks in " << c.cgroup << " CPUs") {
+      comm::CpuFacts facts;
+      facts.own_affinity_cpus = facts.node_affinity_cpus = 8;
+      facts.cgroup_cpus = c.cgroup;
+      facts.local_ranks = c.ranks;
+      BOOST_TEST(comm::usable_node_cpus(facts) == c.usable);
+      BOOST_TEST(comm::compute_cpu_share(facts).threads == c.threads);
+      BOOST_TEST(comm::shm::to_string(comm::shm::wait_style_for(facts, nullptr)) ==
+                 comm::shm::to_string(c.wait));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
   comm::CpuFacts facts;
   facts.own_affinity_cpus = 1;

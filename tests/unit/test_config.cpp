@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/model.hpp"
@@ -434,7 +435,7 @@ BOOST_AUTO_TEST_CASE(agreed_text_leaves_out_only_the_per_rank_keys) {
                  .config;
   const std::string text = agreed_config_text(a);
   BOOST_TEST(text == agreed_config_text(b));
-  BOOST_TEST(first_difference(text, agreed_config_text(b)).key.empty());
+  BOOST_TEST(comm::first_difference(text, agreed_config_text(b)).key.empty());
   for (const std::string& key : per_rank_keys())
     BOOST_TEST(text.find("\n" + key + " = ") == std::string::npos, key);
   BOOST_TEST(text.find("\ntrain.lr = 0.05\n") != std::string::npos);
@@ -442,12 +443,12 @@ BOOST_AUTO_TEST_CASE(agreed_text_leaves_out_only_the_per_rank_keys) {
   BOOST_TEST(text.rfind("--resume = false\n") == text.size() - 17);
   // Every other key counts, in --print-deck's order: data.* comes before train.*.
   Config c = parse({"--deck", deck, "--train.lr=0.1", "--data.shuffle=false"}).config;
-  KeyDifference d = first_difference(agreed_config_text(c), text);
+  comm::KeyDifference d = comm::first_difference(agreed_config_text(c), text);
   BOOST_TEST(d.key == "data.shuffle");
   BOOST_TEST(d.a == "false");
   BOOST_TEST(d.b == "true");
   Config r = parse({"--deck", deck, "--resume"}).config;
-  d = first_difference(agreed_config_text(r), text);
+  d = comm::first_difference(agreed_config_text(r), text);
   BOOST_TEST(d.key == "--resume");
   BOOST_TEST(d.a == r.checkpoint_path());
   BOOST_TEST(d.b == "false");

@@ -8,13 +8,13 @@
 
 #include "image_files.hpp"
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/convert_images.hpp"
 #include "ringtrain/data/image_decode.hpp"
+#include "ringtrain/data/shard/convert_images.hpp"
 #include "ringtrain/io/h5.hpp"
 #include "temp_dir.hpp"
 
 using namespace ringtrain;
-using shard::ImageItem;
+using data::shard::ImageItem;
 
 namespace {
 
@@ -42,7 +42,7 @@ std::vector<std::array<int, 3>> counts(const std::vector<ImageItem>& items,
 std::string csv_error(const std::string& dir, const std::string& text) {
   rt_test::write_bytes(dir + "/l.csv", text);
   try {
-    shard::read_label_csv(dir + "/l.csv");
+    data::shard::read_label_csv(dir + "/l.csv");
   } catch (const InputError& e) {
     return e.what();
   }
@@ -56,7 +56,7 @@ BOOST_AUTO_TEST_SUITE(convert_images)
 // Per class: test = round(n * 0.1), val = round(n * 0.2), train the rest.
 BOOST_AUTO_TEST_CASE(stratified_split_counts_per_class) {
   const std::vector<ImageItem> items = items_of({10, 7, 1, 25});
-  const std::vector<int> split = shard::stratified_split(items, 4, 0.2, 0.1, 42);
+  const std::vector<int> split = data::shard::stratified_split(items, 4, 0.2, 0.1, 42);
   const std::vector<std::array<int, 3>> want{{7, 2, 1}, {5, 1, 1}, {1, 0, 0}, {17, 5, 3}};
   const auto got = counts(items, split, 4);
   for (size_t c = 0; c < want.size(); ++c)
@@ -67,9 +67,9 @@ BOOST_AUTO_TEST_CASE(stratified_split_counts_per_class) {
 // matter, the thread or platform neither (our own Fisher-Yates over std::mt19937_64).
 BOOST_AUTO_TEST_CASE(stratified_split_is_deterministic_by_path_and_seed) {
   std::vector<ImageItem> items = items_of({12, 9});
-  const std::vector<int> a = shard::stratified_split(items, 2, 0.25, 0.25, 7);
+  const std::vector<int> a = data::shard::stratified_split(items, 2, 0.25, 0.25, 7);
   std::vector<ImageItem> reversed(items.rbegin(), items.rend());
-  const std::vector<int> b = shard::stratified_split(reversed, 2, 0.25, 0.25, 7);
+  const std::vector<int> b = data::shard::stratified_split(reversed, 2, 0.25, 0.25, 7);
   for (size_t i = 0; i < items.size(); ++i) BOOST_TEST(a[i] == b[items.size() - 1 - i]);
   // Pinned: which of class 0's files (img1000..img1011) seed 7 sends to test and val.
   std::string test, val;
@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(stratified_split_is_deterministic_by_path_and_seed) {
   BOOST_TEST_MESSAGE("seed 7 class 0: test " << test << "val " << val);
   BOOST_TEST(test == "1000 1002 1004 ");
   BOOST_TEST(val == "1005 1006 1009 ");
-  const std::vector<int> other = shard::stratified_split(items, 2, 0.25, 0.25, 8);
+  const std::vector<int> other = data::shard::stratified_split(items, 2, 0.25, 0.25, 8);
   BOOST_TEST((other != a));
 }
 
@@ -105,23 +105,23 @@ BOOST_AUTO_TEST_CASE(classes_sorted_or_given_and_labels_checked) {
   const std::string dir = rt_test::temp_dir("label-classes");
   rt_test::write_bytes(dir + "/l.csv", "path,label\nc.png,dog\na.png,cat\nb.png,bird\n");
   for (const char* name : {"a.png", "b.png", "c.png"}) rt_test::write_bytes(dir + "/" + name, "x");
-  shard::ImageListing listing = shard::read_label_csv(dir + "/l.csv");
+  data::shard::ImageListing listing = data::shard::read_label_csv(dir + "/l.csv");
   std::vector<std::string> skipped;
-  const auto sorted = shard::assign_classes(listing, {}, false, &skipped);
+  const auto sorted = data::shard::assign_classes(listing, {}, false, &skipped);
   BOOST_TEST(sorted == (std::vector<std::string>{"bird", "cat", "dog"}),
              boost::test_tools::per_element());
   BOOST_TEST(listing.items[0].class_index == 1);  // a.png, cat
-  listing = shard::read_label_csv(dir + "/l.csv");
+  listing = data::shard::read_label_csv(dir + "/l.csv");
   try {
-    shard::assign_classes(listing, {"dog", "cat"}, false, &skipped);
+    data::shard::assign_classes(listing, {"dog", "cat"}, false, &skipped);
     BOOST_FAIL("no error for a label outside --classes");
   } catch (const InputError& e) {
     BOOST_TEST(std::string(e.what()) ==
                dir + "/l.csv:4: " + dir +
                    "/b.png: label 'bird' is not in the class list (dog, cat)");
   }
-  listing = shard::read_label_csv(dir + "/l.csv");
-  shard::assign_classes(listing, {"dog", "cat"}, true, &skipped);
+  listing = data::shard::read_label_csv(dir + "/l.csv");
+  data::shard::assign_classes(listing, {"dog", "cat"}, true, &skipped);
   BOOST_TEST(listing.items.size() == 2u);
   BOOST_TEST(skipped.size() == 1u);
   BOOST_TEST(listing.items[1].class_index == 0);  // c.png, dog
@@ -144,14 +144,14 @@ BOOST_AUTO_TEST_CASE(mixed_formats_resized_to_rgb_rows_in_path_order) {
   rt_test::write_tiff_file(dir + "/in/cat/y.tif", pattern(8, 8, 3, 16), PHOTOMETRIC_RGB);
   rt_test::write_png_file(dir + "/in/dog/w.png", pattern(8, 8, 1, 8));
   rt_test::write_jpeg_file(dir + "/in/dog/z.jpg", pattern(8, 16, 1, 8), 90);
-  shard::ImagesOptions o;
+  data::shard::ImagesOptions o;
   o.input_dir = dir + "/in";
   o.output_dir = dir + "/out";
   o.size = 8;
   o.channels = 3;
   o.val_fraction = o.test_fraction = 0;
   std::ostringstream out, err;
-  const auto files = shard::convert_images(o, out, err);
+  const auto files = data::shard::convert_images(o, out, err);
   BOOST_TEST_REQUIRE(files.size() == 1u);
   std::vector<uint8_t> want;
   for (const char* name : {"cat/x.png", "cat/y.tif", "dog/w.png", "dog/z.jpg"}) {
@@ -179,6 +179,31 @@ BOOST_AUTO_TEST_CASE(mixed_formats_resized_to_rgb_rows_in_path_order) {
     BOOST_TEST(std[c] == std::sqrt(q / 256 - m * m) / 255, boost::test_tools::tolerance(1e-5));
   }
   BOOST_TEST(err.str() == "");
+}
+
+// A decompression bomb (a header declaring 60000 x 60000 pixels) is bad input like a corrupt
+// file: with skip_bad it is left out, listed and counted, and the other images are written.
+BOOST_AUTO_TEST_CASE(a_bomb_is_skipped_and_counted_under_skip_bad) {
+  const std::string dir = rt_test::temp_dir("images-bomb");
+  std::filesystem::create_directories(dir + "/in/cat");
+  rt_test::TestImage grey{4, 4, 1, 8, std::vector<uint16_t>(16, 7)};
+  rt_test::write_png_file(dir + "/in/cat/a.png", grey);
+  rt_test::write_png_header_only(dir + "/in/cat/b.png", 60000, 60000);
+  rt_test::write_png_file(dir + "/in/cat/c.png", grey);
+  data::shard::ImagesOptions o;
+  o.input_dir = dir + "/in";
+  o.output_dir = dir + "/out";
+  o.val_fraction = o.test_fraction = 0;
+  o.skip_bad = true;
+  std::ostringstream out, err;
+  const auto files = data::shard::convert_images(o, out, err);
+  BOOST_TEST_REQUIRE(files.size() == 1u);
+  BOOST_TEST(err.str() == "rt-shard: skipped " + dir +
+                              "/in/cat/b.png: 60000x60000 image (3600000000 pixels) is over the "
+                              "limit of 100000000 pixels (--max-pixels)\n"
+                              "rt-shard: skipped 1 bad images\n");
+  h5::File f = h5::File::open_read(files[0]);
+  BOOST_TEST((f.root().open_dataset("images").dims() == h5::Dims{2, 1, 4, 4}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard/format.hpp"
 #include "ringtrain/fiber/generator.hpp"
 #include "ringtrain/io/h5.hpp"
 #include "temp_dir.hpp"
@@ -42,7 +42,7 @@ std::vector<T> concat_split(const std::string& dir, const std::string& split, in
                             const std::string& name) {
   std::vector<T> all;
   for (int s = 0; s < shards; ++s) {
-    auto file = h5::File::open_read(dir + "/" + shard::file_name(split, s, shards));
+    auto file = h5::File::open_read(dir + "/" + data::shard::file_name(split, s, shards));
     auto rows = file.root().open_dataset(name).read_all<T>();
     all.insert(all.end(), rows.begin(), rows.end());
   }
@@ -440,29 +440,32 @@ BOOST_AUTO_TEST_CASE(shards_carry_every_attribute) {
   BOOST_TEST(summary.files.size() == 6u);
   for (const auto& split : summary.splits)
     for (int s = 0; s < 2; ++s) BOOST_TEST_CONTEXT(split.name << " " << s) {
-        auto file = h5::File::open_read(dir + "/" + shard::file_name(split.name, s, 2));
+        auto file = h5::File::open_read(dir + "/" + data::shard::file_name(split.name, s, 2));
         const auto& root = file.root();
-        BOOST_TEST(root.attr_string(shard::kAttrFormat) == shard::kFormatName);
-        BOOST_TEST(root.attr<int32_t>(shard::kAttrFormatVersion) == shard::kFormatVersion);
-        BOOST_TEST(root.attr_string(shard::kAttrDataset) == "fiber");
-        BOOST_TEST(root.attr_string(shard::kAttrSplit) == split.name);
-        BOOST_TEST(root.attr_strings(shard::kAttrClassNames) == class_names());
-        BOOST_TEST((root.attr_vector<float>(shard::kAttrMean) == std::vector<float>{summary.mean}));
-        BOOST_TEST((root.attr_vector<float>(shard::kAttrStd) == std::vector<float>{summary.std}));
-        BOOST_TEST(root.attr<int32_t>(shard::kAttrShardIndex) == s);
-        BOOST_TEST(root.attr<int32_t>(shard::kAttrShardCount) == 2);
-        BOOST_TEST(root.attr<int64_t>(shard::kAttrFirstSample) == split.samples * s / 2);
-        BOOST_TEST(root.attr<int64_t>(shard::kAttrSplitSamples) == split.samples);
+        BOOST_TEST(root.attr_string(data::shard::kAttrFormat) == data::shard::kFormatName);
+        BOOST_TEST(root.attr<int32_t>(data::shard::kAttrFormatVersion) ==
+                   data::shard::kFormatVersion);
+        BOOST_TEST(root.attr_string(data::shard::kAttrDataset) == "fiber");
+        BOOST_TEST(root.attr_string(data::shard::kAttrSplit) == split.name);
+        BOOST_TEST(root.attr_strings(data::shard::kAttrClassNames) == class_names());
+        BOOST_TEST(
+            (root.attr_vector<float>(data::shard::kAttrMean) == std::vector<float>{summary.mean}));
+        BOOST_TEST(
+            (root.attr_vector<float>(data::shard::kAttrStd) == std::vector<float>{summary.std}));
+        BOOST_TEST(root.attr<int32_t>(data::shard::kAttrShardIndex) == s);
+        BOOST_TEST(root.attr<int32_t>(data::shard::kAttrShardCount) == 2);
+        BOOST_TEST(root.attr<int64_t>(data::shard::kAttrFirstSample) == split.samples * s / 2);
+        BOOST_TEST(root.attr<int64_t>(data::shard::kAttrSplitSamples) == split.samples);
         BOOST_TEST(root.attr<float>("um_per_pixel") == 4.4f);
         BOOST_TEST(root.attr_string("fiber_type") == "mixed");
         BOOST_TEST(root.attr<uint64_t>("generator_seed") == 9u);
         BOOST_TEST(root.attr<int32_t>("generator_version") == kGeneratorVersion);
-        auto images = root.open_dataset(shard::kImages);
+        auto images = root.open_dataset(data::shard::kImages);
         const hsize_t rows = hsize_t(split.samples * (s + 1) / 2 - split.samples * s / 2);
         BOOST_TEST((images.dims() == h5::Dims{rows, 1, 64, 64}));
         BOOST_TEST(images.holds<uint8_t>());
-        BOOST_TEST((root.open_dataset(shard::kLabels).dims() == h5::Dims{rows}));
-        BOOST_TEST(root.open_dataset(shard::kLabels).holds<int32_t>());
+        BOOST_TEST((root.open_dataset(data::shard::kLabels).dims() == h5::Dims{rows}));
+        BOOST_TEST(root.open_dataset(data::shard::kLabels).holds<int32_t>());
         BOOST_TEST((root.open_dataset("multi_hot").dims() == h5::Dims{rows, 5}));
         BOOST_TEST((root.open_dataset("pass").dims() == h5::Dims{rows}));
         BOOST_TEST((root.open_dataset("zone_pass").dims() == h5::Dims{rows, 4}));
@@ -569,9 +572,9 @@ void check_stop_removes_temp_files(int64_t count, int at, int signal) {
     BOOST_ERROR("generate_dataset did not stop");
   } catch (const Stopped& e) {
     BOOST_TEST(e.signal() == signal);
-    BOOST_TEST(std::string(e.what()) ==
-               std::string("stopped by ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
-                   " before the shards were committed (no shard written)");
+    BOOST_TEST(std::string(e.what()) == std::string("stopped by ") +
+                                            (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                            " before the shards were committed (no shard written)");
   }
   BOOST_TEST(polls == at);
   BOOST_TEST(empty_at_stop);

@@ -161,6 +161,31 @@ BOOST_AUTO_TEST_CASE(bad_files_one_line_naming_the_file) {
                                                   "MDI file, bad magic number 28526 (0x6f6e))");
 }
 
+// A decompression bomb: a header declaring 60000 x 60000 pixels (3.6 GB at 8-bit grey) over a
+// few bytes of data is refused from the header, before any pixel is allocated (under a 3 GB
+// address-space limit the allocation itself threw std::bad_alloc), in each format.
+BOOST_AUTO_TEST_CASE(a_header_over_the_pixel_limit_is_refused_before_decoding) {
+  const std::string dir = rt_test::temp_dir("decode-bomb");
+  rt_test::write_png_header_only(dir + "/bomb.png", 60000, 60000);
+  rt_test::write_jpeg_header_claiming(dir + "/bomb.jpg", 60000, 60000);
+  rt_test::write_tiff_header_only(dir + "/bomb.tif", 60000, 60000);
+  for (const char* name : {"/bomb.png", "/bomb.jpg", "/bomb.tif"})
+    BOOST_TEST(message_of(dir + name) ==
+               dir + name +
+                   ": 60000x60000 image (3600000000 pixels) is over the limit of 100000000 "
+                   "pixels (--max-pixels)");
+  // The limit is inclusive: 32 x 32 = 1024 pixels pass at 1024 and are refused at 1023.
+  rt_test::write_png_file(dir + "/ok.png", pattern(32, 32, 3, 8));
+  BOOST_TEST(data::decode_image(dir + "/ok.png", 1024).pixels.size() == 32u * 32 * 3);
+  try {
+    data::decode_image(dir + "/ok.png", 1023);
+    BOOST_ERROR("1024 pixels passed a limit of 1023");
+  } catch (const InputError& e) {
+    BOOST_TEST(e.what() == dir + "/ok.png: 32x32 image (1024 pixels) is over the limit of 1023 "
+                                 "pixels (--max-pixels)");
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(image_fit)

@@ -11,7 +11,7 @@
 
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/loader.hpp"
-#include "ringtrain/data/shard_writer.hpp"
+#include "ringtrain/data/shard/writer.hpp"
 
 namespace fs = std::filesystem;
 using namespace ringtrain;
@@ -31,7 +31,7 @@ std::string write_split(const std::string& name, int n, int shards) {
   const fs::path dir =
       fs::temp_directory_path() / ("rt-test-" + name + "-" + std::to_string(getpid()));
   fs::remove_all(dir);
-  shard::SplitImages s;
+  data::shard::SplitImages s;
   s.dataset = "testset";
   s.split = "train";
   s.channels = kC;
@@ -47,7 +47,7 @@ std::string write_split(const std::string& name, int n, int shards) {
     s.labels.push_back(id % 4);
   }
   fs::create_directories(dir);
-  shard::write_splits(dir.string(), {&s}, shards);
+  data::shard::write_splits(dir.string(), {&s}, shards);
   return dir.string();
 }
 

@@ -17,8 +17,8 @@
 #include <limits>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/convert.hpp"
-#include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard/convert.hpp"
+#include "ringtrain/data/shard/format.hpp"
 #include "ringtrain/data/shard_set.hpp"
 #include "ringtrain/io/h5.hpp"
 #include "temp_dir.hpp"
@@ -82,7 +82,7 @@ std::vector<uint8_t> big_endian(uint32_t v) {
 }
 
 std::vector<uint8_t> idx_images(int declared, int count) {
-  std::vector<uint8_t> bytes = big_endian(shard::kIdxImagesMagic);
+  std::vector<uint8_t> bytes = big_endian(data::shard::kIdxImagesMagic);
   for (uint32_t d : {uint32_t(declared), uint32_t(kIdxRows), uint32_t(kIdxCols)}) {
     auto b = big_endian(d);
     bytes.insert(bytes.end(), b.begin(), b.end());
@@ -94,7 +94,7 @@ std::vector<uint8_t> idx_images(int declared, int count) {
 }
 
 std::vector<uint8_t> idx_labels(int declared, int count) {
-  std::vector<uint8_t> bytes = big_endian(shard::kIdxLabelsMagic);
+  std::vector<uint8_t> bytes = big_endian(data::shard::kIdxLabelsMagic);
   auto b = big_endian(uint32_t(declared));
   bytes.insert(bytes.end(), b.begin(), b.end());
   for (int r = 0; r < count; ++r) bytes.push_back(uint8_t(idx_label(r)));
@@ -138,8 +138,8 @@ BOOST_AUTO_TEST_SUITE(rt_shard)
 
 BOOST_AUTO_TEST_CASE(cifar10_round_trip_keeps_pixels_labels_and_channel_order) {
   const std::string in = write_cifar_input("cifar-in"), out = temp_dir("cifar-out");
-  shard::CifarOptions o{in, out, 3, 4};  // 20 train records: 16 train, 4 val; 5 test
-  const auto written = shard::convert_cifar10(o);
+  data::shard::CifarOptions o{in, out, 3, 4};  // 20 train records: 16 train, 4 val; 5 test
+  const auto written = data::shard::convert_cifar10(o);
   BOOST_TEST(written.size() == 9u);
 
   // Expected split contents, in file order.
@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(cifar10_round_trip_keeps_pixels_labels_and_channel_order) {
       BOOST_TEST(info.dataset == "cifar10");
       BOOST_TEST(info.samples == int64_t(recs.size()));
       BOOST_TEST((info.channels == 3 && info.height == 32 && info.width == 32));
-      BOOST_TEST(info.class_names == shard::cifar10_class_names());
+      BOOST_TEST(info.class_names == data::shard::cifar10_class_names());
       BOOST_TEST(info.class_names.front() == "airplane");
       BOOST_TEST(info.class_names.back() == "truck");
       BOOST_TEST(info.shards == 3);
@@ -195,15 +195,15 @@ BOOST_AUTO_TEST_CASE(cifar10_round_trip_keeps_pixels_labels_and_channel_order) {
   // The attributes of one shard, as h5dump shows them.
   auto file = h5::File::open_read(out + "/val-00001-of-00003.h5");
   const auto& root = file.root();
-  BOOST_TEST(root.attr_string(shard::kAttrFormat) == "ringtrain-shard");
-  BOOST_TEST(root.attr<int32_t>(shard::kAttrFormatVersion) == 1);
-  BOOST_TEST(root.attr_string(shard::kAttrSplit) == "val");
-  BOOST_TEST(root.attr<int32_t>(shard::kAttrShardIndex) == 1);
-  BOOST_TEST(root.attr<int32_t>(shard::kAttrShardCount) == 3);
-  BOOST_TEST(root.attr<int64_t>(shard::kAttrFirstSample) == 1);  // 4 rows: 1, 1, 2
-  BOOST_TEST(root.attr<int64_t>(shard::kAttrSplitSamples) == 4);
+  BOOST_TEST(root.attr_string(data::shard::kAttrFormat) == "ringtrain-shard");
+  BOOST_TEST(root.attr<int32_t>(data::shard::kAttrFormatVersion) == 1);
+  BOOST_TEST(root.attr_string(data::shard::kAttrSplit) == "val");
+  BOOST_TEST(root.attr<int32_t>(data::shard::kAttrShardIndex) == 1);
+  BOOST_TEST(root.attr<int32_t>(data::shard::kAttrShardCount) == 3);
+  BOOST_TEST(root.attr<int64_t>(data::shard::kAttrFirstSample) == 1);  // 4 rows: 1, 1, 2
+  BOOST_TEST(root.attr<int64_t>(data::shard::kAttrSplitSamples) == 4);
   BOOST_TEST(root.attr_string("stats_from") == "train");
-  BOOST_TEST((root.open_dataset(shard::kImages).dims() == h5::Dims{1, 3, 32, 32}));
+  BOOST_TEST((root.open_dataset(data::shard::kImages).dims() == h5::Dims{1, 3, 32, 32}));
 }
 
 BOOST_AUTO_TEST_CASE(idx_round_trip_plain_and_gzip) {
@@ -213,18 +213,18 @@ BOOST_AUTO_TEST_CASE(idx_round_trip_plain_and_gzip) {
       const std::string images = in + "/img" + suffix, labels = in + "/lab" + suffix;
       write_maybe_gz(images, idx_images(7, 7));
       write_maybe_gz(labels, idx_labels(7, 7));
-      shard::IdxOptions o;
+      data::shard::IdxOptions o;
       o.images = images;
       o.labels = labels;
       o.output_dir = out;
       o.shards = 2;
       o.dataset = "fashion_mnist";
       o.val_count = 2;
-      shard::convert_idx(o);
+      data::shard::convert_idx(o);
 
       auto train = data::ShardSet::open(out, "train");
       auto val = data::ShardSet::open(out, "val");
-      BOOST_TEST(train.info().class_names == shard::fashion_mnist_class_names());
+      BOOST_TEST(train.info().class_names == data::shard::fashion_mnist_class_names());
       BOOST_TEST(train.info().class_names[0] == "T-shirt/top");
       BOOST_TEST((train.info().channels == 1 && train.info().height == kIdxRows &&
                   train.info().width == kIdxCols));
@@ -263,21 +263,21 @@ BOOST_AUTO_TEST_CASE(idx_test_split_statistics_say_where_they_come_from) {
   const std::string in = temp_dir("idx-stats");
   write_bytes(in + "/img", idx_images(7, 7));
   write_bytes(in + "/lab", idx_labels(7, 7));
-  shard::IdxOptions o;
+  data::shard::IdxOptions o;
   o.images = in + "/img";
   o.labels = in + "/lab";
   o.split = "test";
   o.output_dir = in + "/own";
-  shard::convert_idx(o);
+  data::shard::convert_idx(o);
   auto own = h5::File::open_read(in + "/own/test-00000-of-00001.h5");
   BOOST_TEST(own.root().attr_string("stats_from") == "test");
-  BOOST_TEST(own.root().attr_string(shard::kAttrDataset) == "mnist");
-  BOOST_TEST(own.root().attr_strings(shard::kAttrClassNames).at(9) == "9");
+  BOOST_TEST(own.root().attr_string(data::shard::kAttrDataset) == "mnist");
+  BOOST_TEST(own.root().attr_strings(data::shard::kAttrClassNames).at(9) == "9");
 
   o.output_dir = in + "/given";
   o.mean = {0.25f};
   o.std = {0.5f};
-  shard::convert_idx(o);
+  data::shard::convert_idx(o);
   auto given = data::ShardSet::open(in + "/given", "test");
   BOOST_TEST(given.info().mean == std::vector<float>{0.25f});
   BOOST_TEST(given.info().std == std::vector<float>{0.5f});
@@ -294,7 +294,7 @@ BOOST_AUTO_TEST_CASE(cifar10_corrupt_inputs_fail_with_one_line_and_no_file) {
     write_bytes(in + "/data_batch_3.bin", bytes);
     expect_input_error(
         [&] {
-          shard::convert_cifar10({in, out, 1, 0});
+          data::shard::convert_cifar10({in, out, 1, 0});
         },
         in + "/data_batch_3.bin: record 2 is truncated (2011 of 3073 bytes)");
     BOOST_TEST(empty_dir(out));
@@ -302,11 +302,11 @@ BOOST_AUTO_TEST_CASE(cifar10_corrupt_inputs_fail_with_one_line_and_no_file) {
   {
     const std::string in = write_cifar_input("cifar-label");
     auto bytes = cifar_batch(6, 5);
-    bytes[1 * shard::kCifarRecordBytes] = 10;
+    bytes[1 * data::shard::kCifarRecordBytes] = 10;
     write_bytes(in + "/test_batch.bin", bytes);
     expect_input_error(
         [&] {
-          shard::convert_cifar10({in, out, 1, 0});
+          data::shard::convert_cifar10({in, out, 1, 0});
         },
         in + "/test_batch.bin: record 1 has label 10, outside 0..9 (10 classes)");
     BOOST_TEST(empty_dir(out));
@@ -316,7 +316,7 @@ BOOST_AUTO_TEST_CASE(cifar10_corrupt_inputs_fail_with_one_line_and_no_file) {
     fs::remove(in + "/data_batch_5.bin");
     expect_input_error(
         [&] {
-          shard::convert_cifar10({in, out, 1, 0});
+          data::shard::convert_cifar10({in, out, 1, 0});
         },
         in + "/data_batch_5.bin: cannot open (No such file or directory)");
     BOOST_TEST(empty_dir(out));
@@ -326,7 +326,7 @@ BOOST_AUTO_TEST_CASE(cifar10_corrupt_inputs_fail_with_one_line_and_no_file) {
     const std::string in = write_cifar_input("cifar-shards");
     expect_input_error(
         [&] {
-          shard::convert_cifar10({in, out, 6, 0});
+          data::shard::convert_cifar10({in, out, 6, 0});
         },
         "--shards 6: must be between 1 and the 5 samples of split test");
     BOOST_TEST(empty_dir(out));
@@ -337,11 +337,11 @@ BOOST_AUTO_TEST_CASE(idx_corrupt_inputs_fail_with_one_line_and_no_file) {
   const std::string in = temp_dir("idx-bad"), out = temp_dir("idx-bad-out");
   const std::string images = in + "/img.gz", labels = in + "/lab.gz";
   auto convert = [&] {
-    shard::IdxOptions o;
+    data::shard::IdxOptions o;
     o.images = images;
     o.labels = labels;
     o.output_dir = out;
-    shard::convert_idx(o);
+    data::shard::convert_idx(o);
   };
   auto case_ = [&](const std::vector<uint8_t>& img, const std::vector<uint8_t>& lab,
                    const std::string& message) {
@@ -407,29 +407,33 @@ BOOST_AUTO_TEST_CASE(a_failed_conversion_removes_only_the_directories_it_created
   fs::remove(in + "/test_batch.bin");  // read after every train batch: fails last
   const std::string missing = in + "/test_batch.bin: cannot open (No such file or directory)";
   // Two levels created, then the input fails: both go, the directory above them stays.
-  expect_input_error([&] { shard::convert_cifar10({in, base + "/new/deeper/", 1, 0}); }, missing);
+  expect_input_error(
+      [&] {
+        data::shard::convert_cifar10({in, base + "/new/deeper/", 1, 0});
+      },
+      missing);
   BOOST_TEST(!fs::exists(base + "/new"));
   BOOST_TEST(fs::is_directory(base));
   // A directory that existed before stays, empty or not.
   fs::create_directories(base + "/old");
-  expect_input_error([&] { shard::convert_cifar10({in, base + "/old", 1, 0}); }, missing);
+  expect_input_error([&] { data::shard::convert_cifar10({in, base + "/old", 1, 0}); }, missing);
   BOOST_TEST(fs::is_directory(base + "/old"));
   write_bytes(base + "/old/notes.txt", {1, 2, 3});
-  expect_input_error([&] { shard::convert_cifar10({in, base + "/old/sub", 1, 0}); }, missing);
+  expect_input_error([&] { data::shard::convert_cifar10({in, base + "/old/sub", 1, 0}); }, missing);
   BOOST_TEST(!fs::exists(base + "/old/sub"));
   BOOST_TEST(fs::exists(base + "/old/notes.txt"));
   // IDX and Fashion-MNIST go the same way.
-  shard::IdxOptions idx;
+  data::shard::IdxOptions idx;
   idx.images = in + "/none-images";
   idx.labels = in + "/none-labels";
   idx.output_dir = base + "/idx/out";
-  expect_input_error([&] { shard::convert_idx(idx); },
+  expect_input_error([&] { data::shard::convert_idx(idx); },
                      idx.images + ": cannot open (No such file or directory)");
   BOOST_TEST(!fs::exists(base + "/idx"));
-  shard::FashionMnistOptions fashion;
+  data::shard::FashionMnistOptions fashion;
   fashion.input_dir = in;
   fashion.output_dir = base + "/fashion";
-  expect_input_error([&] { shard::convert_fashion_mnist(fashion); },
+  expect_input_error([&] { data::shard::convert_fashion_mnist(fashion); },
                      in + "/train-images-idx3-ubyte.gz: cannot open (No such file or directory)");
   BOOST_TEST(!fs::exists(base + "/fashion"));
   std::vector<std::string> left;
@@ -441,7 +445,7 @@ BOOST_AUTO_TEST_CASE(a_failed_commit_leaves_no_shard_and_no_temp_file) {
   const std::string in = write_cifar_input("cifar-commit"), out = temp_dir("cifar-commit-out");
   // A directory where the test shard goes: its rename fails after train's has been done.
   fs::create_directories(out + "/test-00000-of-00001.h5");
-  BOOST_CHECK_THROW(shard::convert_cifar10({in, out, 1, 0}), Error);
+  BOOST_CHECK_THROW(data::shard::convert_cifar10({in, out, 1, 0}), Error);
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
   BOOST_TEST((left == std::vector<std::string>{"test-00000-of-00001.h5"}));
@@ -449,8 +453,8 @@ BOOST_AUTO_TEST_CASE(a_failed_commit_leaves_no_shard_and_no_temp_file) {
 
 BOOST_AUTO_TEST_CASE(a_new_conversion_replaces_shards_of_another_count) {
   const std::string in = write_cifar_input("cifar-restale"), out = temp_dir("cifar-restale-out");
-  shard::convert_cifar10({in, out, 3, 0});
-  shard::convert_cifar10({in, out, 2, 0});
+  data::shard::convert_cifar10({in, out, 3, 0});
+  data::shard::convert_cifar10({in, out, 2, 0});
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
@@ -467,8 +471,8 @@ BOOST_AUTO_TEST_SUITE_END()
 namespace {
 
 // A 3-shard split "train" of 10 samples [1, 2, 3] whose pixels encode the sample id.
-shard::SplitImages small_split() {
-  shard::SplitImages s;
+data::shard::SplitImages small_split() {
+  data::shard::SplitImages s;
   s.dataset = "testset";
   s.split = "train";
   s.channels = 1;
@@ -488,7 +492,7 @@ shard::SplitImages small_split() {
 std::string write_small_split(const std::string& name) {
   const std::string dir = temp_dir(name);
   const auto split = small_split();
-  shard::write_splits(dir, {&split}, 3);
+  data::shard::write_splits(dir, {&split}, 3);
   return dir;
 }
 
@@ -518,9 +522,9 @@ BOOST_AUTO_TEST_CASE(reads_any_ids_in_the_callers_order) {
 BOOST_AUTO_TEST_CASE(reads_extra_per_sample_datasets) {
   const std::string dir = write_small_split("set-extra");
   for (int i = 0; i < 3; ++i) {  // rows 0-2, 3-5, 6-9: a [rows, 2] uint8 dataset encoding id
-    auto file = h5::File::open_write(dir + "/" + shard::file_name("train", i, 3));
-    const int64_t first = file.root().attr<int64_t>(shard::kAttrFirstSample);
-    const hsize_t rows = file.root().open_dataset(shard::kLabels).dims()[0];
+    auto file = h5::File::open_write(dir + "/" + data::shard::file_name("train", i, 3));
+    const int64_t first = file.root().attr<int64_t>(data::shard::kAttrFirstSample);
+    const hsize_t rows = file.root().open_dataset(data::shard::kLabels).dims()[0];
     std::vector<uint8_t> values;
     for (hsize_t r = 0; r < rows; ++r)
       values.insert(values.end(), {uint8_t(first + r), uint8_t(100 + first + r)});
@@ -563,7 +567,7 @@ BOOST_AUTO_TEST_CASE(a_missing_shard_is_named) {
 BOOST_AUTO_TEST_CASE(wrong_format_name_and_version_say_what_to_run) {
   const std::string dir = write_small_split("set-format");
   const std::string path = dir + "/train-00002-of-00003.h5";
-  h5::File::open_write(path).root().set_attr(shard::kAttrFormat, "somebody-else");
+  h5::File::open_write(path).root().set_attr(data::shard::kAttrFormat, "somebody-else");
   expect_input_error([&] { data::ShardSet::open(dir, "train"); },
                      path +
                          ": format is 'somebody-else', expected 'ringtrain-shard' (not a "
@@ -571,8 +575,8 @@ BOOST_AUTO_TEST_CASE(wrong_format_name_and_version_say_what_to_run) {
                          kHint + dir);
   {
     auto file = h5::File::open_write(path);
-    file.root().set_attr(shard::kAttrFormat, shard::kFormatName);
-    file.root().set_attr(shard::kAttrFormatVersion, int32_t(2));
+    file.root().set_attr(data::shard::kAttrFormat, data::shard::kFormatName);
+    file.root().set_attr(data::shard::kAttrFormatVersion, int32_t(2));
   }
   expect_input_error(
       [&] { data::ShardSet::open(dir, "train"); },
@@ -588,22 +592,25 @@ BOOST_AUTO_TEST_CASE(dtype_and_shape_mismatches_are_named) {
     auto old = h5::File::open_read(path);
     const auto& r = old.root();
     h5::AtomicFile out(path);
-    for (const char* key : {shard::kAttrFormat, shard::kAttrDataset, shard::kAttrSplit})
-      out.root().set_attr(key, r.attr_string(key));
-    out.root().set_attr(shard::kAttrClassNames, r.attr_strings(shard::kAttrClassNames));
-    for (const char* key : {shard::kAttrMean, shard::kAttrStd})
-      out.root().set_attr(key, r.attr_vector<float>(key));
     for (const char* key :
-         {shard::kAttrFormatVersion, shard::kAttrShardIndex, shard::kAttrShardCount})
+         {data::shard::kAttrFormat, data::shard::kAttrDataset, data::shard::kAttrSplit})
+      out.root().set_attr(key, r.attr_string(key));
+    out.root().set_attr(data::shard::kAttrClassNames, r.attr_strings(data::shard::kAttrClassNames));
+    for (const char* key : {data::shard::kAttrMean, data::shard::kAttrStd})
+      out.root().set_attr(key, r.attr_vector<float>(key));
+    for (const char* key : {data::shard::kAttrFormatVersion, data::shard::kAttrShardIndex,
+                            data::shard::kAttrShardCount})
       out.root().set_attr(key, r.attr<int32_t>(key));
-    for (const char* key : {shard::kAttrFirstSample, shard::kAttrSplitSamples})
+    for (const char* key : {data::shard::kAttrFirstSample, data::shard::kAttrSplitSamples})
       out.root().set_attr(key, r.attr<int64_t>(key));
     if (float_images) {
-      out.root().write<float>(shard::kImages, {3, 1, 2, 3}, std::vector<float>(18, 1.f).data());
-      out.root().write<int32_t>(shard::kLabels, std::vector<int32_t>{0, 1, 2});
+      out.root().write<float>(data::shard::kImages, {3, 1, 2, 3},
+                              std::vector<float>(18, 1.f).data());
+      out.root().write<int32_t>(data::shard::kLabels, std::vector<int32_t>{0, 1, 2});
     } else {
-      out.root().write<uint8_t>(shard::kImages, {3, 1, 2, 3}, std::vector<uint8_t>(18, 1).data());
-      out.root().write<int64_t>(shard::kLabels, std::vector<int64_t>{0, 1, 2});
+      out.root().write<uint8_t>(data::shard::kImages, {3, 1, 2, 3},
+                                std::vector<uint8_t>(18, 1).data());
+      out.root().write<int64_t>(data::shard::kLabels, std::vector<int64_t>{0, 1, 2});
     }
     out.commit();
   };
@@ -625,8 +632,8 @@ BOOST_AUTO_TEST_CASE(non_finite_mean_and_non_positive_std_are_refused_at_open) {
   auto with_stats = [&](float mean, float std, const std::string& message) {
     {
       auto file = h5::File::open_write(path);
-      file.root().set_attr(shard::kAttrMean, std::vector<float>{mean});
-      file.root().set_attr(shard::kAttrStd, std::vector<float>{std});
+      file.root().set_attr(data::shard::kAttrMean, std::vector<float>{mean});
+      file.root().set_attr(data::shard::kAttrStd, std::vector<float>{std});
     }
     expect_input_error([&] { data::ShardSet::open(dir, "train"); },
                        path + ": " + message + "; " + kHint + dir);
@@ -645,21 +652,21 @@ BOOST_AUTO_TEST_CASE(an_empty_split_is_named_with_its_directory) {
   {
     h5::AtomicFile out(path);
     auto& root = out.root();
-    for (const auto& [key, value] :
-         std::vector<std::pair<const char*, const char*>>{{shard::kAttrFormat, shard::kFormatName},
-                                                          {shard::kAttrDataset, "testset"},
-                                                          {shard::kAttrSplit, "val"}})
+    for (const auto& [key, value] : std::vector<std::pair<const char*, const char*>>{
+             {data::shard::kAttrFormat, data::shard::kFormatName},
+             {data::shard::kAttrDataset, "testset"},
+             {data::shard::kAttrSplit, "val"}})
       root.set_attr(key, value);
-    root.set_attr(shard::kAttrFormatVersion, shard::kFormatVersion);
-    root.set_attr(shard::kAttrClassNames, std::vector<std::string>{"a", "b"});
-    root.set_attr(shard::kAttrMean, std::vector<float>{0.5f});
-    root.set_attr(shard::kAttrStd, std::vector<float>{0.25f});
-    root.set_attr(shard::kAttrShardIndex, int32_t(0));
-    root.set_attr(shard::kAttrShardCount, int32_t(1));
-    root.set_attr(shard::kAttrFirstSample, int64_t(0));
-    root.set_attr(shard::kAttrSplitSamples, int64_t(0));
-    root.create_dataset<uint8_t>(shard::kImages, {0, 1, 2, 3});
-    root.create_dataset<int32_t>(shard::kLabels, {0});
+    root.set_attr(data::shard::kAttrFormatVersion, data::shard::kFormatVersion);
+    root.set_attr(data::shard::kAttrClassNames, std::vector<std::string>{"a", "b"});
+    root.set_attr(data::shard::kAttrMean, std::vector<float>{0.5f});
+    root.set_attr(data::shard::kAttrStd, std::vector<float>{0.25f});
+    root.set_attr(data::shard::kAttrShardIndex, int32_t(0));
+    root.set_attr(data::shard::kAttrShardCount, int32_t(1));
+    root.set_attr(data::shard::kAttrFirstSample, int64_t(0));
+    root.set_attr(data::shard::kAttrSplitSamples, int64_t(0));
+    root.create_dataset<uint8_t>(data::shard::kImages, {0, 1, 2, 3});
+    root.create_dataset<int32_t>(data::shard::kLabels, {0});
     out.commit();
   }
   expect_input_error(
@@ -671,33 +678,33 @@ BOOST_AUTO_TEST_CASE(a_split_unlike_the_train_split_names_both_and_the_property)
   const std::string dir = write_small_split("set-layout");  // train: 1x2x3, classes a, b, c
   const auto trained = data::ShardSet::open(dir, "train").info();
   const std::string train_files = dir + "/train-*-of-00003.h5";
-  auto expect = [&](void (*change)(shard::SplitImages&), const std::string& message) {
-    shard::SplitImages val = shard::slice_split(small_split(), 0, 4, "val");
+  auto expect = [&](void (*change)(data::shard::SplitImages&), const std::string& message) {
+    data::shard::SplitImages val = data::shard::slice_split(small_split(), 0, 4, "val");
     change(val);
     val.images.assign(size_t(val.samples()) * val.image_bytes(), 7);
-    shard::write_splits(dir, {&val}, 1);
+    data::shard::write_splits(dir, {&val}, 1);
     expect_input_error([&] { data::ShardSet::open_matching(trained, dir, "val"); },
                        "split 'val' does not match split 'train': " + message + "; " + kHint + dir);
   };
   const std::string val_file = dir + "/val-00000-of-00001.h5";
-  expect([](shard::SplitImages& v) { v.height = 1; },
+  expect([](data::shard::SplitImages& v) { v.height = 1; },
          "height 1 in " + val_file + ", 2 in " + train_files);
-  expect([](shard::SplitImages& v) { v.width = 4; },
+  expect([](data::shard::SplitImages& v) { v.width = 4; },
          "width 4 in " + val_file + ", 3 in " + train_files);
   expect(
-      [](shard::SplitImages& v) {
+      [](data::shard::SplitImages& v) {
         v.channels = 3;
         v.mean.assign(3, 0.5f);
         v.std.assign(3, 0.25f);
       },
       "channels 3 in " + val_file + ", 1 in " + train_files);
-  expect([](shard::SplitImages& v) { v.class_names.push_back("d"); },
+  expect([](data::shard::SplitImages& v) { v.class_names.push_back("d"); },
          "classes 4 in " + val_file + ", 3 in " + train_files);
-  expect([](shard::SplitImages& v) { v.class_names[1] = "B"; },
+  expect([](data::shard::SplitImages& v) { v.class_names[1] = "B"; },
          "class 1 'B' in " + val_file + ", 'b' in " + train_files);
   // The same layout passes.
-  shard::SplitImages same = shard::slice_split(small_split(), 0, 4, "val");
-  shard::write_splits(dir, {&same}, 1);
+  data::shard::SplitImages same = data::shard::slice_split(small_split(), 0, 4, "val");
+  data::shard::write_splits(dir, {&same}, 1);
   BOOST_TEST(data::ShardSet::open_matching(trained, dir, "val").size() == 4);
 }
 
@@ -761,15 +768,15 @@ BOOST_AUTO_TEST_CASE(a_shard_changed_after_open_fails_the_next_read_naming_it) {
 BOOST_AUTO_TEST_CASE(broken_continuity_and_labels_are_named) {
   const std::string dir = write_small_split("set-first");
   const std::string path = dir + "/train-00001-of-00003.h5";
-  h5::File::open_write(path).root().set_attr(shard::kAttrFirstSample, int64_t(4));
+  h5::File::open_write(path).root().set_attr(data::shard::kAttrFirstSample, int64_t(4));
   expect_input_error(
       [&] { data::ShardSet::open(dir, "train"); },
       path + ": first_sample is 4, expected 3 (where the previous shard ends); " + kHint + dir);
-  h5::File::open_write(path).root().set_attr(shard::kAttrFirstSample, int64_t(3));
+  h5::File::open_write(path).root().set_attr(data::shard::kAttrFirstSample, int64_t(3));
   {
     auto file = h5::File::open_write(path);
     const int32_t bad = 7;
-    file.root().open_dataset(shard::kLabels).write_rows(2, 1, &bad);
+    file.root().open_dataset(data::shard::kLabels).write_rows(2, 1, &bad);
   }
   expect_input_error([&] { data::ShardSet::open(dir, "train"); },
                      path + ": row 2 has label 7, outside 0..2 (3 class names); " + kHint + dir);

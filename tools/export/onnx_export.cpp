@@ -3,15 +3,11 @@
 
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <set>
 
 #include "ringtrain/build_config.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/graph.hpp"
 
@@ -22,7 +18,8 @@ constexpr int kOpset = 13;
 
 class OnnxBuilder {
  public:
-  explicit OnnxBuilder(const ModelFile& file) : file_(file), graph_(*model_.mutable_graph()) {}
+  OnnxBuilder(const nn::ModelFile& file, nn::Model& net)
+      : file_(file), net_(net), graph_(*model_.mutable_graph()) {}
 
   onnx::ModelProto build() {
     model_.set_ir_version(onnx::IR_VERSION);
@@ -31,11 +28,11 @@ class OnnxBuilder {
     auto* opset = model_.add_opset_import();
     opset->set_domain("");
     opset->set_version(kOpset);
-    const io::ModelCard& card = file_.card;
+    const io::ModelCard& card = file_.card();
     graph_.set_name(card.model);
     add_value(*graph_.add_input(), "input", shape_of(card.input_shape));
     nn::Graph traced;
-    const nn::TracedOutputs outputs = file_.model->trace(traced, "input");
+    const nn::TracedOutputs outputs = net_.trace(traced, "input");
     for (const nn::GraphNode& node : traced.nodes()) add(node);
     add_outputs(outputs);
     add_metadata();
@@ -71,7 +68,7 @@ class OnnxBuilder {
     const std::string name = layer + "." + suffix;
     if (!initialized_.insert(name).second) return name;
     std::vector<int64_t> shape;
-    const std::vector<float> values = tensor_values(file_, name, &shape);
+    const std::vector<float> values = nn::tensor_values(net_, name, &shape);
     onnx::TensorProto& t = *graph_.add_initializer();
     t.set_name(name);
     t.set_data_type(onnx::TensorProto::FLOAT);
@@ -152,7 +149,7 @@ class OnnxBuilder {
 
   // The class logits and their softmax; with inspection heads the sigmoids of the others.
   void add_outputs(const nn::TracedOutputs& out) {
-    const io::ModelCard& card = file_.card;
+    const io::ModelCard& card = file_.card();
     const int64_t classes = int64_t(card.class_names.size());
     node("Identity", "logits", {out.logits}, "logits");
     integer(node("Softmax", "probabilities", {out.logits}, "probabilities"), "axis", 1);
@@ -199,7 +196,7 @@ class OnnxBuilder {
   }
 
   void add_metadata() {
-    const io::ModelCard& card = file_.card;
+    const io::ModelCard& card = file_.card();
     meta("model", card.model);
     meta("heads", card.heads);
     meta("input_shape", json_list(card.input_shape));
@@ -213,36 +210,28 @@ class OnnxBuilder {
       meta("pass_threshold", str(card.pass_threshold));
       meta("verdict", "pass when pass_probability >= pass_threshold");
     }
-    meta("source", file_.path);
-    meta("global_step", str(file_.global_step));
+    meta("source", file_.path());
+    meta("global_step", str(file_.global_step()));
   }
 
-  const ModelFile& file_;
+  const nn::ModelFile& file_;
+  nn::Model& net_;
   onnx::ModelProto model_;
   onnx::GraphProto& graph_;
   std::set<std::string> initialized_;
 };
 
 void write_atomically(const onnx::ModelProto& model, const std::string& path) {
-  const std::string temp = path + ".tmp-" + std::to_string(getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    RT_REQUIRE_INPUT(out.good(), path, ": cannot write (", std::strerror(errno), ")");
-    if (!model.SerializeToOstream(&out) || !out.flush()) {
-      std::remove(temp.c_str());
-      throw Error(str(path, ": writing the ONNX model failed"));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(str(path, ": cannot rename ", temp, " into place (", std::strerror(errno), ")"));
-  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    throw Error(str(path, ": serialising the ONNX model failed"));
+  write_file_atomically(path, bytes);
 }
 
 }  // namespace
 
-int write_onnx(const ModelFile& file, const std::string& onnx_path) {
-  onnx::ModelProto model = OnnxBuilder(file).build();
+int write_onnx(const nn::ModelFile& file, nn::Model& net, const std::string& onnx_path) {
+  onnx::ModelProto model = OnnxBuilder(file, net).build();
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {

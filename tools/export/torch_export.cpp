@@ -5,7 +5,6 @@
 // `archive/byteorder`. What torch.load reads, in the layout torch.save writes.
 #include "torch_export.hpp"
 
-#include <unistd.h>
 #include <zip.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <cstring>
 #include <list>
 
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::tools {
@@ -116,9 +116,9 @@ std::string state_dict_pickle(const std::vector<Entry>& entries) {
   return p.bytes();
 }
 
-Entry float_entry(const ModelFile& file, const std::string& name) {
+Entry float_entry(nn::Model& net, const std::string& name) {
   Entry e{name, "FloatStorage", {}, {}};
-  const std::vector<float> values = tensor_values(file, name, &e.shape);
+  const std::vector<float> values = nn::tensor_values(net, name, &e.shape);
   e.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   return e;
 }
@@ -126,17 +126,16 @@ Entry float_entry(const ModelFile& file, const std::string& name) {
 // Every parameter, then every buffer; after a BN layer's running_var, its num_batches_tracked
 // (an int64 scalar PyTorch keeps: here the training steps taken). load_state_dict matches by
 // name, so the order is free.
-std::vector<Entry> state_dict(const ModelFile& file) {
+std::vector<Entry> state_dict(const nn::ModelFile& file, nn::Model& net) {
   std::vector<Entry> entries;
-  for (const nn::Parameter* p : file.model->parameters())
-    entries.push_back(float_entry(file, p->name));
+  for (const nn::Parameter* p : net.parameters()) entries.push_back(float_entry(net, p->name));
   const std::string var = ".running_var";
-  for (const nn::NamedBuffer& b : file.model->buffers()) {
-    entries.push_back(float_entry(file, b.name));
+  for (const nn::NamedBuffer& b : net.buffers()) {
+    entries.push_back(float_entry(net, b.name));
     if (b.name.size() <= var.size() ||
         b.name.compare(b.name.size() - var.size(), var.size(), var) != 0)
       continue;
-    const int64_t steps = file.global_step;
+    const int64_t steps = file.global_step();
     entries.push_back({b.name.substr(0, b.name.size() - var.size()) + ".num_batches_tracked",
                        "LongStorage",
                        {},
@@ -189,25 +188,17 @@ class ZipWriter {
 
 }  // namespace
 
-int write_torch_state_dict(const ModelFile& file, const std::string& pt_path) {
-  const std::vector<Entry> entries = state_dict(file);
-  const std::string temp = pt_path + ".tmp-" + std::to_string(getpid());
-  try {
-    ZipWriter zip(temp);
-    zip.add("archive/data.pkl", state_dict_pickle(entries));
-    for (size_t i = 0; i < entries.size(); ++i)
-      zip.add("archive/data/" + std::to_string(i), entries[i].data);
-    zip.add("archive/version", "3\n");
-    zip.add("archive/byteorder", "little");
-    zip.close();
-  } catch (...) {
-    std::remove(temp.c_str());
-    throw;
-  }
-  if (std::rename(temp.c_str(), pt_path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(str(pt_path, ": cannot rename ", temp, " into place (", std::strerror(errno), ")"));
-  }
+int write_torch_state_dict(const nn::ModelFile& file, nn::Model& net, const std::string& pt_path) {
+  const std::vector<Entry> entries = state_dict(file, net);
+  AtomicWrite out(pt_path);
+  ZipWriter zip(out.temp_path());
+  zip.add("archive/data.pkl", state_dict_pickle(entries));
+  for (size_t i = 0; i < entries.size(); ++i)
+    zip.add("archive/data/" + std::to_string(i), entries[i].data);
+  zip.add("archive/version", "3\n");
+  zip.add("archive/byteorder", "little");
+  zip.close();
+  out.commit();
   return int(entries.size());
 }
 

@@ -6,11 +6,12 @@
 
 #include <string>
 
-#include "model_file.hpp"
+#include "ringtrain/nn/model_file.hpp"
 
 namespace ringtrain::tools {
 
-// Writes `file`'s state_dict to `pt_path` atomically; returns the number of entries.
-int write_torch_state_dict(const ModelFile& file, const std::string& pt_path);
+// Writes the state_dict of `net` (built from `file`) to `pt_path` atomically; returns the number of
+// entries.
+int write_torch_state_dict(const nn::ModelFile& file, nn::Model& net, const std::string& pt_path);
 
 }  // namespace ringtrain::tools

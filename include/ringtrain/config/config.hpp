@@ -182,13 +182,6 @@ const std::vector<std::string>& per_rank_keys();
 // false); one "key = value" line each, in --print-deck's order.
 std::string agreed_config_text(const Config& config);
 
-// The first line where two agreed_config_text()s differ: its key and both values; key is ""
-// when the texts are equal.
-struct KeyDifference {
-  std::string key, a, b;
-};
-KeyDifference first_difference(const std::string& a, const std::string& b);
-
 // The warning when train.threads asks for more threads than the `cores` this rank has
 // (`why`: how they were counted); "" when they fit or threads are chosen automatically.
 std::string threads_warning(const Config& config, int cores, const std::string& why);

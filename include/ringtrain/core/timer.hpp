@@ -1,12 +1,15 @@
 // timer.hpp — monotonic wall-clock timing for phases, the calling thread's CPU time, in
-// seconds, and the UTC time of day that results and checkpoints record.
+// seconds, the median of repeated timings, and the UTC time of day that results and
+// checkpoints record.
 #pragma once
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <string>
+#include <vector>
 
 namespace ringtrain {
 
@@ -20,6 +23,15 @@ inline double thread_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// The median of repeated timings: the middle value, or the mean of the two middle ones; 0 for
+// none. The one median of the autotune and of every benchmark.
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 // Measures seconds since construction or the last restart().

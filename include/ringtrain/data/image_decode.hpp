@@ -1,8 +1,8 @@
 // image_decode.hpp — PNG, JPEG and TIFF files into pixels (libpng, libjpeg-turbo, libtiff), and
 // pixels into a model's input (channels, 8 bit, resize and centre crop, planar CHW).
 //
-// defines: Image, is_image_extension(), check_image_file(), decode_image(), fit_image(), FitPlan,
-//          plan_fit()
+// defines: Image, kDefaultMaxPixels, is_image_extension(), check_image_file(), decode_image(),
+//          fit_image(), FitPlan, plan_fit()
 #pragma once
 
 #include <cstdint>
@@ -26,11 +26,19 @@ bool is_image_extension(const std::string& path);
 // that opens and is not empty. Throws the same InputError as decode_image.
 void check_image_file(const std::string& path);
 
+// The most pixels (width x height) decode_image accepts by default: 100 megapixels (10000 x
+// 10000), 300 MB of 8-bit RGB as read and 600 MB as Image's 16-bit values. The header is read
+// before anything is allocated, so a small file declaring a huge image (a decompression bomb: a
+// 3.6 MB PNG declaring 60000 x 60000, 3.6 GB of grey decoded) is refused instead of taking the
+// node's memory, however many threads decode at once.
+constexpr int64_t kDefaultMaxPixels = 100'000'000;
+
 // Decodes by extension. Throws ringtrain::InputError with one line naming the file: an unknown
-// extension, a file that cannot be opened, an empty (0-byte) file, a corrupt or truncated
-// image (the library's own message), a layout we do not read (e.g. a CMYK JPEG). Thread-safe:
-// every library state is per call, and no library prints to stderr.
-Image decode_image(const std::string& path);
+// extension, a file that cannot be opened, an empty (0-byte) file, a header declaring more than
+// max_pixels pixels (its width x height named, before any pixel is allocated), a corrupt or
+// truncated image (the library's own message), a layout we do not read (e.g. a CMYK JPEG).
+// Thread-safe: every library state is per call, and no library prints to stderr.
+Image decode_image(const std::string& path, int64_t max_pixels = kDefaultMaxPixels);
 
 // How fit_image maps an image to size x size: the resized (shorter side = size) dimensions and
 // the centre crop's offsets into them.

@@ -253,11 +253,11 @@ class File {
 };
 
 // Writes final_path atomically and durably. The file is built in memory (HDF5's core
-// driver); commit() writes its image to a temp file beside final_path, fsyncs it, renames it
-// into place and fsyncs the directory. So a kill at any instant leaves either the previous
-// file or the whole new one under final_path, and a full disk is an error from our own
-// write(2), naming the file, with the previous file kept (HDF5 itself never meets the full
-// disk: a failed H5Fclose there leaves the library in a state that crashes at exit).
+// driver); commit() writes its image with write_file_atomically (core/atomic_file.hpp: a temp
+// file beside final_path, fsynced, renamed into place, the directory fsynced). So a kill at any
+// instant leaves either the previous file or the whole new one under final_path, and a full disk is
+// an error from our own write(2), naming the file, with the previous file kept (HDF5 itself never
+// meets the full disk: a failed H5Fclose there leaves the library in a state that crashes at exit).
 // Destroyed without commit, nothing is written. Objects of the file may still be open at
 // commit(): the image is taken after a flush.
 class AtomicFile {
@@ -275,12 +275,6 @@ class AtomicFile {
   std::string final_path_;
   std::unique_ptr<File> file_;
 };
-
-// The temp file AtomicFile writes for final_path in this process: final_path.tmp-PID.
-std::string temp_path_for(const std::string& final_path);
-// Removes final_path.tmp-PID files left by processes of this host that no longer run (a run
-// killed while writing); returns the paths removed.
-std::vector<std::string> remove_stale_temp_files(const std::string& final_path);
 
 // Throws InputError naming dir unless a file can be created in it (creating it if needed).
 void require_writable_dir(const std::string& dir, const std::string& what);

@@ -35,10 +35,16 @@ struct ModelCard {
   bool inspect() const { return heads == "inspect"; }
 };
 
+// What to do with a checkpoint that is not a model file (a version-1 one): the last words of
+// read_model_card's error, the same for predict and rt-export.
+constexpr const char* kResaveHint =
+    "re-save it as a model file by resuming its run: ringtrain --deck DECK --resume (with its "
+    "train.epochs reached it trains no further and rewrites the checkpoint as format_version 2)";
+
 // Sets the card's root attributes (`model` among them).
 void write_model_card(h5::Group& root, const ModelCard& card);
 // The card of a version-2 file. Anything missing (a version-1 checkpoint, or another file) is
-// one InputError naming the file and what it lacks, ending with `resave_hint`.
-ModelCard read_model_card(const h5::Group& root, const std::string& resave_hint);
+// one InputError naming the file and what it lacks, ending with kResaveHint.
+ModelCard read_model_card(const h5::Group& root);
 
 }  // namespace ringtrain::io

@@ -20,12 +20,13 @@ struct StartRequest {
 // and agreed_config_text(); one "key = value" line each.
 std::string start_text(const StartRequest& request);
 
-// Collective, once, right after parsing. One allreduce of a hash decides; only on a mismatch
-// does rank 0 send its text and every rank find its first differing key. Returns -1 when every
-// rank trains, else the exit code every rank takes: 0 when every rank only prints (rank 0
-// printed), 2 after rank 0 printed one line: a parse error (as it is when every rank has it,
-// else naming the ranks that have it), or "ranks disagree on KEY: rank R has A, rank 0 has B
-// (every rank must read the same deck)".
+// Collective, once, right after parsing: whether every rank parsed its command line, then
+// start_text compared with rank 0's (comm::disagreement_on_keys: a fingerprint decides; only on
+// a mismatch does rank 0 send its text and the first differing rank find its first key). Returns -1
+// when every rank trains, else the exit code every rank takes: 0 when every rank only prints (rank
+// 0 printed), 2 after rank 0 printed one line: a parse error (as it is when every rank has it, else
+// naming the ranks that have it), or "ranks disagree on KEY: rank R has A, rank 0 has B (every rank
+// must read the same deck)".
 int agree_on_start(const comm::Communicator& comm, const StartRequest& mine);
 
 }  // namespace ringtrain::train

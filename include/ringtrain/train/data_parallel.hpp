@@ -37,6 +37,10 @@ namespace ringtrain::train {
 // fixed where the deck or the command line gives a value; run_steps: the steps left to train.
 comm::fusion::AutotuneOptions autotune_options(const CommConfig& comm, int64_t run_steps);
 
+// The fusion engine's options from the deck: comm.first_bucket_mib, stall_timeout_s, local_gate,
+// and the autotune's start settings (autotune_options().start) for overlap and fusion_mib.
+comm::fusion::FusionOptions engine_options(const CommConfig& comm);
+
 class DataParallel {
  public:
   // Collective over comm. Makes the fusion engine over comm with `options` (bucket memory on

@@ -8,15 +8,12 @@
 namespace ringtrain::train {
 
 // Collective over comm: trains as config says, evaluates, and has rank 0 write the
-// results file. A failure in set-up fails every rank together (agree.hpp); a failure in
+// results file. A failure in set-up fails every rank together (fail_together.hpp); a failure in
 // a step on one rank aborts the job.
 void train(const Config& config, comm::Communicator& comm);
 
 // What the deck asks of the CUDA backend of this rank's GPU `device`: train.precision,
 // train.deterministic and train.cudnn_workspace_mib.
 backend::CudaOptions cuda_options(const TrainConfig& train, int device);
-
-// The whole program behind main(): MPI start-up, the command line, the exit code.
-int run_app(int argc, char** argv);
 
 }  // namespace ringtrain::train

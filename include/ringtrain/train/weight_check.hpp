@@ -65,7 +65,7 @@ class WeightCheck {
   bool due(int64_t step) const;
   // Collective: compares every rank's digest at step. Agreed: returns it. Else with a majority
   // and repair: every rank takes the majority's copy, a warning, the digest agreed after. Else
-  // throws Error on every rank alike, one line. The caller runs it inside agree().
+  // throws Error on every rank alike, one line. The caller runs it inside fail_together().
   uint64_t run(int64_t step);
   // This rank's digest alone (no collective): --resume compares it with the checkpoint's.
   uint64_t local_digest(bool bn_statistics);

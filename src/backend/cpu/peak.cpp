@@ -36,8 +36,7 @@ double median_gflops(double flop, int repeats, Run&& run) {
     run();
     rates.push_back(flop / watch.seconds() / 1e9);
   }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return median(rates);  // core/timer.hpp
 }
 
 dt input_type(Precision precision) {

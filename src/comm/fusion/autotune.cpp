@@ -8,15 +8,10 @@
 #include "names.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/timer.hpp"  // median
 
 namespace ringtrain::comm::fusion {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
-}
 
 std::string ms_text(double seconds) {
   char buf[32];

@@ -1,13 +1,17 @@
 // plan.cpp — gradient specs as messages name them, the schedule's fingerprint and
-// serialisation, and the agreement on the plan across ranks.
+// serialisation, and what the plan's agreement across ranks compares (comm/agreement does the
+// comparing and the wording).
 #include "ringtrain/comm/fusion/plan.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
-#include "names.hpp"
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/comm/mpi_check.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/hash.hpp"
 
 namespace ringtrain::comm::fusion {
 namespace {
@@ -33,28 +37,36 @@ std::string check_own_specs(const std::vector<GradSpec>& specs) {
   return "";
 }
 
-// What every rank sends to every other: enough to find the first rank that differs.
-struct Summary {
-  uint64_t fingerprint;
-  uint64_t has_local_error;  // 64 bits: no padding goes on the wire
-};
-
-std::vector<uint8_t> encode_summary(const Summary& summary, const std::vector<AgreedSetting>& set) {
-  std::vector<uint8_t> out(sizeof summary + set.size() * sizeof(double));
-  std::memcpy(out.data(), &summary, sizeof summary);
-  for (size_t k = 0; k < set.size(); ++k)
-    std::memcpy(out.data() + sizeof summary + k * sizeof(double), &set[k].value, sizeof(double));
-  return out;
+// The lowest rank whose own specs have a problem: its message, thrown on every rank.
+void fail_together_on_own_errors(MPI_Comm comm, int me, int world, std::string local_error) {
+  int first = local_error.empty() ? world : me;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == world) return;
+  broadcast_bytes(comm, local_error, first);
+  throw Error(str("fusion plan: rank ", first, ": ", local_error));
 }
 
-double setting_of(const uint8_t* record, size_t k) {
-  double value;
-  std::memcpy(&value, record + sizeof(Summary) + k * sizeof(double), sizeof value);
-  return value;
+// The shortest text that reads back as exactly this value ("0.5", "2"): settings are compared
+// as text, so two values that print alike must be equal.
+std::string exact_text(double value) {
+  char text[32];
+  for (int digits = 6; digits < 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) return text;
+  }
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+std::string settings_text(const std::vector<AgreedSetting>& settings) {
+  std::string text;
+  for (const AgreedSetting& s : settings)
+    text += str("comm.", s.key, " = ", exact_text(s.value), "\n");
+  return text;
 }
 
 // Rare path: rank 0 sends its schedule; the first differing rank finds the first difference
-// and every rank throws the message that rank wrote.
+// and every rank throws the line that rank wrote.
 [[noreturn]] void throw_schedule_mismatch(MPI_Comm comm, int me, const std::vector<GradSpec>& specs,
                                           const std::vector<int>& differing) {
   std::string root_text = me == 0 ? serialize(specs) : std::string();
@@ -62,12 +74,9 @@ double setting_of(const uint8_t* record, size_t k) {
   const int first = differing.front();
   std::string message;
   if (me == first) {
-    message = "fusion plan mismatch: " + describe_difference(deserialize(root_text), specs, first);
-    if (differing.size() > 1)
-      message +=
-          str(" (", differing.size(), " ranks differ from rank 0: ", ranks_text(differing), ")");
-    message +=
-        " (every rank must plan the same gradients, in the same order, with the same shapes)";
+    const KeyDifference d = first_plan_difference(specs, deserialize(root_text));
+    message = disagreement_line(d.key, differing, d.a, d.b) +
+              " (every rank must plan the same gradients, in the same order, with the same shapes)";
   }
   broadcast_bytes(comm, message, first);
   throw Error(message);
@@ -92,23 +101,17 @@ size_t element_count(const GradSpec& spec) {
 }
 
 uint64_t fingerprint(const std::vector<GradSpec>& specs) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* data, size_t size) {
-    for (size_t i = 0; i < size; ++i) {
-      h ^= static_cast<const unsigned char*>(data)[i];
-      h *= 1099511628211ull;
-    }
-  };
-  uint64_t count = specs.size();
-  mix(&count, sizeof count);
+  Fnv1a h;
+  const uint64_t count = specs.size();
+  h.add(&count, sizeof count);
   for (const auto& spec : specs) {
-    mix(spec.name.c_str(), spec.name.size() + 1);
-    uint64_t rank = spec.shape.size();
-    mix(&rank, sizeof rank);
-    mix(spec.shape.data(), spec.shape.size() * sizeof(int64_t));
-    mix("f32", 3);
+    h.add(spec.name.c_str(), spec.name.size() + 1);
+    const uint64_t rank = spec.shape.size();
+    h.add(&rank, sizeof rank);
+    h.add(spec.shape.data(), spec.shape.size() * sizeof(int64_t));
+    h.add("f32", 3);
   }
-  return h;
+  return h.value();
 }
 
 std::string serialize(const std::vector<GradSpec>& specs) {
@@ -151,8 +154,8 @@ std::vector<GradSpec> deserialize(const std::string& text) {
   return specs;
 }
 
-std::string describe_difference(const std::vector<GradSpec>& root,
-                                const std::vector<GradSpec>& mine, int me) {
+KeyDifference first_plan_difference(const std::vector<GradSpec>& mine,
+                                    const std::vector<GradSpec>& root) {
   size_t i = 0;
   while (i < root.size() && i < mine.size() && root[i].name == mine[i].name &&
          root[i].shape == mine[i].shape)
@@ -161,8 +164,7 @@ std::string describe_difference(const std::vector<GradSpec>& root,
     return i < specs.size() ? spec_text(specs[i])
                             : str("no gradient ", i, " (only ", specs.size(), ")");
   };
-  return str("rank ", me, " differs from rank 0 at gradient ", i, ": rank ", me, " has ", at(mine),
-             " but rank 0 has ", at(root));
+  return {str("the fusion plan's gradient ", i), at(mine), at(root)};
 }
 
 void agree_on_plan(const CommHandle& handle, const std::vector<GradSpec>& specs,
@@ -171,39 +173,13 @@ void agree_on_plan(const CommHandle& handle, const std::vector<GradSpec>& specs,
   int me = 0, world = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &me));
   MPI_CHECK(MPI_Comm_size(comm, &world));
-  std::string local_error = check_own_specs(specs);
-  const Summary mine{fingerprint(specs), local_error.empty() ? 0u : 1u};
-  const std::vector<uint8_t> record = encode_summary(mine, settings);
-  const size_t bytes = record.size();
-  std::vector<uint8_t> all(bytes * size_t(world));
-  MPI_CHECK(
-      MPI_Allgather(record.data(), int(bytes), MPI_BYTE, all.data(), int(bytes), MPI_BYTE, comm));
-  auto summary_of = [&](int r) {
-    Summary s;
-    std::memcpy(&s, all.data() + size_t(r) * bytes, sizeof s);
-    return s;
-  };
-
-  for (int r = 0; r < world; ++r) {
-    if (!summary_of(r).has_local_error) continue;
-    broadcast_bytes(comm, local_error, r);
-    throw Error(str("fusion plan: rank ", r, ": ", local_error));
-  }
+  fail_together_on_own_errors(comm, me, world, check_own_specs(specs));
   // The trainer's ranks agreed on the whole deck at start (train/config_agreement.hpp); this
   // is the same check, in the same words, for the settings that shape the buckets, wherever an
   // engine is made.
-  for (int r = 1; r < world; ++r)
-    for (size_t k = 0; k < settings.size(); ++k) {
-      const double theirs = setting_of(all.data() + size_t(r) * bytes, k);
-      const double root_value = setting_of(all.data(), k);
-      if (theirs != root_value)
-        throw Error(str("ranks disagree on comm.", settings[k].key, ": rank ", r, " has ", theirs,
-                        ", rank 0 has ", root_value, " (every rank must read the same deck)"));
-    }
-
-  std::vector<int> differing;
-  for (int r = 1; r < world; ++r)
-    if (summary_of(r).fingerprint != summary_of(0).fingerprint) differing.push_back(r);
+  const std::string disagreement = disagreement_on_keys(handle, settings_text(settings));
+  if (!disagreement.empty()) throw Error(disagreement + " (every rank must read the same deck)");
+  const std::vector<int> differing = ranks_unlike_root(handle, fingerprint(specs));
   if (!differing.empty()) throw_schedule_mismatch(comm, me, specs, differing);
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "names.hpp"
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/comm/fusion/timeline.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -233,10 +234,10 @@ std::string StallInspector::describe_phases(const std::vector<StallState>& state
   }
   std::string line = str("stall: after ", number_text(waited_s), " s, ");
   for (size_t k = 0; k < places.size(); ++k)
-    line += str(k ? "; " : "", ranks_text(places[k].second),
+    line += str(k ? "; " : "", rank_list(places[k].second),
                 places[k].second.size() > 1 ? " wait in " : " waits in ", places[k].first);
   if (!silent.empty())
-    line += str("; ", ranks_text(silent), " did not answer within ", number_text(window_s),
+    line += str("; ", rank_list(silent), " did not answer within ", number_text(window_s),
                 " s (stopped, or stuck outside a collective, e.g. in compute or I/O, or exited)");
   return line;
 }
@@ -263,7 +264,7 @@ std::string StallInspector::describe(const std::vector<StallState>& state,
       str("stall: after ", number_text(timeout_s_), " s, bucket ", bucket, " of step ", step);
   std::string silent_text =
       silent.empty() ? std::string()
-                     : str(ranks_text(silent), " did not answer within ", number_text(window_s),
+                     : str(rank_list(silent), " did not answer within ", number_text(window_s),
                            " s: stuck outside the engine (e.g. in compute or I/O) or exited");
 
   // Missing tensors of that bucket, grouped by the set of ranks that lack them.
@@ -301,7 +302,7 @@ std::string StallInspector::describe(const std::vector<StallState>& state,
   const std::string& own = state[size_t(rank_)].detail;
   const std::string own_text = own.empty() ? std::string() : "; " + own;
   if (total_missing == 0)
-    return line + " still waits for " + ranks_text(silent) + ", which did not answer within " +
+    return line + " still waits for " + rank_list(silent) + ", which did not answer within " +
            number_text(window_s) +
            " s (stuck outside the engine, e.g. in compute or I/O, or exited)" + own_text;
   line += " still waits for ";
@@ -309,14 +310,14 @@ std::string StallInspector::describe(const std::vector<StallState>& state,
     line += g ? "; " : "";
     for (size_t k = 0; k < groups[g].second.size(); ++k)
       line += (k ? ", " : "") + groups[g].second[k];
-    line += " on " + ranks_text(groups[g].first);
+    line += " on " + rank_list(groups[g].first);
   }
   if (total_missing > kMaxNamesListed)
     line += str(" (and ", total_missing - kMaxNamesListed, " more)");
   std::vector<std::string> causes;
-  if (!stopped.empty()) causes.push_back(ranks_text(stopped) + " stopped enqueuing");
+  if (!stopped.empty()) causes.push_back(rank_list(stopped) + " stopped enqueuing");
   if (!in_synchronize.empty())
-    causes.push_back(ranks_text(in_synchronize) + " called synchronize() without them");
+    causes.push_back(rank_list(in_synchronize) + " called synchronize() without them");
   if (!silent.empty()) causes.push_back(silent_text);
   line += " (";
   for (size_t k = 0; k < causes.size(); ++k) line += (k ? "; " : "") + causes[k];

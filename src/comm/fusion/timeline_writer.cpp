@@ -12,6 +12,7 @@
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/comm/fusion/timeline.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm::fusion {
@@ -72,10 +73,11 @@ void Timeline::write_chrome_trace(const Communicator& communicator, const std::s
     send_text(text, comm);
   } else {
     std::string error;
-    std::string temp = path + ".tmp." + std::to_string(getpid());
     std::error_code ec;
     auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    AtomicWrite out(path);
+    const std::string& temp = out.temp_path();
     std::FILE* file = std::fopen(temp.c_str(), "wb");
     if (!file) error = str("cannot create ", temp, ": ", std::strerror(errno));
     bool write_ok = true;
@@ -94,9 +96,11 @@ void Timeline::write_chrome_trace(const Communicator& communicator, const std::s
       if (std::fclose(file) != 0) write_ok = false;
       if (!write_ok && error.empty())
         error = str("cannot write ", temp, ": ", std::strerror(errno));
-      if (error.empty() && std::rename(temp.c_str(), path.c_str()) != 0)
-        error = str("cannot rename ", temp, " to ", path, ": ", std::strerror(errno));
-      if (!error.empty()) std::remove(temp.c_str());
+      try {
+        if (error.empty()) out.commit();
+      } catch (const Error& e) {
+        error = e.what();
+      }
     }
     text = error;
   }

@@ -1,22 +1,11 @@
 // wait_style.cpp — the node's wait style from its ranks, its CPUs and RINGTRAIN_SHM_WAIT.
 #include "ringtrain/comm/shm/wait_style.hpp"
 
-#include <sched.h>
-
-#include <algorithm>
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 
-#include "ringtrain/comm/cpu_share.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::comm::shm {
-namespace {
-
-constexpr size_t kSettingBytes = 32;
-
-}  // namespace
 
 std::string to_string(WaitStyle style) {
   return style == WaitStyle::yield ? "yield" : style == WaitStyle::sleep ? "sleep" : "spin";
@@ -32,28 +21,23 @@ WaitStyle wait_style_for(int ranks, int cpus, const char* setting) {
   return ranks > cpus ? WaitStyle::yield : WaitStyle::spin;
 }
 
+WaitStyle wait_style_for(const CpuFacts& node, const char* setting) {
+  return wait_style_for(node.local_ranks, usable_node_cpus(node), setting);
+}
+
 WaitStyle choose_wait_style(MPI_Comm node_comm, std::string& why) {
-  int ranks = 1, rank = 0;
-  MPI_CHECK(MPI_Comm_size(node_comm, &ranks));
+  int rank = 0;
   MPI_CHECK(MPI_Comm_rank(node_comm, &rank));
-  // The CPUs any rank of the node may run on: the union of the affinity masks (OR of the bytes).
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  sched_getaffinity(0, sizeof mask, &mask);
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mask, int(sizeof mask), MPI_BYTE, MPI_BOR, node_comm));
-  int cpus = std::max(1, CPU_COUNT(&mask));
-  const double limit = cgroup_cpu_limit();
-  if (limit > 0) cpus = std::min(cpus, std::max(1, int(std::ceil(limit))));
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cpus, 1, MPI_INT, MPI_MIN, node_comm));
+  const CpuFacts facts = gather_cpu_facts(node_comm);
   // Rank 0's setting for all, so that a bad one fails on every rank alike.
-  char setting[kSettingBytes] = {};
   const char* own = std::getenv("RINGTRAIN_SHM_WAIT");
-  if (rank == 0 && own) std::strncpy(setting, own, sizeof setting - 1);
-  MPI_CHECK(MPI_Bcast(setting, int(sizeof setting), MPI_CHAR, 0, node_comm));
-  const WaitStyle style = wait_style_for(ranks, cpus, setting);
-  why = str(ranks, " ranks on ", cpus, " CPU(s) of this node: waits ",
-            style == WaitStyle::yield ? "yield the CPU" : "spin", " before they sleep",
-            setting[0] ? str(" (RINGTRAIN_SHM_WAIT=", setting, ")") : std::string());
+  std::string setting = rank == 0 && own ? own : "";
+  broadcast_bytes(node_comm, setting, 0);
+  const WaitStyle style = wait_style_for(facts, setting.c_str());
+  why =
+      str(facts.local_ranks, " ranks on ", usable_node_cpus(facts), " CPU(s) of this node: waits ",
+          style == WaitStyle::yield ? "yield the CPU" : "spin", " before they sleep",
+          setting.empty() ? std::string() : str(" (RINGTRAIN_SHM_WAIT=", setting, ")"));
   return style;
 }
 

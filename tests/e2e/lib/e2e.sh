@@ -37,16 +37,35 @@ tiny_fiber_data() {
 }
 
 # tiny_deck FILE DATA OUT [LINE...]: a deck training cnn_small on DATA's train split for one
-# epoch of 8-image batches, results into OUT; each LINE ("lr = 0.05") joins its [train] section.
+# epoch of 8-image batches, results into OUT. Each LINE is "key = value" for [train] or
+# "section.key = value" for any section ("comm.fusion_mib = 0.1", "data.eval_split = val"): it
+# replaces that key's default or adds the key; a LINE without "=" ("data.eval_split") leaves the
+# key out, to ringtrain's own default. Sections come in the deck's order.
 tiny_deck() {
   local file=$1 data=$2 out=$3
   shift 3
-  {
-    printf '[data]\ndir = %s\neval_split =\ntest_split =\n' "$data"
-    printf '[model]\nname = cnn_small\n[train]\nepochs = 1\nbatch_per_rank = 8\n'
-    [ $# = 0 ] || printf '%s\n' "$@"
-    printf '[output]\ndir = %s\n' "$out"
-  } >"$file"
+  local -A value=([data.dir]=$data [data.eval_split]= [data.test_split]= [model.name]=cnn_small
+                  [train.epochs]=1 [train.batch_per_rank]=8 [output.dir]=$out)
+  local -a order=(data.dir data.eval_split data.test_split model.name train.epochs
+                  train.batch_per_rank output.dir)
+  local line key section header
+  for line in "$@"; do
+    key=${line%%=*} && key=${key% } && [[ $key == *.* ]] || key=train.$key
+    if [[ $line != *=* ]]; then
+      unset "value[$key]"
+      continue
+    fi
+    [ -n "${value[$key]+set}" ] || order+=("$key")
+    value[$key]=${line#*=} && value[$key]=${value[$key]# }
+  done
+  for section in data model train comm output; do
+    header="[$section]"
+    for key in "${order[@]}"; do
+      [ "${key%%.*}" = "$section" ] && [ -n "${value[$key]+set}" ] || continue
+      [ -z "$header" ] || { printf '%s\n' "$header"; header=; }
+      printf '%s =%s\n' "${key#*.}" "${value[$key]:+ ${value[$key]}}"
+    done
+  done >"$file"
 }
 
 # run_np2 NAME ARGS...: ringtrain on 2 ranks (the environment reaches them); stderr in
@@ -105,5 +124,19 @@ for n in names:
     x, y = a[n][()], b[n][()]
     assert x.shape == y.shape and x.tobytes() == y.tobytes(), f"{n} differs: max {np.abs(x - y).max()}"
 print(f"bitwise equal: {len(names)} datasets at step {step}")
+PY
+}
+
+# bomb_png FILE WIDTH HEIGHT: a decompression bomb's header: a valid PNG whose IHDR declares
+# WIDTH x HEIGHT 8-bit grey pixels over one tiny IDAT (a few dozen bytes in all). A decoder that
+# believes the header allocates WIDTH x HEIGHT bytes before it finds the data missing.
+bomb_png() {
+  "$PYTHON" - "$@" <<'PY'
+import struct, sys, zlib
+path, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+open(path, "wb").write(png + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
 PY
 }

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "ringtrain/comm/fusion/fusion_engine.hpp"  // kDefaultFusionMib
+
 namespace ringtrain::comm {
 class Communicator;
 }
@@ -31,8 +33,8 @@ class Communicator;
 namespace ringtrain::comm::fusion {
 
 struct TuneSettings {
-  bool overlap = true;     // FusionOptions::overlap
-  double fusion_mib = 16;  // FusionOptions::fusion_mib
+  bool overlap = true;                    // FusionOptions::overlap
+  double fusion_mib = kDefaultFusionMib;  // FusionOptions::fusion_mib
   bool operator==(const TuneSettings& o) const {
     return overlap == o.overlap && fusion_mib == o.fusion_mib;
   }

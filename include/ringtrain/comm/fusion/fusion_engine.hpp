@@ -73,8 +73,13 @@ struct BufferOps {
 
 BufferOps host_buffer_ops();
 
+// comm.fusion_mib's one default: the bucket size cap an engine gets when nothing sets one (the
+// benches, the tests), and where the trainer's engine starts under comm.fusion_mib = auto (the
+// autotune's first trial, TuneSettings), so that an engine built directly runs as the trainer's.
+constexpr double kDefaultFusionMib = 16;
+
 struct FusionOptions {
-  double fusion_mib = 64;       // bucket size cap (deck: comm.fusion_mib)
+  double fusion_mib = kDefaultFusionMib;  // bucket size cap (deck: comm.fusion_mib)
   double first_bucket_mib = 1;  // small first bucket so communication starts early; 0: no cap
                                 // of its own (like the others); capped by fusion_mib
   double stall_timeout_s = 60;  // deck: comm.stall_timeout_s; 0 turns the inspector off

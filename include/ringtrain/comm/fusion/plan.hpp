@@ -8,9 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace ringtrain::comm {
-class CommHandle;
-}
+#include "ringtrain/comm/agreement.hpp"
 
 namespace ringtrain::comm::fusion {
 
@@ -33,14 +31,16 @@ std::string spec_text(const GradSpec& spec);
 // The gradient's element count; Error naming it when a dimension is negative or it is huge.
 size_t element_count(const GradSpec& spec);
 
-// FNV-1a over everything that must agree: count, names, shapes, dtype.
+// FNV-1a (core/hash.hpp) over everything that must agree: count, names, shapes, dtype.
 uint64_t fingerprint(const std::vector<GradSpec>& specs);
 std::string serialize(const std::vector<GradSpec>& specs);
 // Error when text is not what serialize() wrote.
 std::vector<GradSpec> deserialize(const std::string& text);
-// "rank 2 differs from rank 0 at gradient 3: rank 2 has ... but rank 0 has ...".
-std::string describe_difference(const std::vector<GradSpec>& root,
-                                const std::vector<GradSpec>& mine, int me);
+// The first gradient where two schedules differ, as comm/agreement words it: key "the fusion
+// plan's gradient 3", a = this rank's ("fc1.weight [128, 1024]" or "no gradient 3 (only 3)"),
+// b = rank 0's.
+KeyDifference first_plan_difference(const std::vector<GradSpec>& mine,
+                                    const std::vector<GradSpec>& root);
 
 // A deck setting that shapes the buckets and so must be equal on every rank.
 struct AgreedSetting {
@@ -52,7 +52,8 @@ struct AgreedSetting {
 // reductions would pair up different data (or hang). Compares the settings and the schedule's
 // fingerprint across ranks; a problem with one rank's own specs (a bad shape, a name twice)
 // is thrown on every rank too. Throws ringtrain::Error with the same message on every rank,
-// naming the first rank that differs and the setting or tensor where it differs from rank 0.
+// "ranks disagree on comm.fusion_mib: ..." or "ranks disagree on the fusion plan's gradient 3:
+// rank 2 has ..., rank 0 has ...; ranks 3, 4 differ from rank 0 too (...)".
 void agree_on_plan(const CommHandle& comm, const std::vector<GradSpec>& specs,
                    const std::vector<AgreedSetting>& settings);
 

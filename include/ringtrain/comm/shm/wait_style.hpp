@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ringtrain/comm/cpu_share.hpp"
 #include "ringtrain/comm/mpi_check.hpp"  // MPI_Comm
 
 namespace ringtrain::comm::shm {
@@ -28,10 +29,13 @@ std::string to_string(WaitStyle style);
 // `setting` (RINGTRAIN_SHM_WAIT: "spin", "yield", "sleep", "auto" or null) overrides it;
 // anything else is an input error.
 WaitStyle wait_style_for(int ranks, int cpus, const char* setting);
+// The rule for a node's facts: its ranks on its usable_node_cpus (cpu_share.hpp), the count the
+// thread share divides.
+WaitStyle wait_style_for(const CpuFacts& node, const char* setting);
 
-// Collective over node_comm (the ranks of one node): the rule above for the union of their
-// affinity masks, capped by the cgroup CPU limit, and rank 0's RINGTRAIN_SHM_WAIT, so every
-// rank gets the same answer. `why`: one line saying what was decided from what.
+// Collective over node_comm (the ranks of one node): the rule above for the node's facts
+// (gather_cpu_facts) and rank 0's RINGTRAIN_SHM_WAIT, so every rank gets the same answer.
+// `why`: one line saying what was decided from what.
 WaitStyle choose_wait_style(MPI_Comm node_comm, std::string& why);
 
 }  // namespace ringtrain::comm::shm

@@ -1,4 +1,4 @@
-// shard_format.hpp — the name, version, file names and keys of ringtrain's HDF5 dataset shards.
+// format.hpp — the name, version, file names and keys of ringtrain's HDF5 dataset shards.
 //
 // A split (train, val, test) of a dataset is K shard files in one directory:
 //   <dir>/<split>-<index:05>-of-<count:05>.h5
@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <string>
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 
 constexpr const char* kFormatName = "ringtrain-shard";
 constexpr int32_t kFormatVersion = 1;
@@ -41,4 +41,4 @@ inline std::string file_name(const std::string& split, int index, int count) {
   return buf;
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

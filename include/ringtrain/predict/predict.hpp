@@ -7,8 +7,9 @@
 
 #include "ringtrain/comm/communicator.hpp"
 #include "ringtrain/config/config.hpp"
+#include "ringtrain/data/image_decode.hpp"
 
-namespace ringtrain::train {
+namespace ringtrain::predict {
 
 struct PredictOptions {
   std::string model;                      // a checkpoint (the model file), format_version 2
@@ -18,7 +19,8 @@ struct PredictOptions {
   int batch = 64;                         // images per forward
   std::string weights = "averaged";       // averaged (the run's moving average if kept) | raw
   std::string tta = "none";               // none | flip | dihedral: probabilities averaged
-  TrainConfig device;                     // backend, precision, threads (and the cuda keys)
+  int64_t max_pixels = data::kDefaultMaxPixels;  // a larger image file (by its header) is refused
+  TrainConfig device;                            // backend, precision, threads (and the cuda keys)
 };
 
 // What the command line after `predict` asked for; help: print help_text and exit 0.
@@ -41,4 +43,4 @@ void predict(const PredictOptions& options, comm::Communicator& comm);
 // `ringtrain predict ...` behind run_app: the exit code (2 for bad input on every rank).
 int run_predict(int argc, char** argv, comm::Communicator& comm);
 
-}  // namespace ringtrain::train
+}  // namespace ringtrain::predict

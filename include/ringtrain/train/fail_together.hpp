@@ -1,5 +1,5 @@
-// agree.hpp — run a phase on every rank and fail together: no rank hangs waiting for one that
-// threw.
+// fail_together.hpp — run a phase on every rank and fail together: no rank hangs waiting for one
+// that threw. (Not the agreement on what ranks hold alike: that is comm/agreement.hpp.)
 #pragma once
 
 #include <exception>
@@ -26,7 +26,7 @@ class PeerFailed : public std::exception {
 // once with the ranks that raised it ("... (ranks 0-3)"), and every rank throws PeerFailed
 // with the exit code the failure deserves (kExitBadInput when every failure was an
 // InputError, else kExitFailure).
-void agree(const comm::Communicator& comm, const std::function<void()>& phase);
+void fail_together(const comm::Communicator& comm, const std::function<void()>& phase);
 
 // Runs a command's body (training, predict) and turns what escapes it into the exit code: 0;
 // PeerFailed's code (already reported); else the error printed on this rank, exit 2 for an

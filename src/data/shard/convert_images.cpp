@@ -1,8 +1,7 @@
 // convert_images.cpp — `rt-shard images`: check every image (decode in parallel: sizes, train
 // statistics), then decode again a window at a time and write the shards, all-or-nothing.
-#include "ringtrain/data/convert_images.hpp"
+#include "ringtrain/data/shard/convert_images.hpp"
 
-#include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -16,14 +15,15 @@
 #include <ostream>
 #include <regex>
 
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/data/image_decode.hpp"
-#include "ringtrain/data/shard_format.hpp"
-#include "ringtrain/data/shard_writer.hpp"
+#include "ringtrain/data/shard/format.hpp"
+#include "ringtrain/data/shard/writer.hpp"
 #include "ringtrain/io/h5.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 namespace fs = std::filesystem;
 
 namespace {
@@ -72,14 +72,14 @@ struct Fitted {
 // results land in their own slots, so what is written next does not depend on the threads.
 std::vector<Fitted> decode_window(const std::vector<ImageItem>& items,
                                   const std::vector<size_t>& order, size_t first, size_t n,
-                                  int channels, int size, int threads) {
+                                  int channels, int size, int threads, int64_t max_pixels) {
   std::vector<Fitted> out(n);
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (long i = 0; i < long(n); ++i) {
     Fitted& f = out[size_t(i)];
     const std::string& path = items[order[first + size_t(i)]].path;
     try {
-      const data::Image image = data::decode_image(path);
+      const data::Image image = data::decode_image(path, max_pixels);
       f.width = image.width;
       f.height = image.height;
       f.channels = image.channels;
@@ -181,7 +181,7 @@ size_t Converter::window_items() const {
 Reference Converter::find_reference() {
   for (size_t i = 0; i < plan_.items.size(); ++i) {
     const std::vector<size_t> one{i};
-    Fitted f = std::move(decode_window(plan_.items, one, 0, 1, 1, 0, 1)[0]);
+    Fitted f = std::move(decode_window(plan_.items, one, 0, 1, 1, 0, 1, o_.max_pixels)[0]);
     if (f.error.empty()) {
       Reference ref{plan_.items[i].path, o_.channels ? o_.channels : f.channels, f.width, f.height};
       plan_.channels = ref.channels;
@@ -205,8 +205,8 @@ void Converter::check_all(const Reference& ref) {
   Progress progress(progress_, "checked", int64_t(n));
   for (size_t first = 0; first < n; first += window) {
     const size_t m = std::min(window, n - first);
-    std::vector<Fitted> fitted =
-        decode_window(plan_.items, order, first, m, plan_.channels, o_.size, threads_);
+    std::vector<Fitted> fitted = decode_window(plan_.items, order, first, m, plan_.channels,
+                                               o_.size, threads_, o_.max_pixels);
     for (size_t i = 0; i < m; ++i) {
       const Fitted& f = fitted[i];
       if (!f.error.empty() && !f.input_error) throw Error(f.error);
@@ -359,8 +359,8 @@ std::string Converter::write_shard(const std::string& staging, int split, int sh
     const size_t window = window_items();
     for (size_t row = 0; row < rows; row += window) {
       const size_t m = std::min(window, rows - row);
-      std::vector<Fitted> fitted =
-          decode_window(plan_.items, order, first + row, m, plan_.channels, o_.size, threads_);
+      std::vector<Fitted> fitted = decode_window(plan_.items, order, first + row, m, plan_.channels,
+                                                 o_.size, threads_, o_.max_pixels);
       datasets.write(row, m, gather(plan_, order, first + row, fitted));
       written_ += int64_t(m);
       progress.update(written_);
@@ -402,15 +402,6 @@ void remove_other_shards(const std::string& dir, const std::vector<std::string>&
   }
 }
 
-// Makes the renames into dir durable (a crash after we report success keeps the files).
-void sync_folder(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  const bool ok = fd >= 0 && fsync(fd) == 0;
-  const int why = errno;
-  if (fd >= 0) close(fd);
-  if (!ok) throw Error(str(dir, ": cannot sync the folder (", std::strerror(why), ")"));
-}
-
 std::vector<std::string> Converter::write_all() {
   StagingFolder staging(o_.output_dir);
   Progress progress(progress_, "wrote", int64_t(plan_.items.size()));
@@ -426,7 +417,7 @@ std::vector<std::string> Converter::write_all() {
     for (size_t i = 0; i + 1 < paths.size(); ++i) std::remove(paths[i].c_str());
     throw Error(str(paths.back(), ": cannot move into place (", ec.message(), ")"));
   }
-  sync_folder(o_.output_dir);
+  sync_folder(o_.output_dir);  // the renames durable: a crash after success keeps the files
   remove_other_shards(o_.output_dir, names);
   return paths;
 }
@@ -486,4 +477,4 @@ std::vector<std::string> convert_images(const ImagesOptions& options, std::ostre
   return Converter(options, out, progress).run();
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/convert.hpp"
+#include "ringtrain/data/shard/convert.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& fashion_mnist_class_names() {
@@ -213,4 +213,4 @@ std::vector<std::string> convert_fashion_mnist(const FashionMnistOptions& option
   return written;
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace ringtrain::shard {
+#include "ringtrain/data/image_decode.hpp"
+
+namespace ringtrain::data::shard {
 
 // One input image and its labels.
 struct ImageItem {
@@ -65,7 +67,8 @@ struct ImagesOptions {
   double val_fraction = 0.1, test_fraction = 0.1;
   uint64_t seed = 0;
   int shards = 1;
-  int threads = 0;  // 0: the cores this process may use
+  int threads = 0;                               // 0: the cores this process may use
+  int64_t max_pixels = data::kDefaultMaxPixels;  // a larger image (by its header) is bad input
   bool skip_bad = false;
 };
 
@@ -77,4 +80,4 @@ struct ImagesOptions {
 std::vector<std::string> convert_images(const ImagesOptions& options, std::ostream& out,
                                         std::ostream& progress);
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

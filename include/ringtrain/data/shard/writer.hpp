@@ -1,11 +1,11 @@
-// shard_writer.hpp — in-memory splits, their channel statistics, the all-or-nothing writer.
+// writer.hpp — in-memory splits, their channel statistics, the all-or-nothing writer.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 
 // One split of a dataset held in memory, ready to be written as shards.
 struct SplitImages {
@@ -56,7 +56,7 @@ class OutputDirectory {
   std::vector<std::string> created_;  // deepest first
 };
 
-// Writes every split as `shards` files <dir>/<split>-<i>-of-<shards>.h5 (shard_format.hpp).
+// Writes every split as `shards` files <dir>/<split>-<i>-of-<shards>.h5 (format.hpp).
 // Each file goes to a temp file first; only when all are written are they renamed into
 // place, so a failure leaves no new shard file behind. Afterwards, shards of the same
 // splits from an earlier conversion with another shard count are removed.
@@ -64,4 +64,4 @@ class OutputDirectory {
 std::vector<std::string> write_splits(const std::string& dir,
                                       const std::vector<const SplitImages*>& splits, int shards);
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

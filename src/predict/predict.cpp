@@ -1,6 +1,6 @@
 // predict.cpp — ringtrain predict: inputs expanded and split over ranks in whole batches, the
 // model file's network run in inference mode, per-image results gathered and written by rank 0.
-#include "ringtrain/train/predict.hpp"
+#include "ringtrain/predict/predict.hpp"
 
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/core/atomic_file.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/data/augment.hpp"
@@ -25,12 +26,21 @@
 #include "ringtrain/nn/inference_plan.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/model_file.hpp"
-#include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/fail_together.hpp"
 #include "ringtrain/train/gather_rows.hpp"
 #include "ringtrain/train/gpu_binding.hpp"
 #include "ringtrain/train/inspect_metrics.hpp"
 
-namespace ringtrain::train {
+namespace ringtrain::predict {
+
+// What prediction shares with training: failing together, the rank's backend, rows gathered to
+// rank 0, the inspection heads' probabilities.
+using train::fail_together;
+using train::gather_rows_to_root;
+using train::make_rank_backend;
+using train::run_to_exit_code;
+using train::sigmoid_probability;
+
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
 
@@ -55,6 +65,8 @@ po::options_description predict_flags(PredictOptions& o, std::string& backend,
       "weights", po::value<std::string>(&o.weights)->default_value(o.weights),
       "averaged: the run's moving average of the weights where it kept one (train.ema_decay), "
       "else its weights; raw: its weights")(
+      "max-pixels", po::value<int64_t>(&o.max_pixels)->default_value(o.max_pixels),
+      "refuse an image file whose header declares more pixels (before decoding it)")(
       "deck", po::value<std::string>(), "take train.backend, precision and threads from this deck")(
       "backend", po::value<std::string>(&backend),
       "cpu, cuda or ref (default: the deck's, or cpu)")(
@@ -99,13 +111,14 @@ PredictCommandLine parse_predict_command_line(int argc, const char* const argv[]
   RT_REQUIRE_INPUT(!o.inputs.empty(), "ringtrain predict: --input PATH... is required");
   RT_REQUIRE_INPUT(o.batch >= 1, "ringtrain predict: bad value '", o.batch,
                    "' for --batch (at least 1)");
+  RT_REQUIRE_INPUT(o.max_pixels >= 1, "ringtrain predict: bad value '", o.max_pixels,
+                   "' for --max-pixels (at least 1)");
   RT_REQUIRE_INPUT(o.top_k >= 0, "ringtrain predict: bad value '", o.top_k,
                    "' for --top-k (0 or more)");
   RT_REQUIRE_INPUT(o.weights == "averaged" || o.weights == "raw", "ringtrain predict: bad value '",
                    o.weights, "' for --weights (averaged or raw)");
   RT_REQUIRE_INPUT(o.tta == "none" || o.tta == "flip" || o.tta == "dihedral",
-                   "ringtrain predict: bad value '", o.tta,
-                   "' for --tta (none, flip or dihedral)");
+                   "ringtrain predict: bad value '", o.tta, "' for --tta (none, flip or dihedral)");
   RT_REQUIRE_INPUT(
       o.device.backend == "cpu" || o.device.backend == "cuda" || o.device.backend == "ref",
       "ringtrain predict: bad value '", o.device.backend,
@@ -204,20 +217,6 @@ std::string item_path(const std::vector<Source>& sources, const Item& item) {
   return s.shard ? str(s.path, "#", item.row) : s.path;
 }
 
-// ---- the model ----------------------------------------------------------------------------
-
-std::string resave_hint() {
-  return "re-save it as a model file by resuming its run: ringtrain --deck DECK --resume "
-         "(with its train.epochs reached it trains no further and rewrites the checkpoint as "
-         "format_version 2)";
-}
-
-io::ModelCard read_card(const std::string& path) {
-  RT_REQUIRE_INPUT(h5::is_hdf5(path), "--model ", path, ": not an HDF5 file (a checkpoint is)");
-  const h5::File file = h5::File::open_read(path);
-  return io::read_model_card(file.root(), resave_hint());
-}
-
 // ---- the loop -----------------------------------------------------------------------------
 
 // Per image: softmax over the classes, then (inspect) sigmoid of defects, pass and zones.
@@ -271,7 +270,8 @@ class Predictor {
         const int c = card_.input_shape[0], h = card_.input_shape[1], w = card_.input_shape[2];
         RT_REQUIRE_INPUT(h == w, s.path, ": the model takes ", h, "x", w,
                          " images; image files are fitted to square inputs only");
-        const std::vector<uint8_t> fitted = data::fit_image(data::decode_image(s.path), c, h);
+        const std::vector<uint8_t> fitted =
+            data::fit_image(data::decode_image(s.path, o_.max_pixels), c, h);
         std::copy(fitted.begin(), fitted.end(), pixels_.begin() + std::ptrdiff_t(i * bytes));
         ++i;
         continue;
@@ -424,24 +424,6 @@ std::string csv_text(const std::vector<std::string>& paths, const std::vector<fl
   return text;
 }
 
-// Temp file, then rename: a reader never sees half a CSV.
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = h5::temp_path_for(path);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temp.c_str());
-      throw Error(str("file ", path, ": cannot write ", temp));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(str("file ", path, ": cannot rename ", temp, " into place"));
-  }
-}
-
 // Column c0..c0+width of every image's values, as one [n, width] block.
 std::vector<float> columns(const std::vector<float>& values, size_t per, size_t c0, size_t width) {
   std::vector<float> out;
@@ -497,29 +479,29 @@ void write_hdf5(const std::string& path, const std::string& model_path,
 // ---- the run ------------------------------------------------------------------------------
 
 void predict(const PredictOptions& o, comm::Communicator& comm) {
-  io::ModelCard card;
+  std::unique_ptr<nn::ModelFile> file;  // its card read once, the model built from it later
   std::vector<Source> sources;
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<nn::Model> model;
   bool averaged = false;
   const int threads = o.device.threads > 0 ? o.device.threads : comm.cpu_threads_per_rank();
-  agree(comm, [&] {
-    card = read_card(o.model);
-    sources = expand_inputs(o.inputs, card);
+  fail_together(comm, [&] {
+    file = std::make_unique<nn::ModelFile>(o.model);
+    sources = expand_inputs(o.inputs, file->card());
     if (comm.rank() == 0)
       h5::require_writable_dir(fs::path(o.output).parent_path().empty()
                                    ? "."
                                    : fs::path(o.output).parent_path().string(),
                                "--output");
   });
-  agree(comm, [&] {
+  fail_together(comm, [&] {
     int cuda_device = -1;
     be = make_rank_backend(comm, o.device, threads, &cuda_device);
-    nn::LoadedModel loaded = nn::load_model_file(
-        o.model, *be, resave_hint(), nn::parse_model_weights(o.weights, "--weights"));
-    model = std::move(loaded.model);
-    averaged = loaded.averaged;
+    const nn::ModelWeights weights = nn::parse_model_weights(o.weights, "--weights");
+    model = file->build_model(*be, weights);
+    averaged = file->averaged(weights);
   });
+  const io::ModelCard& card = file->card();
   const std::vector<Item> items = items_of(sources);
   const int k = o.top_k > 0 ? std::min(o.top_k, int(card.class_names.size()))
                             : std::min(3, int(card.class_names.size()));
@@ -534,13 +516,13 @@ void predict(const PredictOptions& o, comm::Communicator& comm) {
                 card.model, " (heads ", card.heads, ")", averaged ? ", averaged weights" : ""));
   Predictor predictor(o, card, sources, *be, *model);
   std::vector<float> mine;
-  agree(comm, [&] { mine = predictor.run(items, first, last); });
+  fail_together(comm, [&] { mine = predictor.run(items, first, last); });
   const std::vector<float> all = gather_rows_to_root(comm, mine);
-  agree(comm, [&] {
+  fail_together(comm, [&] {
     if (comm.rank() != 0) return;
     std::vector<std::string> paths;
     for (const Item& item : items) paths.push_back(item_path(sources, item));
-    write_text_atomically(o.output + ".csv", csv_text(paths, all, card, k));
+    write_file_atomically(o.output + ".csv", csv_text(paths, all, card, k));
     write_hdf5(o.output + ".h5", o.model, paths, all, card, k);
     log::info(str("predict: ", o.output, ".csv and ", o.output, ".h5"));
   });
@@ -561,4 +543,4 @@ int run_predict(int argc, char** argv, comm::Communicator& comm) {
   return run_to_exit_code(comm, [&] { predict(cl.options, comm); });
 }
 
-}  // namespace ringtrain::train
+}  // namespace ringtrain::predict

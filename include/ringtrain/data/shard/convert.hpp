@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ringtrain/data/shard_writer.hpp"
+#include "ringtrain/data/shard/writer.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 
 // ---- CIFAR-10 -------------------------------------------------------------------------
 
@@ -73,4 +73,4 @@ struct FashionMnistOptions {
 // train -> train + val, t10k -> test, all normalised with the train part's statistics.
 std::vector<std::string> convert_fashion_mnist(const FashionMnistOptions& options);
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

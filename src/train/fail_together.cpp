@@ -1,24 +1,15 @@
-// agree.cpp — failing together: every rank learns whether any rank's phase threw, and rank
+// fail_together.cpp — failing together: every rank learns whether any rank's phase threw, and rank
 // 0 prints each distinct message once, naming the ranks that raised it.
-#include "ringtrain/train/agree.hpp"
+#include "ringtrain/train/fail_together.hpp"
 
 #include <map>
 #include <vector>
 
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/core/log.hpp"
 
 namespace ringtrain::train {
 namespace {
-
-// "rank 2", "ranks 0-3", "ranks 0,2".
-std::string rank_list(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return str("rank ", ranks[0]);
-  bool consecutive = ranks.back() - ranks.front() + 1 == int(ranks.size());
-  if (consecutive) return str("ranks ", ranks.front(), "-", ranks.back());
-  std::string out = "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
-  return out;
-}
 
 void print_grouped(const std::vector<std::string>& messages, int world) {
   std::map<std::string, std::vector<int>> ranks_of;
@@ -28,14 +19,14 @@ void print_grouped(const std::vector<std::string>& messages, int world) {
     if (world == 1)
       log::error_for_ranks(message);
     else
-      log::error_for_ranks(
-          str(message, " (", int(ranks.size()) == world ? "every rank" : rank_list(ranks), ")"));
+      log::error_for_ranks(str(
+          message, " (", int(ranks.size()) == world ? "every rank" : comm::rank_list(ranks), ")"));
   }
 }
 
 }  // namespace
 
-void agree(const comm::Communicator& comm, const std::function<void()>& phase) {
+void fail_together(const comm::Communicator& comm, const std::function<void()>& phase) {
   std::string mine;
   double failures[2] = {0, 0};  // input errors, other errors
   try {

@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/convert_images.hpp"
 #include "ringtrain/data/image_decode.hpp"
+#include "ringtrain/data/shard/convert_images.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 namespace fs = std::filesystem;
 
 namespace {
@@ -190,4 +190,4 @@ std::vector<int> stratified_split(const std::vector<ImageItem>& items, int class
   return split;
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

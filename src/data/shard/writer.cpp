@@ -1,5 +1,5 @@
-// shard_writer.cpp — channel statistics and the all-or-nothing shard writer.
-#include "ringtrain/data/shard_writer.hpp"
+// writer.cpp — channel statistics and the all-or-nothing shard writer.
+#include "ringtrain/data/shard/writer.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -7,10 +7,10 @@
 #include <regex>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/shard_format.hpp"
+#include "ringtrain/data/shard/format.hpp"
 #include "ringtrain/io/h5.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 namespace fs = std::filesystem;
 
 void channel_stats(const uint8_t* images, int64_t n, int channels, int pixels_per_channel,
@@ -162,4 +162,4 @@ void require_split_fractions(double val_fraction, double test_fraction) {
                    ": must be in [0, 1)");
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard

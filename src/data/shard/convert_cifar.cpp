@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "ringtrain/core/error.hpp"
-#include "ringtrain/data/convert.hpp"
+#include "ringtrain/data/shard/convert.hpp"
 
-namespace ringtrain::shard {
+namespace ringtrain::data::shard {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& cifar10_class_names() {
@@ -93,4 +93,4 @@ std::vector<std::string> convert_cifar10(const CifarOptions& options) {
   return written;
 }
 
-}  // namespace ringtrain::shard
+}  // namespace ringtrain::data::shard
