@@ -43,16 +43,4 @@ size_t first_differing_tensor(const std::vector<uint64_t>& all, size_t per_rank,
   return per_rank;
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size();) {
-    size_t run = 1;
-    while (i + run < ranks.size() && ranks[i + run] == ranks[i] + int(run)) ++run;
-    out += i ? ", " : "";
-    out += run >= 3 ? str(ranks[i], "-", ranks[i + run - 1]) : std::to_string(ranks[i]);
-    i += run >= 3 ? run : 1;
-  }
-  return out;
-}
-
 }  // namespace ringtrain::comm

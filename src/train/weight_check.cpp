@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/log.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -103,7 +104,7 @@ uint64_t WeightCheck::run(int64_t step) {
   const comm::DigestVote after = comm::vote_on_digest(comm_, local_digest(bn_statistics_));
   if (!after.agreed)
     throw Error(str(line, "; the repair from rank ", vote.reference, " left ",
-                    comm::ranks_text(after.differing), " still different; stopped on every rank"));
+                    comm::rank_list(after.differing), " still different; stopped on every rank"));
   ++repairs_;
   if (comm_.rank() == 0)
     log::warn(str(line, "; repaired: rank ", vote.reference, "'s weights and optimizer state sent",
@@ -124,10 +125,10 @@ std::string WeightCheck::divergence_line(int64_t step, const comm::DigestVote& v
   const size_t first = comm::first_differing_tensor(all, per_rank, vote);
   const std::string where = first < per_rank ? tensors[first].name : "the optimizer's step count";
   const std::string against = vote.majority
-                                  ? str("the majority (", comm::ranks_text(vote.same), ")")
-                                  : str(comm::ranks_text(vote.same), ", with no majority of the ",
+                                  ? str("the majority (", comm::rank_list(vote.same), ")")
+                                  : str(comm::rank_list(vote.same), ", with no majority of the ",
                                         comm_.size(), " ranks to say which is right,");
-  return str("step ", step, ": ranks hold different weights: ", comm::ranks_text(vote.differing),
+  return str("step ", step, ": ranks hold different weights: ", comm::rank_list(vote.differing),
              differ_verb(vote.differing), " from ", against, " first in ", where);
 }
 

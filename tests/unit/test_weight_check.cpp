@@ -7,6 +7,7 @@
 
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
+#include "ringtrain/comm/agreement.hpp"
 #include "ringtrain/comm/digest_vote.hpp"
 #include "ringtrain/core/digest.hpp"
 #include "ringtrain/nn/model.hpp"
@@ -181,9 +182,9 @@ BOOST_AUTO_TEST_CASE(first_differing_tensor_and_rank_lists) {
   BOOST_TEST(comm::first_differing_tensor(all, 4, v) == 2u);
   const std::vector<uint64_t> same{10, 11, 10, 11, 10, 11};
   BOOST_TEST(comm::first_differing_tensor(same, 2, v) == 2u);  // only the step count differs
-  BOOST_TEST(comm::ranks_text({1}) == "rank 1");
-  BOOST_TEST(comm::ranks_text({0, 2}) == "ranks 0, 2");
-  BOOST_TEST(comm::ranks_text({0, 1, 2, 3, 5}) == "ranks 0-3, 5");
+  BOOST_TEST(comm::rank_list({1}) == "rank 1");  // the stop line's rank lists
+  BOOST_TEST(comm::rank_list({0, 2}) == "ranks 0, 2");
+  BOOST_TEST(comm::rank_list({0, 1, 2, 3, 5}) == "ranks 0-3, 5");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,7 +1,7 @@
 // digest_vote.hpp — every rank's digest of its model state (core/digest.hpp) compared in one
 // small collective: which ranks hold the majority's, which differ, and where they first differ.
 //
-// defines: DigestVote, tally_digests(), vote_on_digest(), first_differing_tensor(), ranks_text()
+// defines: DigestVote, tally_digests(), vote_on_digest(), first_differing_tensor()
 #pragma once
 
 #include <cstddef>
@@ -35,8 +35,5 @@ DigestVote vote_on_digest(const Communicator& comm, uint64_t mine);
 // which a differing rank's digest is not the reference's; per_rank when none is.
 size_t first_differing_tensor(const std::vector<uint64_t>& all, size_t per_rank,
                               const DigestVote& vote);
-
-// "rank 2", "ranks 0, 2", "ranks 0-3".
-std::string ranks_text(const std::vector<int>& ranks);
 
 }  // namespace ringtrain::comm
