@@ -227,11 +227,11 @@ trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 # E2E_LANES scripts at a time (default 2): most of a script's time is start-ups and waits for a
 # timeout, which overlap well. The scripts in E2E_ALONE run with nothing beside them: those
 # that bring up emulated nodes or a Slurm (network namespaces, addresses, ports), and those
-# whose property is a timing of their own under a known load (the stall and fault scripts, which
-# already run their cases two at a time). Results print as scripts finish.
+# whose property is a timing of their own under a known load (the stall scripts, which already
+# run their cases two at a time). Results print as scripts finish.
 E2E_LANES=${E2E_LANES:-2}
 E2E_ALONE=${E2E_ALONE:-"multinode_faults multinode_train slurm_jobs stall_phases \
-stall_no_progress fusion_stall checkpoint_faults weight_check"}
+stall_no_progress fusion_stall"}
 declare -A e2e_pid_name=() e2e_started=()
 e2e_start() {  # e2e_start NAME: the script in the background, its exit code in a file
   local name=$1
