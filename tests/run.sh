@@ -233,12 +233,18 @@ E2E_LANES=${E2E_LANES:-2}
 E2E_ALONE=${E2E_ALONE:-"multinode_faults multinode_train slurm_jobs stall_phases \
 stall_no_progress fusion_stall"}
 declare -A e2e_pid_name=() e2e_started=()
+# Each script gets OpenMPI session folders of its own: an mpirun that ends removes the shared
+# /tmp/ompi.HOST.UID when it is empty, which broke another script's mpirun starting in it
+# ("A call to mkdir was unable to create the desired directory", seen with two lanes).
 e2e_start() {  # e2e_start NAME: the script in the background, its exit code in a file
-  local name=$1
+  local name=$1 sessions
   e2e_started[$name]=$(date +%s.%N)
+  sessions=$(mktemp -d /tmp/rt-ompi.XXXXXX)
   (
-    BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 bash "tests/e2e/$name.sh" >"$LOG_DIR/e2e_$name.log" 2>&1
+    OMPI_MCA_orte_tmpdir_base=$sessions BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 \
+      bash "tests/e2e/$name.sh" >"$LOG_DIR/e2e_$name.log" 2>&1
     echo $? >"$LOG_DIR/e2e_$name.status"
+    rm -rf "$sessions"
   ) &
   e2e_pid_name[$!]=$name
 }
