@@ -731,13 +731,10 @@ void Trainer::evaluate_views(const data::Batch& batch, Sums& sums) {
                                   bce_of_probabilities(avg.heads[2], t.zones)};
     r.loss += heads.weighted(inspect_weights());
     InspectOutputs& out = eval_outputs_;
-    out.defects = model_->inspect()->defects();
     out.defect_prob.insert(out.defect_prob.end(), avg.heads[0].begin(), avg.heads[0].end());
     out.pass_prob.insert(out.pass_prob.end(), avg.heads[1].begin(), avg.heads[1].end());
     out.zone_prob.insert(out.zone_prob.end(), avg.heads[2].begin(), avg.heads[2].end());
-    out.defect_truth.insert(out.defect_truth.end(), batch.multi_hot.begin(), batch.multi_hot.end());
-    out.pass_truth.insert(out.pass_truth.end(), batch.pass.begin(), batch.pass.end());
-    out.zone_truth.insert(out.zone_truth.end(), batch.zone_pass.begin(), batch.zone_pass.end());
+    append_inspect_truths(batch);
   }
   sums.add(r);
   if (sums.confusion.empty()) return;

@@ -26,7 +26,6 @@ nn::InspectWeights Trainer::inspect_weights() const {
 // Appends the last forward's head probabilities and the batch's labels to eval_outputs_.
 void Trainer::collect_inspect_outputs(const data::Batch& batch) {
   InspectOutputs& out = eval_outputs_;
-  out.defects = model_->inspect()->defects();
   const std::pair<nn::Head, std::vector<float>*> heads[] = {{nn::Head::kDefects, &out.defect_prob},
                                                             {nn::Head::kPass, &out.pass_prob},
                                                             {nn::Head::kZones, &out.zone_prob}};
@@ -37,6 +36,13 @@ void Trainer::collect_inspect_outputs(const data::Batch& batch) {
     backend_->download(logits, probs->data() + at);
     for (size_t i = at; i < probs->size(); ++i) (*probs)[i] = sigmoid_probability((*probs)[i]);
   }
+  append_inspect_truths(batch);
+}
+
+// The batch's head labels after its probabilities in eval_outputs_ (either path above them).
+void Trainer::append_inspect_truths(const data::Batch& batch) {
+  InspectOutputs& out = eval_outputs_;
+  out.defects = model_->inspect()->defects();
   out.defect_truth.insert(out.defect_truth.end(), batch.multi_hot.begin(), batch.multi_hot.end());
   out.pass_truth.insert(out.pass_truth.end(), batch.pass.begin(), batch.pass.end());
   out.zone_truth.insert(out.zone_truth.end(), batch.zone_pass.begin(), batch.zone_pass.end());

@@ -95,6 +95,7 @@ class Trainer {
   nn::InspectTargets inspect_targets(const data::Batch& batch, float smoothing);
   nn::InspectWeights inspect_weights() const;
   void collect_inspect_outputs(const data::Batch& batch);
+  void append_inspect_truths(const data::Batch& batch);
   InspectOutputs gather_inspect_outputs();
   void report_inspect(const std::string& split, const InspectOutputs& all, float threshold);
   void choose_pass_threshold();
