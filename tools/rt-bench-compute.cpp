@@ -73,6 +73,9 @@ int run(int argc, char** argv) {
       "inference",
       "time inference as ringtrain predict runs it: forward with BN's running statistics, the "
       "logits downloaded; no loss, backward or optimizer")(
+      "profile-step",
+      "after the windows, one more step inside a CUDA profiler range (run under ncu "
+      "--profile-from-start off: that step's kernels alone)")(
       "peak",
       "time a 2048^3 matmul and a 64-channel 3x3 convolution in this precision instead of a "
       "model (gflops: the faster)");
@@ -139,6 +142,12 @@ int run(int argc, char** argv) {
     rates.push_back(double(batch) * steps / watch.seconds());
   }
   double wall = now_seconds() - wall0;
+  if (vm.count("profile-step")) {
+    backend::cuda_profiler_range(true);
+    step();
+    be->synchronize();
+    backend::cuda_profiler_range(false);
+  }
   const double other_cores = others.cores(wall);
   double img_s = median(rates);
   const double flops =

@@ -34,6 +34,14 @@ std::vector<std::string> cuda_visible_bus_ids() noexcept {
 #endif
 }
 
+void cuda_profiler_range(bool on) noexcept {
+#if RINGTRAIN_HAS_CUDA
+  cuda::profiler_range(on);
+#else
+  (void)on;
+#endif
+}
+
 namespace {
 
 // Where local rank `l` lands by the same-list rule: its order among the local ranks that

@@ -25,6 +25,8 @@ struct DeviceProbe {
 DeviceProbe probe_devices() noexcept;
 // cudaDeviceGetPCIBusId of every visible device (see cuda_visible_bus_ids).
 std::vector<std::string> visible_bus_ids() noexcept;
+// cudaProfilerStart / cudaProfilerStop (see cuda_profiler_range).
+void profiler_range(bool on) noexcept;
 // The device's name and compute capability and the loaded CUDA, cuDNN, cuBLAS and NCCL versions.
 std::string library_versions(int device) noexcept;
 std::unique_ptr<Backend> create_backend(const CudaOptions& options);

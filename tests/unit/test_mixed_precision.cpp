@@ -3,6 +3,8 @@
 // choice and pinned uploads in flight.
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend_list.hpp"
@@ -81,6 +83,29 @@ BOOST_AUTO_TEST_CASE(a_pending_loss_is_read_once) {
 // fp16 or tf32 at all, and ran fp32 NCHW with CUDNN_FMA_MATH: each case below failed at
 // make_cuda_backend, or at the checks that activations are 16-bit NHWC.
 
+// dbias against the channel sums of the backend's own dy, relative to the sums of |dy|.
+// Not against the reference's dbias: the conv feeds a batch norm, whose dx sums to zero over
+// each channel, so the reference dbias is rounding noise (~1e-7) and any 16-bit dy gives a
+// "relative" error of 1e5 against it (seen on the first H200 run). dy itself is checked
+// against the reference as "batch norm dx".
+void expect_bias_gradient_sums_dy(const std::string& what, Backend& be, const Tensor& dy,
+                                  const Tensor& dbias) {
+  const std::vector<float> d = to_host(be, dy), got = to_host(be, dbias);
+  const int64_t n = dy.dim(0), c = dy.dim(1), hw = dy.dim(2) * dy.dim(3);
+  double worst = 0;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0, magnitude = 0;
+    for (int64_t img = 0; img < n; ++img)
+      for (int64_t p = 0; p < hw; ++p) {
+        const double v = d[size_t((img * c + ch) * hw + p)];
+        sum += v, magnitude += std::fabs(v);
+      }
+    if (magnitude > 0) worst = std::max(worst, std::fabs(got[size_t(ch)] - sum) / magnitude);
+  }
+  std::printf("  %-44s rel %.3e (to the sums of |dy|)\n", what.c_str(), worst);
+  BOOST_TEST(worst <= 1e-5, what << ": relative difference " << worst << " > 1e-05");
+}
+
 void check_16_bit_chain(Precision precision) {
   auto gpu = cuda_backend(precision);
   auto ref = make_backend("ref", 1);
@@ -134,7 +159,7 @@ void check_16_bit_chain(Precision precision) {
   expect_close("batch norm dx", *gpu, dy[0], *ref, dy[1], 2 * tol);
   expect_close("batch norm dgamma", *gpu, dgamma[0], *ref, dgamma[1], 2 * tol);
   expect_close("conv dw", *gpu, dw[0], *ref, dw[1], 2 * tol);
-  expect_close("conv dbias", *gpu, db[0], *ref, db[1], 2 * tol);
+  expect_bias_gradient_sums_dy("conv dbias", *gpu, dy[0], db[0]);
   expect_close("conv dx", *gpu, dx[0], *ref, dx[1], 2 * tol);
 }
 

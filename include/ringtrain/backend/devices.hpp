@@ -27,6 +27,11 @@ std::string cuda_device_status() noexcept;
 // or a GPU; an id CUDA will not give reads "device <index>". Never throws.
 std::vector<std::string> cuda_visible_bus_ids() noexcept;
 
+// Starts (on) or stops (off) the range a CUDA profiler records when it was started with
+// profiling off (ncu --profile-from-start off): the kernels of one chosen step, not the
+// cuDNN algorithm search before it. Does nothing without CUDA. Never throws.
+void cuda_profiler_range(bool on) noexcept;
+
 // What the ranks of one node see, gathered at start-up so each can choose its GPU.
 struct NodeGpus {
   std::string host;                               // for messages

@@ -2,6 +2,8 @@
 // activations take and the conversions between them.
 #include "context.hpp"
 
+#include <cuda_profiler_api.h>
+
 #include "../factories.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -95,6 +97,11 @@ std::vector<std::string> visible_bus_ids() noexcept {
     ids.clear();
   }
   return ids;
+}
+
+void profiler_range(bool on) noexcept {
+  // A failure (no profiler attached is not one) only loses the range: cleared, not thrown.
+  if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) (void)cudaGetLastError();
 }
 
 Context::Context(const CudaOptions& options)

@@ -1,7 +1,8 @@
 // conv_linear.cpp — cuDNN convolution and cuBLAS linear layers: forward, backward data,
 // backward weights, in fp32, tf32 or on bf16/fp16 tensor cores. Convolution algorithms are
 // measured by cudnnFind*AlgorithmEx once per input shape and the fastest allowed one kept
-// (within train.cudnn_workspace_mib, deterministic under train.deterministic).
+// (within train.cudnn_workspace_mib); under train.deterministic, cuDNN's heuristic order
+// instead and the first deterministic one.
 #include <limits>
 #include <vector>
 
@@ -44,13 +45,16 @@ struct Choice {
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 
+// `ranked`: perf is cuDNN's heuristic answer (no times), best first; its rank stands in for
+// the time, so the rule keeps the first allowed one.
 template <typename Perf>
-Choice choose(const std::vector<Perf>& perf, int returned, const Context& ctx,
+Choice choose(const std::vector<Perf>& perf, int returned, bool ranked, const Context& ctx,
               const std::string& what) {
   std::vector<AlgorithmTrial> trials;
   for (int i = 0; i < returned; ++i)
-    trials.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].time,
-                      perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC});
+    trials.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS,
+                      ranked ? float(i) : perf[i].time, perf[i].memory,
+                      perf[i].determinism == CUDNN_DETERMINISTIC});
   const Perf& p =
       perf[choose_algorithm(trials, ctx.workspace_limit_mib(), ctx.deterministic(), what)];
   return {int(p.algo), p.memory, p.mathType};
@@ -182,38 +186,59 @@ class Conv : public ConvOp {
     return *(current_ = plans_.back().get());
   }
 
-  // Runs every algorithm of each direction on this shape (cuDNN times them) and keeps the
-  // fastest allowed one. Outputs go to scratch tensors, never to a tensor someone reads
-  // (dw may be a view into a fusion bucket); the backward trials read forward's output as dy.
+  // Measured: runs every algorithm of each direction on this shape (cuDNN times them) and
+  // keeps the fastest allowed one. Under train.deterministic the choice must not rest on a
+  // timing: two deterministic algorithms each repeat their own bits but differ from each
+  // other, and which is faster flips between runs (seen on an H200: dw differed in the third
+  // of three fresh ops). Then cuDNN's heuristic order, the same for the same shape, device
+  // and library, ranks them, and the first deterministic one that fits is kept.
+  // Outputs go to scratch tensors, never to a tensor someone reads (dw may be a view into a
+  // fusion bucket); the backward trials read forward's output as dy.
   void find_algorithms(Plan& p, const Tensor& x, const Tensor& w) {
     cudnnHandle_t h = ctx_.cudnn();
     const std::string input = " for input " + shape_str(p.x_shape);
+    const bool ranked = ctx_.deterministic();
     Tensor y, dx, dw;
     ctx_.ensure_act(y, p.y_shape);
     ctx_.ensure_act(dx, p.x_shape);
     ctx_.ensure_as(dw, w.shape(), w.dtype(), is_nhwc(w));
-    const size_t ws_bytes = ctx_.workspace_limit();
+    const size_t ws_bytes = ranked ? 0 : ctx_.workspace_limit();
     void* ws = ctx_.workspace(ws_bytes);
     CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), ctx_.conv_math()));
     int max = 0, got = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(static_cast<size_t>(max));
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-        h, p.x_desc.get(), x.raw(), w_desc_.get(), w.raw(), conv_desc_.get(), p.y_desc.get(),
-        y.raw(), max, &got, fwd.data(), ws, ws_bytes));
-    p.fwd = choose(fwd, got, ctx_, "forward algorithm" + input);
+    if (ranked)
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x_desc.get(), w_desc_.get(),
+                                                         conv_desc_.get(), p.y_desc.get(), max,
+                                                         &got, fwd.data()));
+    else
+      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+          h, p.x_desc.get(), x.raw(), w_desc_.get(), w.raw(), conv_desc_.get(), p.y_desc.get(),
+          y.raw(), max, &got, fwd.data(), ws, ws_bytes));
+    p.fwd = choose(fwd, got, ranked, ctx_, "forward algorithm" + input);
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(static_cast<size_t>(max));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        h, w_desc_.get(), w.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), p.x_desc.get(),
-        dx.raw(), max, &got, data.data(), ws, ws_bytes));
-    p.bwd_data = choose(data, got, ctx_, "backward-data algorithm" + input);
+    if (ranked)
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_.get(), p.y_desc.get(),
+                                                              conv_desc_.get(), p.x_desc.get(),
+                                                              max, &got, data.data()));
+    else
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          h, w_desc_.get(), w.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), p.x_desc.get(),
+          dx.raw(), max, &got, data.data(), ws, ws_bytes));
+    p.bwd_data = choose(data, got, ranked, ctx_, "backward-data algorithm" + input);
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(static_cast<size_t>(max));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, p.x_desc.get(), x.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), w_desc_.get(),
-        dw.raw(), max, &got, filter.data(), ws, ws_bytes));
-    p.bwd_filter = choose(filter, got, ctx_, "backward-filter algorithm" + input);
+    if (ranked)
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x_desc.get(), p.y_desc.get(),
+                                                                conv_desc_.get(), w_desc_.get(),
+                                                                max, &got, filter.data()));
+    else
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, p.x_desc.get(), x.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), w_desc_.get(),
+          dw.raw(), max, &got, filter.data(), ws, ws_bytes));
+    p.bwd_filter = choose(filter, got, ranked, ctx_, "backward-filter algorithm" + input);
   }
 
   Plan& current(const char* op, const Tensor& dy) {

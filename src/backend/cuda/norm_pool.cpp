@@ -62,10 +62,12 @@ class BatchNorm : public BatchNormOp {
     // cache of this forward, in whatever form it wrote them.
     ctx_.ensure(saved_mean_, {C_});
     ctx_.ensure(saved_inv_var_, {C_});
-    CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(), x_desc_.get(),
-        y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(), var.raw(), s_.eps,
-        saved_mean_.raw(), saved_inv_var_.raw()));
+    persistent_saved_ = persistent_ && forward_persistent(x, gamma, beta, y, mean, var);
+    if (!persistent_saved_)
+      CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+          ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(),
+          x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
+          var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw()));
     cudnn_saved_ = true;
     saved_shape_ = x.shape();
     kernels::axpby(0.0f, nullptr, float((m - 1) / m), var.f32(), C_, ctx_.stream());
@@ -102,6 +104,10 @@ class BatchNorm : public BatchNormOp {
     // cuDNN's cache from the training forward of this x, else null (cuDNN recomputes the
     // statistics from x: the same batch statistics `mean` and `var` hold).
     const bool cached = cudnn_saved_ && x.shape() == saved_shape_;
+    if (cached && persistent_saved_) {
+      backward_persistent(x, dy_bn, gamma, dx, dgamma, dbeta);
+      return;
+    }
     CUDNN_CHECK(cudnnBatchNormalizationBackward(
         ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
         x_desc_.get(), dy_bn.raw(), x_desc_.get(), dx.raw(), param_desc_.get(), gamma.raw(),
@@ -123,7 +129,57 @@ class BatchNorm : public BatchNormOp {
     // fp32 for fp32, bf16 and fp16 data alike: parameters and statistics stay fp32.
     CUDNN_CHECK(
         cudnnDeriveBNTensorDescriptor(param_desc_.get(), x_desc_.get(), CUDNN_BATCHNORM_SPATIAL));
+    persistent_ = is_nhwc(x) && persistent_usable_;
     return x;
+  }
+
+  // Training forward through cuDNN's NHWC kernels (the Ex API, SPATIAL_PERSISTENT): the
+  // plain cudnnBatchNormalizationForwardTraining on 16-bit NHWC data took 2-3 ms per call
+  // where a convolution took 40 us (ResNet-18, batch 256, on an H200: 95% of the step, see
+  // docs/CUDA.md). PyTorch takes the same path for channels-last batch norm. The reserve
+  // space it fills is backward's. False (and never again for this layer) where cuDNN has no
+  // such kernel for the shape or type: the spatial one then runs.
+  bool forward_persistent(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                          Tensor& mean, Tensor& var) {
+    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+    size_t ws_bytes = 0;
+    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        ctx_.cudnn(), mode, ops, x_desc_.get(), nullptr, x_desc_.get(), param_desc_.get(),
+        nullptr, &ws_bytes);
+    if (status == CUDNN_STATUS_SUCCESS)
+      status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+          ctx_.cudnn(), mode, ops, nullptr, x_desc_.get(), &reserve_bytes_);
+    if (status == CUDNN_STATUS_SUCCESS) {
+      ctx_.ensure(reserve_, {int64_t(reserve_bytes_ / sizeof(float)) + 1});
+      status = cudnnBatchNormalizationForwardTrainingEx(
+          ctx_.cudnn(), mode, ops, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr, nullptr,
+          x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
+          var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), nullptr,
+          ctx_.workspace(ws_bytes), ws_bytes, reserve_.raw(), reserve_bytes_);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    RT_CHECK(status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM,
+             "cudnnBatchNormalizationForwardTrainingEx: ", cudnnGetErrorString(status));
+    persistent_usable_ = persistent_ = false;
+    return false;
+  }
+
+  // Backward of forward_persistent's forward, reading its saved statistics and reserve space.
+  void backward_persistent(const Tensor& x, const Tensor& dy, const Tensor& gamma, Tensor& dx,
+                           Tensor& dgamma, Tensor& dbeta) {
+    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+    size_t ws_bytes = 0;
+    CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+        ctx_.cudnn(), mode, ops, x_desc_.get(), nullptr, x_desc_.get(), nullptr, x_desc_.get(),
+        param_desc_.get(), nullptr, &ws_bytes));
+    CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+        ctx_.cudnn(), mode, ops, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr,
+        nullptr, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
+        param_desc_.get(), gamma.raw(), nullptr, dgamma.raw(), dbeta.raw(), s_.eps,
+        saved_mean_.raw(), saved_inv_var_.raw(), nullptr, ctx_.workspace(ws_bytes), ws_bytes,
+        reserve_.raw(), reserve_bytes_));
   }
 
   // y = gamma * (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -209,6 +265,11 @@ class BatchNorm : public BatchNormOp {
   Tensor inv_std_, sums_;
   Tensor saved_mean_, saved_inv_var_;  // cuDNN's cache from the last training forward
   bool cudnn_saved_ = false;           // ... when that forward went through cuDNN
+  bool persistent_saved_ = false;      // ... through forward_persistent, with reserve_
+  bool persistent_ = false;            // NHWC x: the Ex API's persistent kernels
+  bool persistent_usable_ = true;      // until cuDNN said it has none for this layer
+  Tensor reserve_;                     // forward_persistent's reserve space, for backward
+  size_t reserve_bytes_ = 0;
   Shape saved_shape_;                  // ... and had this x shape
   Tensor relu_y_;                      // fused ReLU: the last forward's output
   Tensor dy_bn_;                       // fused ReLU: dy masked by relu_y_ > 0
