@@ -23,7 +23,7 @@
 #   BENCH_CONFIGS (model:batch:threads:precision, in order; the first two are what part 1 is
 #   for) COMPILE="bf16 fp32" (precisions PyTorch also runs compiled)  PYTHON (the one with torch:
 #   the first python3 on PATH or /usr/bin/python3 that imports it), run in the environment as it
-#   was before the bundle's env.sh. STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 (quickstart losses)
+#   was before the bundle's env.sh. STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 TF32_TOL=1e-2 (quickstart losses)
 #   GPU_CHECK_HANG=STEP   (the rehearsal's switch) that step's command never ends: its time box
 #                         must cut it and the next step still run
 # Exit 1 on any FAIL. Without a GPU (and without --rehearse) it runs the CPU-side checks, prints
@@ -52,6 +52,7 @@ STEPS=${STEPS:-10}
 # the progress line prints 4 decimals. bf16 keeps 8 bits of mantissa: about 2 decimals.
 FP32_TOL=${FP32_TOL:-2e-3}
 BF16_TOL=${BF16_TOL:-3e-2}
+TF32_TOL=${TF32_TOL:-1e-2}
 COMPILE=${COMPILE-bf16 fp32}
 started=$(date +%s)
 deadline=$((started + BUDGET_S))
@@ -355,6 +356,11 @@ quickstart_losses() {
     compare_losses losses-fp32 loss-cpu loss-cuda-fp32 "$FP32_TOL"
   train loss-cuda-bf16 45 1 "$backend" bf16 quickstart.deck "${quick[@]}" &&
     compare_losses losses-bf16 loss-cpu loss-cuda-bf16 "$BF16_TOL"
+  # tf32 runs fp32 values channels last on tensor cores; the rehearsal's cpu has no tf32.
+  local tf32=tf32
+  [ "$backend" = cuda ] || tf32=fp32
+  train loss-cuda-tf32 45 1 "$backend" "$tf32" quickstart.deck "${quick[@]}" &&
+    compare_losses losses-tf32 loss-cpu loss-cuda-tf32 "$TF32_TOL"
 }
 
 # fibernet's accuracy on the generated images: a NOTE, not a target (the deck's 95% was reached

@@ -81,7 +81,7 @@ done <"$work/part1/calls"
 # ---- part 2 -----------------------------------------------------------------------------------
 rehearse part2 --part 2
 [ "$(cat "$work/part2/status")" = 0 ] || { cat "$work/part2/stdout"; fail "part 2: exit $(cat "$work/part2/status")"; }
-expected="PASS unpack;PASS libraries;PASS probe;NOTE gpu-probe;PASS sanitizer-memcheck;PASS ops-vs-ref;PASS data-400;PASS loss-cpu;PASS loss-cuda-fp32;PASS losses-fp32;PASS loss-cuda-bf16;PASS losses-bf16;PASS fibernet;NOTE fibernet-accuracy;PASS nccl-np2;PASS sanitizer-racecheck;PASS sanitizer-initcheck;PASS sanitizer-synccheck;"
+expected="PASS unpack;PASS libraries;PASS probe;NOTE gpu-probe;PASS sanitizer-memcheck;PASS ops-vs-ref;PASS data-400;PASS loss-cpu;PASS loss-cuda-fp32;PASS losses-fp32;PASS loss-cuda-bf16;PASS losses-bf16;PASS loss-cuda-tf32;PASS losses-tf32;PASS fibernet;NOTE fibernet-accuracy;PASS nccl-np2;PASS sanitizer-racecheck;PASS sanitizer-initcheck;PASS sanitizer-synccheck;"
 [ "$(steps_of part2)" = "$expected" ] || fail "part 2 steps: $(cat "$work/part2/out/report.txt")"
 [ "$(ls "$work/part2/out" | tr '\n' ' ')" = "logs.tar.gz report.txt steps.log " ] ||
   fail "part 2 files in OUT: $(ls "$work/part2/out")"

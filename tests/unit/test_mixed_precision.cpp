@@ -1,9 +1,9 @@
 // test_mixed_precision.cpp — the loss read later (every backend), and, where a GPU is, the
 // CUDA backend's bf16/fp16/tf32 ops against the fp32 reference, deterministic algorithm
 // choice and pinned uploads in flight.
+#include <algorithm>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(tf32_conv_and_linear_within_tolerance,
     fc->backward_weights(y[i], dout[i], dfw[i], nullptr);
     fc->backward_data(dout[i], fw[i], dy[i]);
   }
-  BOOST_TEST((y[0].dtype() == DType::kF32 && y[0].is_plain()));  // tf32 keeps fp32 tensors
+  BOOST_TEST((y[0].dtype() == DType::kF32 && !y[0].is_plain()));  // tf32: fp32, channels last
   const double tol = tolerance(Precision::kTF32);
   expect_close("tf32 conv y", *gpu, y[0], *ref, y[1], tol);
   expect_close("tf32 linear y", *gpu, out[0], *ref, out[1], tol);

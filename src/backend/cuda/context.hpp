@@ -4,10 +4,12 @@
 //
 // Mixed precision (train.precision = bf16 | fp16): activations are 16-bit, 4-D ones in NHWC
 // order (channels last, what tensor-core convolutions read without a transpose), marked
-// with an NhwcLayout; 2-D ones are plain. Parameters, gradients and everything the
-// optimizer touches stay plain fp32: ops convert weights to the activation form for the
-// product and write fp32 gradients. Every op accepts its inputs in any form (a plain fp32
-// upload, a 16-bit NHWC activation, an fp32 loss gradient) and converts what is not its own.
+// with an NhwcLayout; 2-D ones are plain. tf32 keeps fp32 values, channels last too: given
+// NCHW, cuDNN transposed every tensor-core convolution's operands itself and batch norm had
+// no persistent kernels (docs/CUDA.md). Plain fp32 stays NCHW. Parameters, gradients and everything
+// the optimizer touches stay plain fp32: ops convert weights to the activation form for the product
+// and write fp32 gradients. Every op accepts its inputs in any form (a plain fp32 upload, a 16-bit
+// NHWC activation, an fp32 loss gradient) and converts what is not its own.
 #pragma once
 
 #include <memory>
@@ -68,9 +70,9 @@ class Context {
   void ensure_act(Tensor& t, const Shape& shape) const {
     ensure_as(t, shape, act_dtype(), act_nhwc(shape));
   }
-  bool act_nhwc(const Shape& shape) const {
-    return shape.size() == 4 && act_dtype() != DType::kF32;
-  }
+  bool act_nhwc(const Shape& shape) const { return shape.size() == 4 && channels_last(); }
+  // Whether 4-D activations (and the filters multiplied with them) are NHWC: bf16, fp16, tf32.
+  bool channels_last() const { return precision_ != Precision::kF32; }
   // dst = src in dst's type and order (equal shapes), on the stream.
   void convert(const Tensor& src, Tensor& dst) const;
   // t itself when it already has this type and order, else t converted into scratch.

@@ -62,12 +62,13 @@ Choice choose(const std::vector<Perf>& perf, int returned, bool ranked, const Co
 
 class Conv : public ConvOp {
  public:
-  Conv(Context& ctx, const ConvSpec& spec) : ctx_(ctx), s_(spec), act_(ctx.act_dtype()) {
-    // 16-bit filters are KRSC (NHWC order), as tensor-core kernels read them.
-    CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(w_desc_.get(), cudnn_type(act_),
-                                   act_ == DType::kF32 ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC,
-                                   s_.out_channels, s_.in_channels, s_.kernel, s_.kernel));
+  Conv(Context& ctx, const ConvSpec& spec)
+      : ctx_(ctx), s_(spec), act_(ctx.act_dtype()), krsc_(ctx.channels_last()) {
+    // Beside NHWC activations the filters are KRSC (NHWC order), as tensor-core kernels read
+    // them.
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_.get(), cudnn_type(act_),
+                                           krsc_ ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                           s_.out_channels, s_.in_channels, s_.kernel, s_.kernel));
     // Accumulation in fp32 whatever the data (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configs).
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_.get(), s_.padding, s_.padding, s_.stride,
                                                 s_.stride, 1, 1, CUDNN_CROSS_CORRELATION,
@@ -114,8 +115,8 @@ class Conv : public ConvOp {
                                              p.bwd_data.memory, &kZero, p.x_desc.get(), dx.raw()));
   }
 
-  // dw and dbias are fp32 whatever the activations: 16-bit filter gradients are converted
-  // from cuDNN's output, bias gradients summed in fp32 from dy.
+  // dw and dbias are plain fp32 whatever the activations: KRSC (16-bit or tf32) filter
+  // gradients are converted from cuDNN's output, NHWC bias gradients summed in fp32 from dy.
   void backward_weights(const Tensor& x_in, const Tensor& dy_in, Tensor& dw,
                         Tensor* dbias) override {
     ctx_.activate();
@@ -125,18 +126,17 @@ class Conv : public ConvOp {
     expect_f32(dw, "conv dw");
     const Tensor& x = ctx_.as_act(x_in, x_cast_);
     const Tensor& dy = ctx_.as_act(dy_in, dy_cast_);
-    const bool narrow = act_ != DType::kF32;
-    if (narrow) ctx_.ensure_as(dw_cast_, dw.shape(), act_, true);
-    Tensor& out = narrow ? dw_cast_ : dw;
+    if (krsc_) ctx_.ensure_as(dw_cast_, dw.shape(), act_, true);
+    Tensor& out = krsc_ ? dw_cast_ : dw;
     void* ws = use(p.bwd_filter);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), p.y_desc.get(), dy.raw(), conv_desc_.get(),
         cudnnConvolutionBwdFilterAlgo_t(p.bwd_filter.algo), ws, p.bwd_filter.memory, &kZero,
         w_desc_.get(), out.raw()));
-    if (narrow) ctx_.convert(dw_cast_, dw);
+    if (krsc_) ctx_.convert(dw_cast_, dw);
     if (!s_.bias) return;
     RT_CHECK(dbias != nullptr, "conv backward_weights: the layer has a bias but no dbias");
-    if (!narrow) {
+    if (!krsc_) {
       CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx_.cudnn(), &kOne, p.y_desc.get(), dy.raw(),
                                                &kZero, bias_desc_.get(), dbias->raw()));
       return;
@@ -152,9 +152,10 @@ class Conv : public ConvOp {
     Choice fwd, bwd_data, bwd_filter;
   };
 
-  // The weights as the product reads them: w itself in fp32, else converted to 16-bit KRSC.
+  // The weights as the product reads them: w itself beside NCHW fp32, else converted to KRSC
+  // in the activation type.
   const Tensor& weights(const Tensor& w) {
-    if (act_ == DType::kF32) return w;
+    if (!krsc_) return w;
     ctx_.ensure_as(w_cast_, w.shape(), act_, true);
     ctx_.convert(w, w_cast_);
     return w_cast_;
@@ -221,8 +222,8 @@ class Conv : public ConvOp {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(static_cast<size_t>(max));
     if (ranked)
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_desc_.get(), p.y_desc.get(),
-                                                              conv_desc_.get(), p.x_desc.get(),
-                                                              max, &got, data.data()));
+                                                              conv_desc_.get(), p.x_desc.get(), max,
+                                                              &got, data.data()));
     else
       CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
           h, w_desc_.get(), w.raw(), p.y_desc.get(), y.raw(), conv_desc_.get(), p.x_desc.get(),
@@ -250,6 +251,7 @@ class Conv : public ConvOp {
   Context& ctx_;
   ConvSpec s_;
   DType act_;
+  bool krsc_;  // NHWC activations, KRSC filters
   FilterDesc w_desc_;
   ConvDesc conv_desc_;
   TensorDesc bias_desc_;

@@ -1,14 +1,16 @@
 // norm_pool.cpp — cuDNN batch norm (with a synchronized path on our own kernels and an
 // optional fused ReLU), ReLU and pooling; the residual add on our kernel. Activations come in
-// any form (context.hpp): batch norm works in the activation form (16-bit NHWC x and y, fp32
-// parameters and statistics, as cuDNN takes them); ReLU, pooling and add keep the form of
-// their input.
+// any form (context.hpp): batch norm works in the activation form (NHWC x and y where
+// activations are channels last, fp32 parameters and statistics, as cuDNN takes them); ReLU,
+// pooling and add keep the form of their input.
 #include <cmath>
+#include <mutex>
 #include <vector>
 
 #include "context.hpp"
 #include "kernels.hpp"
 #include "ringtrain/core/error.hpp"
+#include "ringtrain/core/log.hpp"
 
 namespace ringtrain::backend::cuda {
 namespace {
@@ -134,7 +136,7 @@ class BatchNorm : public BatchNormOp {
   }
 
   // Training forward through cuDNN's NHWC kernels (the Ex API, SPATIAL_PERSISTENT): the
-  // plain cudnnBatchNormalizationForwardTraining on 16-bit NHWC data took 2-3 ms per call
+  // plain cudnnBatchNormalizationForwardTraining on NHWC bf16 data took 2-3 ms per call
   // where a convolution took 40 us (ResNet-18, batch 256, on an H200: 95% of the step, see
   // docs/CUDA.md). PyTorch takes the same path for channels-last batch norm. The reserve
   // space it fills is backward's. False (and never again for this layer) where cuDNN has no
@@ -145,8 +147,8 @@ class BatchNorm : public BatchNormOp {
     const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t ws_bytes = 0;
     cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        ctx_.cudnn(), mode, ops, x_desc_.get(), nullptr, x_desc_.get(), param_desc_.get(),
-        nullptr, &ws_bytes);
+        ctx_.cudnn(), mode, ops, x_desc_.get(), nullptr, x_desc_.get(), param_desc_.get(), nullptr,
+        &ws_bytes);
     if (status == CUDNN_STATUS_SUCCESS)
       status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
           ctx_.cudnn(), mode, ops, nullptr, x_desc_.get(), &reserve_bytes_);
@@ -162,6 +164,12 @@ class BatchNorm : public BatchNormOp {
     RT_CHECK(status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM,
              "cudnnBatchNormalizationForwardTrainingEx: ", cudnnGetErrorString(status));
     persistent_usable_ = persistent_ = false;
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      log::warn(str("cuDNN has no persistent NHWC batch norm for ", shape_str(x.shape()), " ",
+                    dtype_name(x.dtype()), " (", cudnnGetErrorString(status),
+                    "): the spatial kernels run, several times slower"));
+    });
     return false;
   }
 
@@ -270,11 +278,11 @@ class BatchNorm : public BatchNormOp {
   bool persistent_usable_ = true;      // until cuDNN said it has none for this layer
   Tensor reserve_;                     // forward_persistent's reserve space, for backward
   size_t reserve_bytes_ = 0;
-  Shape saved_shape_;                  // ... and had this x shape
-  Tensor relu_y_;                      // fused ReLU: the last forward's output
-  Tensor dy_bn_;                       // fused ReLU: dy masked by relu_y_ > 0
-  Tensor x_cast_, dy_cast_;            // inputs converted to the activation form
-  Tensor x_f32_, dy_f32_, dx_f32_;     // synchronized BN's plain fp32 copies
+  Shape saved_shape_;               // ... and had this x shape
+  Tensor relu_y_;                   // fused ReLU: the last forward's output
+  Tensor dy_bn_;                    // fused ReLU: dy masked by relu_y_ > 0
+  Tensor x_cast_, dy_cast_;         // inputs converted to the activation form
+  Tensor x_f32_, dy_f32_, dx_f32_;  // synchronized BN's plain fp32 copies
   std::vector<float> host_;
 };
 
