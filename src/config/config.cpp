@@ -48,10 +48,12 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "samples that do not fill the last global batch: drop, or pad by wrapping", {"drop", "pad"}},
       {"data.shuffle", &c.data.shuffle, "reshuffle the train split every epoch", {}},
       {"data.augment", &c.data.augment,
-       "training augmentation: false; true (random crop with 4 px padding and horizontal flip); "
-       "dihedral (one of the 8 rotations by 90 degrees and mirrorings, square images: fiber end "
-       "faces)",
-       {"false", "true", "dihedral"}},
+       "training augmentation: false; true (random crop with data.augment_pad px padding and "
+       "horizontal flip); crop (the crop alone: images with a handedness); dihedral (one of the 8 "
+       "rotations by 90 degrees and mirrorings, square images: fiber end faces)",
+       {"false", "true", "crop", "dihedral"}},
+      {"data.augment_pad", &c.data.augment_pad,
+       "the random crop's padding in pixels (offsets -pad..pad in each direction), 0 to 16", {}},
       {"data.tta", &c.data.tta,
        "test-time augmentation of evaluation: none; flip (the image and its mirror image); "
        "dihedral (the 8 rotations and mirrorings); class and head probabilities averaged",
@@ -496,6 +498,8 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   const auto& d = c.data;
   require(d.prefetch_batches >= 1, "data.prefetch_batches", std::to_string(d.prefetch_batches),
           "at least 1");
+  require(d.augment_pad >= 0 && d.augment_pad <= 16, "data.augment_pad",
+          std::to_string(d.augment_pad), "0 to 16 pixels");
   require(d.max_train_samples >= 0, "data.max_train_samples", std::to_string(d.max_train_samples),
           "0 or more");
   require(d.samples_per_rank >= 0, "data.samples_per_rank", std::to_string(d.samples_per_rank),

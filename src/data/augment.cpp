@@ -29,8 +29,9 @@ AugmentParams dihedral_params(uint64_t seed, int epoch, int64_t sample_id) {
 AugmentKind parse_augment(const std::string& text) {
   if (text == "false") return AugmentKind::kNone;
   if (text == "true") return AugmentKind::kCropFlip;
+  if (text == "crop") return AugmentKind::kCrop;
   if (text == "dihedral") return AugmentKind::kDihedral;
-  throw InputError(str("data.augment = ", text, ": expected false, true (crop and flip) or "
+  throw InputError(str("data.augment = ", text, ": expected false, true (crop and flip), crop or "
                        "dihedral"));
 }
 

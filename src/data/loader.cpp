@@ -145,12 +145,13 @@ void Loader::fill(Batch& batch, const std::vector<int64_t>& order, int epoch, in
   shards_.read(batch.ids.data(), batch.ids.size(), pixels_.data(), batch.labels.data());
   if (options_.inspect_labels) read_inspect_labels(batch);
   for (size_t i = 0; i < batch.ids.size(); ++i) {
-    const AugmentParams params =
-        options_.augment == AugmentKind::kCropFlip
-            ? augment_params(options_.seed, epoch, batch.ids[i], options_.augment_pad)
-        : options_.augment == AugmentKind::kDihedral
-            ? dihedral_params(options_.seed, epoch, batch.ids[i])
-            : AugmentParams{};
+    AugmentParams params;
+    if (options_.augment == AugmentKind::kCropFlip || options_.augment == AugmentKind::kCrop)
+      params = augment_params(options_.seed, epoch, batch.ids[i], options_.augment_pad);
+    else if (options_.augment == AugmentKind::kDihedral)
+      params = dihedral_params(options_.seed, epoch, batch.ids[i]);
+    // The same offsets with or without the flip: crop differs from true by the mirror alone.
+    if (options_.augment == AugmentKind::kCrop) params.flip = false;
     transform_image(pixels_.data() + i * bytes, info_.channels, info_.height, info_.width, params,
                     normaliser_, batch.images.data() + i * bytes);
   }

@@ -174,6 +174,7 @@ void Trainer::open_data() {
   train.batch_per_rank = batch_per_rank_;
   train.shuffle = cfg_.data.shuffle;
   train.augment = data::parse_augment(cfg_.data.augment);
+  train.augment_pad = cfg_.data.augment_pad;
   views_ = data::tta_views(data::parse_tta(cfg_.data.tta, "data.tta ="));
   train.prefetch_batches = cfg_.data.prefetch_batches;
   train.seed = cfg_.train.seed;

@@ -59,7 +59,7 @@ BOOST_AUTO_TEST_CASE(dihedral_augmentation_draws_every_element) {
 
 BOOST_AUTO_TEST_CASE(augment_and_tta_names) {
   BOOST_TEST(error_of([] { data::parse_augment("rotate"); }) ==
-             "data.augment = rotate: expected false, true (crop and flip) or dihedral");
+             "data.augment = rotate: expected false, true (crop and flip), crop or dihedral");
   BOOST_TEST(error_of([] { data::parse_tta("all", "--tta"); }) ==
              "--tta all: expected none, flip or dihedral");
 }

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -203,6 +205,38 @@ BOOST_AUTO_TEST_CASE(augmentation_depends_on_seed_epoch_and_id_only) {
               data::augment_params(11, 0, 7, 4).dy != data::augment_params(11, 1, 7, 4).dy ||
               data::augment_params(11, 0, 7, 4).flip != data::augment_params(11, 1, 7, 4).flip ||
               data::augment_params(11, 0, 8, 4).dx != data::augment_params(11, 1, 8, 4).dx));
+}
+
+// data.augment = crop: the same offsets as crop-and-flip at this pad, never a mirror, every
+// image the long way's; with pad 2 no offset reaches 3.
+BOOST_AUTO_TEST_CASE(crop_alone_keeps_the_offsets_and_never_mirrors) {
+  const std::string dir = write_split("load-crop", 24, 2);
+  auto o = options(4, true, false, Remainder::kDrop);
+  o.augment = data::AugmentKind::kCrop;
+  o.augment_pad = 2;
+  data::Loader loader(data::ShardSet::open(dir, "train"), o);
+  loader.start_epoch(1);
+  data::Batch b;
+  const size_t bytes = kC * kH * kW;
+  int images = 0, mirrored_draws = 0, moved = 0;
+  double worst = 0;
+  while (loader.next(b))
+    for (int i = 0; i < b.n; ++i, ++images) {
+      data::AugmentParams p = data::augment_params(11, 1, b.ids[i], 2);
+      mirrored_draws += p.flip;
+      moved += p.dx != 0 || p.dy != 0;
+      BOOST_TEST((std::abs(p.dx) <= 2 && std::abs(p.dy) <= 2));
+      p.flip = false;
+      const auto expected = expected_augmented(b.ids[i], p, 2);
+      for (size_t k = 0; k < bytes; ++k)
+        worst = std::max(worst, double(std::abs(b.images[i * bytes + k] - expected[k])));
+    }
+  BOOST_TEST(images == 24);
+  BOOST_TEST(worst <= 1e-6, "worst difference " << worst);
+  // The draws did ask for mirrors (which crop drops) and did move images.
+  BOOST_TEST(mirrored_draws > 0);
+  BOOST_TEST(moved > 0);
+  BOOST_TEST((data::parse_augment("crop") == data::AugmentKind::kCrop));
 }
 
 BOOST_AUTO_TEST_CASE(batches_follow_the_sampler_and_epochs_restart) {

@@ -33,7 +33,8 @@ struct DataConfig {
   std::string test_split = "test";  // evaluated once at the end; "" to skip
   std::string remainder = "drop";   // drop | pad
   bool shuffle = true;
-  std::string augment = "false";  // false | true (crop with 4 px padding + flip) | dihedral
+  std::string augment = "false";  // false | true (crop and flip) | crop | dihedral
+  int augment_pad = 4;            // the crop's padding: offsets -pad..pad in each direction
   std::string tta = "none";       // evaluation: none | flip | dihedral (test-time augmentation)
   int prefetch_batches = 4;
   int64_t max_train_samples = 0;  // 0: the whole split (weak scaling decks set a per-rank count)

@@ -22,10 +22,11 @@ struct AugmentParams {
   bool flip_y = false, transpose = false;
 };
 
-// none; crop (augment_pad) and horizontal flip; or one of the 8 rotations and mirrorings of a
+// none; crop (augment_pad) and horizontal flip; crop alone (images with a handedness, such as
+// Fashion-MNIST's shoes, which all face one way); or one of the 8 rotations and mirrorings of a
 // square image, no crop (fiber end faces: rotation-symmetric, centred).
-enum class AugmentKind { kNone, kCropFlip, kDihedral };
-// data.augment's text: false, true (crop and flip) or dihedral.
+enum class AugmentKind { kNone, kCropFlip, kCrop, kDihedral };
+// data.augment's text: false, true (crop and flip), crop or dihedral.
 AugmentKind parse_augment(const std::string& text);
 
 // Drawn from (seed, epoch, sample id) alone, so it does not depend on rank count or timing.

@@ -22,7 +22,7 @@ namespace ringtrain::data {
 struct LoaderOptions {
   int batch_per_rank = 128;
   bool shuffle = true;
-  AugmentKind augment = AugmentKind::kNone;  // kCropFlip: crop with augment_pad padding + flip
+  AugmentKind augment = AugmentKind::kNone;  // kCropFlip, kCrop: crop with augment_pad padding
   int augment_pad = 4;
   int prefetch_batches = 4;  // queue bound
   uint64_t seed = 0;
