@@ -25,6 +25,11 @@
 #   MODE=inference CONFIGS="fibernet:64:2:fp32:1x64x64" tools/bench-compute.sh   (a fifth field:
 #                                            the input CxHxW, default each tool's own)
 #   DEVICE=cuda CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh
+# After each config's rounds, one more ringtrain run under --profile times every op by kind
+# (convolution forward, backward-data, backward-weights, matmul, batch norm, ...): a second
+# table says where a step goes, with the products' GFLOP/s against the row's peak, and each
+# summary row keeps it as "profile". PROFILE=0 leaves it out (the default on cuda, where
+# tools/gpu-profile.sh times the kernels instead).
 # On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
 # under torch.compile, interleaved the same way (its compilation in the warm-up), as a third
 # column.
@@ -68,6 +73,8 @@ resnet18_cifar:128:1:tf32 resnet18_cifar:128:1:bf16 resnet18_cifar:128:1:fp16" ;
 esac
 CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
 COMPILE=${COMPILE-fp32 tf32 bf16 fp16}
+# On a GPU every op's wait for the queue would distort the profile: tools/gpu-profile.sh there.
+PROFILE=${PROFILE-$([ "$DEVICE" = cpu ] && echo 1 || echo 0)}
 [ "$DEVICE" = cuda ] || COMPILE=""
 
 # One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
@@ -186,6 +193,10 @@ for config in $CONFIGS; do
         "${torch_device[@]}" --compile
     fi
   done
+  # One more ringtrain run with every op timed: where its step goes (PROFILE=0 skips it).
+  if [ "$PROFILE" = 1 ]; then
+    measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" --profile
+  fi
   tabulate
 done
 if [ -t 2 ]; then printf '%72s\r' '' >&2; fi

@@ -41,7 +41,7 @@ def attach_failures(rows, failures):
 
 
 def read_rows(raw_path):
-    rows, peaks, gpus, failures = {}, {}, set(), []
+    rows, peaks, gpus, failures, profiles = {}, {}, set(), [], {}
     for line in open(raw_path):
         if not line.strip():
             continue
@@ -54,6 +54,9 @@ def read_rows(raw_path):
             continue
         # One row per model and input: a config's fifth field makes rows of its own.
         key = (r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])
+        if r["tool"] == "ringtrain-profile":
+            profiles[key] = (r["input"], r["profile"])
+            continue
         row = rows.setdefault(key, new_row())
         row[r["tool"]] += r["windows"]
         row["other"].append(r["other_cores"])
@@ -67,7 +70,33 @@ def read_rows(raw_path):
             if r.get("gpu_peak_mib") is not None:
                 row["rt_mib"] = r["gpu_peak_mib"]
     attach_failures(rows, failures)
-    return rows, peaks, gpus
+    return rows, peaks, gpus, profiles
+
+
+# The op kinds of rt-bench-compute --profile, in its order.
+PROFILE_KINDS = ["conv_fwd", "conv_bwd_data", "conv_bwd_weights", "matmul_fwd",
+                 "matmul_bwd_data", "matmul_bwd_weights", "bn_fwd", "bn_bwd", "relu", "pool", "add",
+                 "loss", "optimizer", "transfer", "other"]
+
+
+def profile_lines(profiles, peaks):
+    """Where a ringtrain step's time goes, a block per config: milliseconds, share, the
+    products' GFLOP/s and their share of the row's peak (CPU rows)."""
+    lines = []
+    for (model, _, batch, threads, prec), (chw, p) in sorted(profiles.items()):
+        peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
+        step = p["step_ms"]
+        lines.append(f"{model} {chw} batch {batch}, {threads} thr, {prec}: {step:.2f} ms a step")
+        for kind in PROFILE_KINDS + ["between"]:
+            ms = p.get(f"{kind}_ms")
+            if ms is None:
+                continue
+            gflops = p.get(f"{kind}_gflops")
+            rate = f"{gflops:>9.1f} GFLOP/s" if gflops else f"{'':>17}"
+            at_peak = f" {100 * gflops / peak:>4.0f}% of peak" if gflops and peak else ""
+            name = "between ops" if kind == "between" else kind
+            lines.append(f"  {name:<20} {ms:>10.3f} ms {100 * ms / step:>5.1f}% {rate}{at_peak}")
+    return lines
 
 
 def median_or_none(values):
@@ -143,7 +172,7 @@ def summarize(rows, peaks, gpus, cpu, device):
 
 def main():
     raw_path, out_path, txt_path, cpu, device = sys.argv[1:6]
-    rows, peaks, gpus = read_rows(raw_path)
+    rows, peaks, gpus, profiles = read_rows(raw_path)
     head = (f"{'model, input':<24} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
             f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
             f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
@@ -151,6 +180,9 @@ def main():
              else f"CPU: {cpu}", head, "-" * len(head)]
     summary = []
     for row, line in summarize(rows, peaks, gpus, cpu, device):
+        key = (row["model"], row.get("input", ""), row["batch"], row["threads"], row["precision"])
+        if key in profiles:
+            row["profile"] = profiles[key][1]
         summary.append(json.dumps(row) + "\n")
         lines.append(line)
     isas = sorted({v["isa"] for v in rows.values() if v["isa"]})
@@ -167,6 +199,10 @@ def main():
             f"the highest ratio any implementation could reach here; 'vs fp32' = ringtrain bf16 / "
             f"ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
             f"rows in {out_path}")
+    if profiles:
+        lines += ["", "where a ringtrain step goes (rt-bench-compute --profile, one run after the "
+                  "rounds; every op waits for its queue, 'between ops' is the rest):"]
+        lines += profile_lines(profiles, peaks)
     write_atomically(out_path, "".join(summary))
     write_atomically(txt_path, "\n".join(lines) + "\n")
 

@@ -8,6 +8,8 @@
 //                    [--backend cuda]   (GPU 0; --precision fp32, bf16, fp16 or tf32)
 //   rt-bench-compute --peak --threads 2 --precision bf16   (a matmul and a conv: the machine's
 //   limit; oneDNN only)
+//   rt-bench-compute --model resnet18_cifar --profile   (also the timed steps' time by op kind:
+//   a table on stderr and "profile" in the JSON line)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -21,6 +23,7 @@
 #include "bench/bench.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/backend/peak.hpp"
+#include "ringtrain/backend/profiled_backend.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/core/timer.hpp"
 #include "ringtrain/nn/inference_plan.hpp"
@@ -31,6 +34,12 @@ using namespace ringtrain;
 namespace po = boost::program_options;
 
 namespace {
+
+std::string str_fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
 
 nn::ModelInput parse_input(const std::string& text) {
   nn::ModelInput in;
@@ -53,6 +62,35 @@ std::unique_ptr<backend::Backend> make_timed_backend(const std::string& name, in
   return backend::make_backend(name, threads, precision);
 }
 
+// The profile of `steps` timed steps that took `wall` seconds: a table on stderr (per step:
+// milliseconds, share, calls, GFLOP/s of the products) and the same as a JSON object, with
+// "between_ms" the step's time outside every op (the framework's own work and waits).
+std::string print_profile(const backend::OpProfile& p, int64_t steps, double wall) {
+  const double step_ms = 1e3 * wall / double(steps);
+  std::ostringstream json;
+  json.setf(std::ios::fixed);
+  json.precision(4);
+  json << "{\"step_ms\":" << step_ms;
+  std::fprintf(stderr, "per step (%lld steps, %.2f ms each):\n%-20s %9s %6s %6s %9s\n",
+               static_cast<long long>(steps), step_ms, "op", "ms", "share", "calls", "GFLOP/s");
+  for (int k = 0; k < backend::kOpKinds; ++k) {
+    if (p.calls[size_t(k)] == 0) continue;
+    const double ms = 1e3 * p.seconds[size_t(k)] / double(steps);
+    const double gflops =
+        p.seconds[size_t(k)] > 0 ? p.flops[size_t(k)] / p.seconds[size_t(k)] / 1e9 : 0;
+    const char* key = backend::op_kind_key(backend::OpKind(k));
+    std::fprintf(stderr, "%-20s %9.3f %5.1f%% %6.1f %9s\n", key, ms, 100 * ms / step_ms,
+                 double(p.calls[size_t(k)]) / double(steps),
+                 p.flops[size_t(k)] > 0 ? str_fixed(gflops, 1).c_str() : "");
+    json << ",\"" << key << "_ms\":" << ms;
+    if (p.flops[size_t(k)] > 0) json << ",\"" << key << "_gflops\":" << gflops;
+  }
+  const double between = step_ms - 1e3 * p.total_seconds() / double(steps);
+  std::fprintf(stderr, "%-20s %9.3f %5.1f%%\n", "between ops", between, 100 * between / step_ms);
+  json << ",\"between_ms\":" << between << "}";
+  return json.str();
+}
+
 int run(int argc, char** argv) {
   std::string model_name, input_text, precision_text, backend_name;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
@@ -73,6 +111,9 @@ int run(int argc, char** argv) {
       "inference",
       "time inference as ringtrain predict runs it: forward with BN's running statistics, the "
       "logits downloaded; no loss, backward or optimizer")(
+      "profile",
+      "time every op of the timed steps by kind (each op waits for its queue to empty: on a GPU "
+      "the rate drops) and print where a step's time goes")(
       "profile-step",
       "after the windows, one more step inside a CUDA profiler range (run under ncu "
       "--profile-from-start off: that step's kernels alone)")(
@@ -102,6 +143,11 @@ int run(int argc, char** argv) {
   nn::ModelInput in = parse_input(input_text);
 
   auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text));
+  std::shared_ptr<backend::OpProfile> profile;
+  if (vm.count("profile")) {
+    profile = std::make_shared<backend::OpProfile>();
+    be = backend::make_profiled_backend(std::move(be), profile);
+  }
   auto model = nn::make_model(model_name, in, classes, *be, 1);
   nn::Optimizer sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
   std::mt19937 rng(7);
@@ -132,6 +178,7 @@ int run(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   be->synchronize();
+  if (profile) profile->clear();
   std::vector<double> rates;
   const bench::OtherCpu others;
   const double wall0 = now_seconds();
@@ -159,16 +206,18 @@ int run(int argc, char** argv) {
   char gpu_peak_mib[32] = "null";
   if (device_peak > 0)
     std::snprintf(gpu_peak_mib, sizeof gpu_peak_mib, "%.1f", double(device_peak) / (1 << 20));
+  const std::string profile_json =
+      profile ? print_profile(*profile, int64_t(windows) * steps, wall) : "null";
   std::printf(
-      "{\"tool\":\"ringtrain\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
+      "{\"tool\":\"%s\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
       "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
-      "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s}\n",
-      inference ? "inference" : "train", be->name().c_str(), model_name.c_str(), in.channels,
-      in.height, in.width, batch, threads, precision_text.c_str(), be->instruction_set().c_str(),
-      img_s, windows_json.str().c_str(), flops / 1e9, img_s * flops / 1e9, other_cores,
-      gpu_peak_mib);
+      "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"profile\":%s}\n",
+      profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
+      be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
+      precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
+      flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib, profile_json.c_str());
   return 0;
 }
 

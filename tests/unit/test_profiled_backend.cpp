@@ -1,0 +1,104 @@
+// test_profiled_backend.cpp — the per-op profile: every op of a training step booked under its
+// kind, the products' FLOPs the model's own count, and the numbers the same as unprofiled.
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+
+#include "nn_test_util.hpp"
+#include "ringtrain/backend/profiled_backend.hpp"
+#include "ringtrain/nn/model.hpp"
+#include "ringtrain/nn/optimizer.hpp"
+
+using namespace ringtrain;
+using namespace rt_test;
+using backend::OpKind;
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct StepResult {
+  double loss = 0;
+  std::vector<std::vector<float>> weights;
+};
+
+// One SGD step of cnn_small on a fixed batch of 6 images 1x12x12.
+StepResult one_step(backend::Backend& be, nn::Model** model_out = nullptr) {
+  static std::unique_ptr<nn::Model> keep;
+  keep = nn::make_model("cnn_small", {1, 12, 12}, 4, be, 5);
+  nn::Model& model = *keep;
+  nn::Optimizer sgd(model.parameters(), {0.9, false, 5e-4, false}, be);
+  const std::vector<float> pixels = random_values(6 * 12 * 12, 31, -1, 1);
+  const std::vector<int32_t> labels = {0, 1, 2, 3, 0, 1};
+  backend::Tensor x = be.alloc({6, 1, 12, 12});
+  be.upload(pixels.data(), x);
+  model.forward(x, true);
+  StepResult r;
+  r.loss = model.loss(labels.data()).loss;
+  model.backward();
+  sgd.step(0.05);
+  for (const nn::Parameter* p : model.parameters()) r.weights.push_back(to_host(be, p->value));
+  if (model_out) *model_out = &model;
+  return r;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(profiled_backend)
+
+// cnn_small: conv1 (no input gradient) -> pool -> relu -> conv2 -> pool -> relu -> fc1 -> relu
+// -> fc2; 8 parameters. Before: no profile existed (issue 36's first item).
+BOOST_AUTO_TEST_CASE(a_training_step_is_booked_by_kind_and_unchanged) {
+  auto plain = backend::make_backend("ref", 1);
+  const StepResult want = one_step(*plain);
+
+  auto profile = std::make_shared<backend::OpProfile>();
+  auto profiled = backend::make_profiled_backend(backend::make_backend("ref", 1), profile);
+  BOOST_TEST(profiled->name() == "ref");
+  profile->clear();
+  nn::Model* model = nullptr;
+  const StepResult got = one_step(*profiled, &model);
+
+  BOOST_TEST(std::memcmp(&got.loss, &want.loss, sizeof(double)) == 0);
+  BOOST_REQUIRE(got.weights.size() == want.weights.size());
+  for (size_t i = 0; i < got.weights.size(); ++i)
+    BOOST_TEST(same_bits(got.weights[i], want.weights[i]), "parameter " << i);
+
+  auto calls = [&](OpKind k) { return profile->calls[size_t(k)]; };
+  BOOST_TEST(calls(OpKind::kConvForward) == 2);
+  BOOST_TEST(calls(OpKind::kConvBackwardData) == 1);  // conv1's input needs no gradient
+  BOOST_TEST(calls(OpKind::kConvBackwardWeights) == 2);
+  BOOST_TEST(calls(OpKind::kMatmulForward) == 2);
+  BOOST_TEST(calls(OpKind::kMatmulBackwardData) == 2);
+  BOOST_TEST(calls(OpKind::kMatmulBackwardWeights) == 2);
+  BOOST_TEST(calls(OpKind::kPool) == 4);
+  BOOST_TEST(calls(OpKind::kRelu) == 6);
+  BOOST_TEST(calls(OpKind::kLoss) == 1);
+  BOOST_TEST(calls(OpKind::kOptimizer) == 8);
+  BOOST_TEST(calls(OpKind::kBatchNormForward) == 0);
+  BOOST_TEST(calls(OpKind::kAdd) == 0);
+
+  // The products' FLOPs against the model's own count, from the layers' formulas: forward
+  // is forward_flops_per_image x 6; conv2's backward-data and both backward-weights repeat
+  // their forward's work.
+  auto flops = [&](OpKind k) { return profile->flops[size_t(k)]; };
+  const double forward = flops(OpKind::kConvForward) + flops(OpKind::kMatmulForward);
+  BOOST_TEST(forward == 6 * model->forward_flops_per_image(), boost::test_tools::tolerance(1e-12));
+  const double conv1 = 2.0 * 6 * 32 * 12 * 12 * 1 * 9, conv2 = 2.0 * 6 * 64 * 6 * 6 * 32 * 9;
+  BOOST_TEST(flops(OpKind::kConvForward) == conv1 + conv2);
+  BOOST_TEST(flops(OpKind::kConvBackwardData) == conv2);
+  BOOST_TEST(flops(OpKind::kConvBackwardWeights) == conv1 + conv2);
+  BOOST_TEST(flops(OpKind::kMatmulBackwardWeights) == flops(OpKind::kMatmulForward));
+
+  double booked = 0;
+  for (int k = 0; k < backend::kOpKinds; ++k) {
+    BOOST_TEST(profile->seconds[size_t(k)] >= 0.0);
+    booked += profile->seconds[size_t(k)];
+  }
+  BOOST_TEST(profile->total_seconds() == booked);
+  BOOST_TEST(profile->seconds[size_t(OpKind::kConvForward)] > 0.0);
+  BOOST_TEST(std::string(backend::op_kind_key(OpKind::kConvBackwardWeights)) == "conv_bwd_weights");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
