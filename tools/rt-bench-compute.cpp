@@ -189,6 +189,7 @@ int run(int argc, char** argv) {
     rates.push_back(double(batch) * steps / watch.seconds());
   }
   double wall = now_seconds() - wall0;
+  const backend::OpProfile timed = profile ? *profile : backend::OpProfile{};  // the windows'
   if (vm.count("profile-step")) {
     backend::cuda_profiler_range(true);
     step();
@@ -207,7 +208,7 @@ int run(int argc, char** argv) {
   if (device_peak > 0)
     std::snprintf(gpu_peak_mib, sizeof gpu_peak_mib, "%.1f", double(device_peak) / (1 << 20));
   const std::string profile_json =
-      profile ? print_profile(*profile, int64_t(windows) * steps, wall) : "null";
+      profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
   std::printf(
       "{\"tool\":\"%s\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
       "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"

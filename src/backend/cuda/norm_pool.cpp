@@ -273,12 +273,12 @@ class BatchNorm : public BatchNormOp {
   Tensor inv_std_, sums_;
   Tensor saved_mean_, saved_inv_var_;  // cuDNN's cache from the last training forward
   bool cudnn_saved_ = false;           // ... when that forward went through cuDNN
+  Shape saved_shape_;                  // ... and had this x shape
   bool persistent_saved_ = false;      // ... through forward_persistent, with reserve_
   bool persistent_ = false;            // NHWC x: the Ex API's persistent kernels
   bool persistent_usable_ = true;      // until cuDNN said it has none for this layer
   Tensor reserve_;                     // forward_persistent's reserve space, for backward
   size_t reserve_bytes_ = 0;
-  Shape saved_shape_;               // ... and had this x shape
   Tensor relu_y_;                   // fused ReLU: the last forward's output
   Tensor dy_bn_;                    // fused ReLU: dy masked by relu_y_ > 0
   Tensor x_cast_, dy_cast_;         // inputs converted to the activation form
