@@ -77,9 +77,9 @@ lane_b() {
   extra_args=--comm.verify_every=3 case_ 2 weight-check@1 1 "stall: after 1 s, rank 0 waits in the weight check at step 3; rank 1 $silent"
   exit "$failures"
 }
-(lane_a) >"$work/lane_a.out" 2>&1 &
+(own_ompi_sessions a && lane_a) >"$work/lane_a.out" 2>&1 &
 lane_a_pid=$!
-(lane_b) >"$work/lane_b.out" 2>&1 &
+(own_ompi_sessions b && lane_b) >"$work/lane_b.out" 2>&1 &
 lane_b_pid=$!
 wait "$lane_a_pid"
 failures=$((failures + $?))

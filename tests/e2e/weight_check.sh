@@ -38,6 +38,7 @@ rest="stopped on every rank, the checkpoint of step 2 is kept"
 
 # Two lanes: the faulted runs; the unfaulted runs the repairs are compared with.
 (
+  own_ompi_sessions faulted
   for np in 2 3 4; do
     RINGTRAIN_FAULT=flip-weight:1@3 in_lane stop$np run $np --output.name=stop$np
   done

@@ -15,6 +15,16 @@ e2e_workdir() {
   trap 'eval "$E2E_CLEANUP" >/dev/null 2>&1; rm -rf "$work"' EXIT
 }
 
+# own_ompi_sessions NAME: this (sub)shell's mpiruns keep their OpenMPI session folders under
+# $work/ompi-NAME. For lanes of one script run at once: an mpirun that ends removes the session
+# folder it shares when it is empty, under a starting one in the other lane (seen in
+# e2e/train: "ORTE_ERROR_LOG: Error in file ../../../orte/util/session_dir.c"). tests/run.sh
+# gives each script its own; this gives each lane its own.
+own_ompi_sessions() {
+  mkdir -p "$work/ompi-$1"
+  export OMPI_MCA_orte_tmpdir_base=$work/ompi-$1
+}
+
 # tiny_fiber_data DIR [COUNT] [SEED]: a small fiber dataset in two shards, in a second or two.
 # Under tests/run.sh (RT_E2E_DATA_CACHE, a folder it removes at exit) each COUNT and SEED is
 # generated once and copied after that: a dozen scripts take the same dataset, and
