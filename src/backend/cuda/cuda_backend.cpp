@@ -51,6 +51,14 @@ struct LossSlot {
   SyncEvent copied;
 };
 
+// One result per tensor, gathered with one copy: device slots, their pinned copy, and the
+// conversion scratch for tensors that are not plain fp32 (CudaBackend::per_tensor_results).
+struct TensorResults {
+  std::shared_ptr<void> device;
+  PinnedBuffer host;
+  Tensor f32;
+};
+
 void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
   RT_CHECK(a.numel() == b.numel(), op, ": tensors ", shape_str(a.shape()), " and ",
            shape_str(b.shape()), " differ in size");
@@ -58,9 +66,12 @@ void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
 
 kernels::Rule kernel_rule(UpdateRule rule) {
   switch (rule) {
-    case UpdateRule::kLars: return kernels::Rule::kLars;
-    case UpdateRule::kLamb: return kernels::Rule::kLamb;
-    case UpdateRule::kAdamW: break;
+    case UpdateRule::kLars:
+      return kernels::Rule::kLars;
+    case UpdateRule::kLamb:
+      return kernels::Rule::kLamb;
+    case UpdateRule::kAdamW:
+      break;
   }
   return kernels::Rule::kAdamW;
 }
@@ -232,9 +243,16 @@ class CudaBackend : public Backend {
     RT_CHECK((v != nullptr) == (spec.rule != UpdateRule::kLars),
              "adaptive update: a second moment is for LAMB and AdamW only");
     if (v != nullptr) check_same_numel("adaptive update", w, *v);
-    const kernels::UpdateArgs args{kernel_rule(spec.rule), spec.lr, spec.weight_decay,
-                                   spec.momentum, spec.beta1, spec.beta2, spec.eps,
-                                   spec.trust_coef, spec.layer_adaptation, spec.step};
+    const kernels::UpdateArgs args{kernel_rule(spec.rule),
+                                   spec.lr,
+                                   spec.weight_decay,
+                                   spec.momentum,
+                                   spec.beta1,
+                                   spec.beta2,
+                                   spec.eps,
+                                   spec.trust_coef,
+                                   spec.layer_adaptation,
+                                   spec.step};
     const size_t bytes = size_t(kernels::adaptive_scratch_doubles(w.numel())) * sizeof(double);
     auto* scratch = static_cast<double*>(update_scratch_.reserve(ctx_.pool(), bytes));
     kernels::adaptive_update(w.f32(), g.f32(), m.f32(), v ? v->f32() : nullptr, w.numel(), args,
@@ -292,60 +310,30 @@ class CudaBackend : public Backend {
   // host loop, for every gradient, every step.
   bool all_finite(const Tensor& t) override { return first_nonfinite({&t}) == 1; }
 
-  // One int flag per tensor in device memory, zeroed on the stream; one flag_nonfinite
-  // launch per tensor (any type or order is converted to plain fp32 first: NaN and inf
-  // survive the conversion, and order does not matter); one copy of the flags to pinned
-  // memory and one wait.
+  // One int flag per tensor (per_tensor_results), set by flag_nonfinite: NaN and inf survive
+  // the conversion to plain fp32, and order does not matter.
   size_t first_nonfinite(const std::vector<const Tensor*>& tensors) override {
-    ctx_.activate();
-    const size_t n = tensors.size();
-    if (n == 0) return 0;
-    const size_t bytes = n * sizeof(int32_t);
-    if (finite_flags_host_.bytes() < bytes) {
-      finite_flags_ = ctx_.pool().allocate(bytes);
-      finite_flags_host_ = PinnedBuffer(bytes);
-    }
-    auto* flags = static_cast<int32_t*>(finite_flags_.get());
-    CUDA_CHECK(cudaMemsetAsync(flags, 0, bytes, ctx_.stream()));
-    for (size_t i = 0; i < n; ++i) {
-      expect_present(*tensors[i], "all_finite tensor");
-      const Tensor& plain = ctx_.as_plain_f32(*tensors[i], finite_f32_);
-      kernels::flag_nonfinite(plain.f32(), plain.numel(), flags + i, ctx_.stream());
-    }
-    CUDA_CHECK(cudaMemcpyAsync(finite_flags_host_.get(), flags, bytes, cudaMemcpyDeviceToHost,
-                               ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-    const auto* host = static_cast<const int32_t*>(finite_flags_host_.get());
-    for (size_t i = 0; i < n; ++i)
-      if (host[i] != 0) return i;
-    return n;
+    if (tensors.empty()) return 0;
+    const int32_t* flags = per_tensor_results<int32_t>(
+        tensors, "all_finite tensor", finite_flags_, [&](const Tensor& plain, int32_t* flag) {
+          kernels::flag_nonfinite(plain.f32(), plain.numel(), flag, ctx_.stream());
+        });
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (flags[i] != 0) return i;
+    return tensors.size();
   }
 
-  // One 64-bit sum per tensor in device memory, zeroed on the stream; one digest_sum launch
-  // per tensor; one copy of the sums to pinned memory and one wait. Parameters and optimizer
-  // state are plain fp32 already (as_plain_f32 copies anything else).
+  // One 64-bit sum per tensor (per_tensor_results), added by digest_sum. Parameters and
+  // optimizer state are plain fp32 already (anything else is copied to plain fp32 first).
   std::vector<uint64_t> digests(const std::vector<const Tensor*>& tensors) override {
-    ctx_.activate();
-    const size_t n = tensors.size();
-    if (n == 0) return {};
-    const size_t bytes = n * sizeof(uint64_t);
-    if (digest_sums_host_.bytes() < bytes) {
-      digest_sums_ = ctx_.pool().allocate(bytes);
-      digest_sums_host_ = PinnedBuffer(bytes);
-    }
-    auto* sums = static_cast<uint64_t*>(digest_sums_.get());
-    CUDA_CHECK(cudaMemsetAsync(sums, 0, bytes, ctx_.stream()));
-    for (size_t i = 0; i < n; ++i) {
-      expect_present(*tensors[i], "digest tensor");
-      const Tensor& plain = ctx_.as_plain_f32(*tensors[i], digest_f32_);
-      kernels::digest_sum(plain.f32(), plain.numel(), sums + i, ctx_.stream());
-    }
-    CUDA_CHECK(cudaMemcpyAsync(digest_sums_host_.get(), sums, bytes, cudaMemcpyDeviceToHost,
-                               ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-    const auto* host = static_cast<const uint64_t*>(digest_sums_host_.get());
-    std::vector<uint64_t> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = finish_digest(host[i], uint64_t(tensors[i]->numel()));
+    if (tensors.empty()) return {};
+    const uint64_t* sums = per_tensor_results<uint64_t>(
+        tensors, "digest tensor", digest_sums_, [&](const Tensor& plain, uint64_t* sum) {
+          kernels::digest_sum(plain.f32(), plain.numel(), sum, ctx_.stream());
+        });
+    std::vector<uint64_t> out(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i)
+      out[i] = finish_digest(sums[i], uint64_t(tensors[i]->numel()));
     return out;
   }
 
@@ -382,6 +370,30 @@ class CudaBackend : public Backend {
 
   // A slot no pending loss holds any more (the backend's reference is the only one), or a
   // new one: as many as losses are waiting to be read.
+  // One T per tensor in device memory, zeroed on the stream; launch(plain, slot) queues one
+  // kernel per tensor on its plain fp32 form; one copy of the slots to pinned memory and one
+  // wait. The returned host slots hold until the next call with the same `results`.
+  template <typename T, typename Launch>
+  const T* per_tensor_results(const std::vector<const Tensor*>& tensors, const char* what,
+                              TensorResults& results, Launch launch) {
+    ctx_.activate();
+    const size_t bytes = tensors.size() * sizeof(T);
+    if (results.host.bytes() < bytes) {
+      results.device = ctx_.pool().allocate(bytes);
+      results.host = PinnedBuffer(bytes);
+    }
+    auto* slots = static_cast<T*>(results.device.get());
+    CUDA_CHECK(cudaMemsetAsync(slots, 0, bytes, ctx_.stream()));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      expect_present(*tensors[i], what);
+      launch(ctx_.as_plain_f32(*tensors[i], results.f32), slots + i);
+    }
+    CUDA_CHECK(
+        cudaMemcpyAsync(results.host.get(), slots, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    return static_cast<const T*>(results.host.get());
+  }
+
   std::shared_ptr<LossSlot> free_loss_slot() {
     for (auto& slot : loss_slots_)
       if (slot.use_count() == 1) return slot;
@@ -391,15 +403,12 @@ class CudaBackend : public Backend {
 
   Context ctx_;
   HostStaging upload_staging_, label_staging_;
-  Tensor upload_f32_, download_f32_, logits_f32_, finite_f32_;  // conversion scratch
-  Tensor bce_logits_f32_;               // its own: the class loss may still be reading logits_f32_
-  std::shared_ptr<void> finite_flags_;  // first_nonfinite: a flag per tensor, and their copy
-  PinnedBuffer finite_flags_host_;
-  Tensor digest_f32_;  // digests: a conversion scratch, the sums, their copy
-  std::shared_ptr<void> digest_sums_;
-  PinnedBuffer digest_sums_host_;
-  ScratchBlock loss_scratch_;  // totals, per-row losses, labels, correct flags
-  ScratchBlock bce_scratch_;   // total, per-value losses, targets
+  Tensor upload_f32_, download_f32_, logits_f32_;  // conversion scratch
+  Tensor bce_logits_f32_;        // its own: the class loss may still be reading logits_f32_
+  TensorResults finite_flags_;   // first_nonfinite: a flag per tensor
+  TensorResults digest_sums_;    // digests: a sum per tensor
+  ScratchBlock loss_scratch_;    // totals, per-row losses, labels, correct flags
+  ScratchBlock bce_scratch_;     // total, per-value losses, targets
   ScratchBlock update_scratch_;  // the update rules' and sum_of_squares' partial sums
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;
   std::mutex ready_mutex_;
