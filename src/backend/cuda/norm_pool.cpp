@@ -16,6 +16,9 @@ namespace ringtrain::backend::cuda {
 namespace {
 
 const float kOne = 1.0f, kZero = 0.0f;
+// The NHWC batch norm's mode and operation (the Ex API: forward_persistent, backward_persistent).
+const cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+const cudnnBatchNormOps_t kBnOnly = CUDNN_BATCHNORM_OPS_BN;
 
 void download_floats(Context& ctx, const float* device, float* host, size_t n) {
   CUDA_CHECK(
@@ -64,7 +67,8 @@ class BatchNorm : public BatchNormOp {
     // cache of this forward, in whatever form it wrote them.
     ctx_.ensure(saved_mean_, {C_});
     ctx_.ensure(saved_inv_var_, {C_});
-    persistent_saved_ = persistent_ && forward_persistent(x, gamma, beta, y, mean, var);
+    persistent_saved_ =
+        is_nhwc(x) && persistent_usable_ && forward_persistent(x, gamma, beta, y, mean, var);
     if (!persistent_saved_)
       CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
           ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(),
@@ -131,7 +135,6 @@ class BatchNorm : public BatchNormOp {
     // fp32 for fp32, bf16 and fp16 data alike: parameters and statistics stay fp32.
     CUDNN_CHECK(
         cudnnDeriveBNTensorDescriptor(param_desc_.get(), x_desc_.get(), CUDNN_BATCHNORM_SPATIAL));
-    persistent_ = is_nhwc(x) && persistent_usable_;
     return x;
   }
 
@@ -143,27 +146,25 @@ class BatchNorm : public BatchNormOp {
   // such kernel for the shape or type: the spatial one then runs.
   bool forward_persistent(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var) {
-    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t ws_bytes = 0;
     cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        ctx_.cudnn(), mode, ops, x_desc_.get(), nullptr, x_desc_.get(), param_desc_.get(), nullptr,
-        &ws_bytes);
+        ctx_.cudnn(), kPersistent, kBnOnly, x_desc_.get(), nullptr, x_desc_.get(),
+        param_desc_.get(), nullptr, &ws_bytes);
     if (status == CUDNN_STATUS_SUCCESS)
       status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-          ctx_.cudnn(), mode, ops, nullptr, x_desc_.get(), &reserve_bytes_);
+          ctx_.cudnn(), kPersistent, kBnOnly, nullptr, x_desc_.get(), &reserve_bytes_);
     if (status == CUDNN_STATUS_SUCCESS) {
       ctx_.ensure(reserve_, {int64_t(reserve_bytes_ / sizeof(float)) + 1});
       status = cudnnBatchNormalizationForwardTrainingEx(
-          ctx_.cudnn(), mode, ops, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr, nullptr,
-          x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
-          var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), nullptr,
+          ctx_.cudnn(), kPersistent, kBnOnly, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr,
+          nullptr, x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0,
+          mean.raw(), var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), nullptr,
           ctx_.workspace(ws_bytes), ws_bytes, reserve_.raw(), reserve_bytes_);
     }
     if (status == CUDNN_STATUS_SUCCESS) return true;
     RT_CHECK(status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM,
              "cudnnBatchNormalizationForwardTrainingEx: ", cudnnGetErrorString(status));
-    persistent_usable_ = persistent_ = false;
+    persistent_usable_ = false;
     static std::once_flag said;
     std::call_once(said, [&] {
       log::warn(str("cuDNN has no persistent NHWC batch norm for ", shape_str(x.shape()), " ",
@@ -176,15 +177,13 @@ class BatchNorm : public BatchNormOp {
   // Backward of forward_persistent's forward, reading its saved statistics and reserve space.
   void backward_persistent(const Tensor& x, const Tensor& dy, const Tensor& gamma, Tensor& dx,
                            Tensor& dgamma, Tensor& dbeta) {
-    const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-    const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
     size_t ws_bytes = 0;
     CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        ctx_.cudnn(), mode, ops, x_desc_.get(), nullptr, x_desc_.get(), nullptr, x_desc_.get(),
-        param_desc_.get(), nullptr, &ws_bytes));
+        ctx_.cudnn(), kPersistent, kBnOnly, x_desc_.get(), nullptr, x_desc_.get(), nullptr,
+        x_desc_.get(), param_desc_.get(), nullptr, &ws_bytes));
     CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-        ctx_.cudnn(), mode, ops, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr,
-        nullptr, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
+        ctx_.cudnn(), kPersistent, kBnOnly, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
+        nullptr, nullptr, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
         param_desc_.get(), gamma.raw(), nullptr, dgamma.raw(), dbeta.raw(), s_.eps,
         saved_mean_.raw(), saved_inv_var_.raw(), nullptr, ctx_.workspace(ws_bytes), ws_bytes,
         reserve_.raw(), reserve_bytes_));
@@ -275,7 +274,6 @@ class BatchNorm : public BatchNormOp {
   bool cudnn_saved_ = false;           // ... when that forward went through cuDNN
   Shape saved_shape_;                  // ... and had this x shape
   bool persistent_saved_ = false;      // ... through forward_persistent, with reserve_
-  bool persistent_ = false;            // NHWC x: the Ex API's persistent kernels
   bool persistent_usable_ = true;      // until cuDNN said it has none for this layer
   Tensor reserve_;                     // forward_persistent's reserve space, for backward
   size_t reserve_bytes_ = 0;
