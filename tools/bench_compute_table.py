@@ -73,12 +73,6 @@ def read_rows(raw_path):
     return rows, peaks, gpus, profiles
 
 
-# The op kinds of rt-bench-compute --profile, in its order.
-PROFILE_KINDS = ["conv_fwd", "conv_bwd_data", "conv_bwd_weights", "matmul_fwd",
-                 "matmul_bwd_data", "matmul_bwd_weights", "bn_fwd", "bn_bwd", "relu", "pool", "add",
-                 "loss", "optimizer", "transfer", "other"]
-
-
 def profile_lines(profiles, peaks):
     """Where a ringtrain step's time goes, a block per config: milliseconds, share, the
     products' GFLOP/s and their share of the row's peak (CPU rows)."""
@@ -87,10 +81,11 @@ def profile_lines(profiles, peaks):
         peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
         step = p["step_ms"]
         lines.append(f"{model} {chw} batch {batch}, {threads} thr, {prec}: {step:.2f} ms a step")
-        for kind in PROFILE_KINDS + ["between"]:
-            ms = p.get(f"{kind}_ms")
-            if ms is None:
+        # The kinds in the order rt-bench-compute wrote them (its OpKind order, "between" last).
+        for key, ms in p.items():
+            if not key.endswith("_ms") or key == "step_ms":
                 continue
+            kind = key[:-len("_ms")]
             gflops = p.get(f"{kind}_gflops")
             rate = f"{gflops:>9.1f} GFLOP/s" if gflops else f"{'':>17}"
             at_peak = f" {100 * gflops / peak:>4.0f}% of peak" if gflops and peak else ""
