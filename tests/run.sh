@@ -219,59 +219,93 @@ if [ ${#multinode[@]} -gt 0 ]; then
 fi
 
 # ---- end-to-end tests ---------------------------------------------------------------------------
-header=""
 # The e2e scripts' tiny dataset, generated once for all of them (tests/e2e/lib/e2e.sh).
 RT_E2E_DATA_CACHE=$(mktemp -d /tmp/rt-e2e-data.XXXXXX)
 export RT_E2E_DATA_CACHE
 trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 # E2E_LANES scripts at a time (default 2): most of a script's time is start-ups and waits for a
-# timeout, which overlap well. The scripts in E2E_ALONE run with nothing beside them: those
-# that bring up emulated nodes or a Slurm (network namespaces, addresses, ports), and those
-# whose property is a timing of their own under a known load (the stall scripts, which already
-# run their cases two at a time). Results print as scripts finish.
+# timeout, which overlap well. Three kinds run apart:
+#   E2E_ALONE   with nothing beside them, first, one after another: those whose property is a
+#               timing of their own under a known load (the stall scripts, which already run
+#               their cases two at a time);
+#   E2E_SERIAL  one at a time in a lane of their own, beside the others: those that bring up
+#               emulated nodes or a Slurm (network namespaces, a bridge, fixed ports), which
+#               would collide with each other. The other scripts' mpiruns keep to the loopback
+#               interface, so a bridge that comes and goes beside them is never one they use;
+#   E2E_LONG    the slowest of a 2-core run, slowest first, before the rest (a long script
+#               started last runs beside an idle lane).
 E2E_LANES=${E2E_LANES:-2}
-E2E_ALONE=${E2E_ALONE:-"multinode_faults multinode_train slurm_jobs stall_phases \
-stall_no_progress fusion_stall"}
+E2E_ALONE=${E2E_ALONE:-"stall_phases stall_no_progress fusion_stall"}
+E2E_SERIAL=${E2E_SERIAL:-"slurm_jobs multinode_faults multinode_train"}
+E2E_LONG=${E2E_LONG:-"gpu_rehearsal checkpoint_faults bundle train predict checkpoint optimizers \
+weight_check autotune data_split_mismatch"}
 declare -A e2e_pid_name=() e2e_started=()
 # Each script gets OpenMPI session folders of its own: an mpirun that ends removes the shared
 # /tmp/ompi.HOST.UID when it is empty, which broke another script's mpirun starting in it
 # ("A call to mkdir was unable to create the desired directory", seen with two lanes).
-e2e_start() {  # e2e_start NAME: the script in the background, its exit code in a file
+e2e_start() {  # e2e_start NAME [MCA-ENV...]: the script in the background, its exit code in a file
   local name=$1 sessions
+  shift
+  rm -f "$LOG_DIR/e2e_$name.status"
   e2e_started[$name]=$(date +%s.%N)
   sessions=$(mktemp -d /tmp/rt-ompi.XXXXXX)
   (
-    OMPI_MCA_orte_tmpdir_base=$sessions BIN=$BIN MPIRUN="$MPIRUN" timeout -k 10 900 \
+    env "$@" OMPI_MCA_orte_tmpdir_base="$sessions" BIN="$BIN" MPIRUN="$MPIRUN" timeout -k 10 900 \
       bash "tests/e2e/$name.sh" >"$LOG_DIR/e2e_$name.log" 2>&1
     echo $? >"$LOG_DIR/e2e_$name.status"
     rm -rf "$sessions"
   ) &
   e2e_pid_name[$!]=$name
 }
-e2e_reap() {  # waits for one script to end and prints its result
+e2e_reaped=""
+e2e_reap() {  # waits for one script to end, prints its result and names it in e2e_reaped
   local pid name
   wait -n -p pid "${!e2e_pid_name[@]}" || true
   name=${e2e_pid_name[$pid]}
   unset "e2e_pid_name[$pid]"
+  e2e_reaped=$name
   step_start=${e2e_started[$name]}
   record "e2e/$name" "$(cat "$LOG_DIR/e2e_$name.status" 2>/dev/null || echo 1)" \
     "$LOG_DIR/e2e_$name.log" "BIN=$BIN bash tests/e2e/$name.sh"
 }
+declare -A e2e_selected=()
 for i in "${!names[@]}"; do
-  [[ "${names[$i]}" == e2e/* ]] && runs "$i" || continue
-  [ -n "$header" ] || { header=1; echo "== end-to-end tests ($E2E_LANES at a time)"; }
-  name=${names[$i]#e2e/}
-  rm -f "$LOG_DIR/e2e_$name.status"
-  if [[ " $E2E_ALONE " == *" $name "* ]]; then
-    while [ ${#e2e_pid_name[@]} -gt 0 ]; do e2e_reap; done
-    e2e_start "$name"
-    e2e_reap
-    continue
-  fi
-  while [ ${#e2e_pid_name[@]} -ge "$E2E_LANES" ]; do e2e_reap; done
-  e2e_start "$name"
+  [[ "${names[$i]}" == e2e/* ]] && runs "$i" && e2e_selected[${names[$i]#e2e/}]=1
 done
-while [ ${#e2e_pid_name[@]} -gt 0 ]; do e2e_reap; done
+in_list() { [[ " $(echo $2) " == *" $1 "* ]]; }  # in_list NAME "LIST"
+e2e_alone=() e2e_serial=() e2e_rest=()
+for i in "${!names[@]}"; do  # in the order of names: alphabetical
+  name=${names[$i]#e2e/}
+  [ -n "${e2e_selected[$name]:-}" ] || continue
+  if in_list "$name" "$E2E_ALONE"; then e2e_alone+=("$name")
+  elif in_list "$name" "$E2E_SERIAL"; then e2e_serial+=("$name")
+  elif ! in_list "$name" "$E2E_LONG"; then e2e_rest+=("$name"); fi
+done
+e2e_others=()
+for name in $E2E_LONG; do [ -z "${e2e_selected[$name]:-}" ] || e2e_others+=("$name"); done
+e2e_others+=("${e2e_rest[@]}")
+[ ${#e2e_selected[@]} = 0 ] || echo "== end-to-end tests ($E2E_LANES at a time)"
+for name in "${e2e_alone[@]}"; do
+  e2e_start "$name"
+  e2e_reap
+done
+serial_running="" next_serial=0 next_other=0
+loopback_only=(OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo)
+while [ "$next_serial" -lt ${#e2e_serial[@]} ] || [ "$next_other" -lt ${#e2e_others[@]} ] ||
+  [ ${#e2e_pid_name[@]} -gt 0 ]; do
+  if [ ${#e2e_pid_name[@]} -lt "$E2E_LANES" ] && [ -z "$serial_running" ] &&
+    [ "$next_serial" -lt ${#e2e_serial[@]} ]; then
+    serial_running=${e2e_serial[$next_serial]}
+    next_serial=$((next_serial + 1))
+    e2e_start "$serial_running"
+  elif [ ${#e2e_pid_name[@]} -lt "$E2E_LANES" ] && [ "$next_other" -lt ${#e2e_others[@]} ]; then
+    e2e_start "${e2e_others[$next_other]}" "${loopback_only[@]}"
+    next_other=$((next_other + 1))
+  else
+    e2e_reap
+    [ "$e2e_reaped" != "$serial_running" ] || serial_running=""
+  fi
+done
 
 echo "== took $(( $(date +%s) - start )) s"
 # What --quick left out, by suite, and how to run it.
