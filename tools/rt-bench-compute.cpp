@@ -10,6 +10,8 @@
 //   limit; oneDNN only)
 //   rt-bench-compute --model resnet18_cifar --profile   (also the timed steps' time by op kind:
 //   a table on stderr and "profile" in the JSON line)
+//   rt-bench-compute --model resnet18_cifar --conv-weight-grad measure   (train.conv_weight_grad;
+//   the JSON line names what each convolution took)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -54,12 +56,13 @@ nn::ModelInput parse_input(const std::string& text) {
 // The backend to time: cpu (oneDNN), or cuda where a GPU is visible; anything else, or cuda
 // without a GPU, is one InputError line naming the value and CUDA's reason.
 std::unique_ptr<backend::Backend> make_timed_backend(const std::string& name, int threads,
-                                                     backend::Precision precision) {
+                                                     backend::Precision precision,
+                                                     backend::ConvWeightGrad weight_grad) {
   RT_REQUIRE_INPUT(name == "cpu" || name == "cuda", "--backend ", name, ": expected cpu or cuda");
   if (name == "cuda")
     RT_REQUIRE_INPUT(backend::cuda_device_count() > 0, "--backend cuda: no GPU (",
                      backend::cuda_device_status(), ")");
-  return backend::make_backend(name, threads, precision);
+  return backend::make_backend(name, threads, precision, weight_grad);
 }
 
 // The profile of `steps` timed steps that took `wall` seconds: a table on stderr (per step:
@@ -92,7 +95,7 @@ std::string print_profile(const backend::OpProfile& p, int64_t steps, double wal
 }
 
 int run(int argc, char** argv) {
-  std::string model_name, input_text, precision_text, backend_name;
+  std::string model_name, input_text, precision_text, backend_name, weight_grad_text;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
   po::options_description opts("rt-bench-compute options");
   opts.add_options()("help,h", "print this help and exit")(
@@ -108,6 +111,8 @@ int run(int argc, char** argv) {
       "precision", po::value(&precision_text)->default_value("fp32"),
       "fp32 or bf16 (cuda: also fp16, tf32)")(
       "backend", po::value(&backend_name)->default_value("cpu"), "cpu or cuda (GPU 0)")(
+      "conv-weight-grad", po::value(&weight_grad_text)->default_value("onednn"),
+      "cpu: convolution weight gradients by onednn, gemm or measure (train.conv_weight_grad)")(
       "inference",
       "time inference as ringtrain predict runs it: forward with BN's running statistics, the "
       "logits downloaded; no loss, backward or optimizer")(
@@ -142,7 +147,8 @@ int run(int argc, char** argv) {
   if (input_text.empty()) input_text = model_name == "cnn_small" ? "1x28x28" : "3x32x32";
   nn::ModelInput in = parse_input(input_text);
 
-  auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text));
+  auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text),
+                               backend::parse_conv_weight_grad(weight_grad_text));
   std::shared_ptr<backend::OpProfile> profile;
   if (vm.count("profile")) {
     profile = std::make_shared<backend::OpProfile>();
@@ -214,11 +220,13 @@ int run(int argc, char** argv) {
       "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
-      "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"profile\":%s}\n",
+      "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"conv_weight_grad\":\"%s\","
+      "\"op_choices\":\"%s\",\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
-      flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib, profile_json.c_str());
+      flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib, weight_grad_text.c_str(),
+      be->op_choices().c_str(), profile_json.c_str());
   return 0;
 }
 

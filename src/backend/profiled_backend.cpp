@@ -211,6 +211,7 @@ class ProfiledBackend : public Backend {
   Precision precision() const override { return be_->precision(); }
   std::string instruction_set() const override { return be_->instruction_set(); }
   std::string libraries() const override { return be_->libraries(); }
+  std::string op_choices() const override { return be_->op_choices(); }
   size_t device_memory_peak_bytes() const override { return be_->device_memory_peak_bytes(); }
   bool fuses_conv_residual() const override { return be_->fuses_conv_residual(); }
 

@@ -64,6 +64,26 @@ Precision parse_precision(const std::string& text) {
   throw InputError(str("unknown precision '", text, "': choose fp32, bf16, fp16 or tf32"));
 }
 
+ConvWeightGrad parse_conv_weight_grad(const std::string& text) {
+  if (text == "onednn") return ConvWeightGrad::kOnednn;
+  if (text == "gemm") return ConvWeightGrad::kGemm;
+  if (text == "measure") return ConvWeightGrad::kMeasure;
+  throw InputError(
+      str("unknown convolution weight-gradient path '", text, "': choose onednn, gemm or measure"));
+}
+
+const char* conv_weight_grad_name(ConvWeightGrad path) {
+  switch (path) {
+    case ConvWeightGrad::kOnednn:
+      return "onednn";
+    case ConvWeightGrad::kGemm:
+      return "gemm";
+    case ConvWeightGrad::kMeasure:
+      return "measure";
+  }
+  return "?";
+}
+
 const char* precision_name(Precision precision) {
   switch (precision) {
     case Precision::kF32:
@@ -90,7 +110,8 @@ void require_host_precision(const std::string& backend, Precision precision) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Precision precision) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Precision precision,
+                                      ConvWeightGrad weight_grad) {
   RT_REQUIRE_INPUT(threads >= 1, "backend ", name, ": threads must be >= 1, got ", threads);
   if (name != "cpu" && name != "ref" && name != "cuda")
     throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
@@ -100,7 +121,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Prec
     return make_cuda_backend(options);
   }
   require_host_precision(name, precision);
-  if (name == "cpu") return make_cpu_backend(threads, precision);
+  if (name == "cpu") return make_cpu_backend(threads, precision, weight_grad);
   if (precision == Precision::kBF16) return make_bf16_reference(make_ref_backend(threads));
   return make_ref_backend(threads);
 }

@@ -87,6 +87,11 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        {"fp32", "bf16", "fp16", "tf32"}},
       {"train.deterministic", &c.train.deterministic,
        "cuda: only convolution algorithms cuDNN calls deterministic (bitwise repeatable runs)", {}},
+      {"train.conv_weight_grad", &c.train.conv_weight_grad,
+       "cpu: a convolution's weight gradient from oneDNN's kernel (onednn), as one matmul over "
+       "the unfolded input (gemm), or per convolution the faster of the two, timed at its "
+       "first backward pass (measure)",
+       {"onednn", "gemm", "measure"}},
       {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
        "cuda: most scratch memory a cuDNN convolution algorithm may use, MiB", {}},
       {"train.threads", &c.train.threads,
@@ -472,6 +477,11 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
           "0 (this rank's share of its cores) to 1024");
   require(t.cudnn_workspace_mib >= 1 && t.cudnn_workspace_mib <= kMaxCudnnWorkspaceMib,
           "train.cudnn_workspace_mib", std::to_string(t.cudnn_workspace_mib), "1 to 1048576 MiB");
+  // measure chooses by timing, which may choose otherwise in the next run.
+  if (t.deterministic && t.conv_weight_grad == "measure")
+    throw InputError(
+        "train.conv_weight_grad = measure chooses by timing, so two runs may differ; with "
+        "train.deterministic = true choose onednn or gemm");
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every),
           "0 or more");

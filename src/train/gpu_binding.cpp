@@ -74,7 +74,8 @@ std::unique_ptr<backend::Backend> make_rank_backend(const comm::Communicator& co
     *cuda_device = device;
     return backend::make_cuda_backend(cuda_options(train, device));
   }
-  return backend::make_backend(train.backend, threads, precision);  // says why not
+  return backend::make_backend(train.backend, threads, precision,  // says why not
+                               backend::parse_conv_weight_grad(train.conv_weight_grad));
 }
 
 }  // namespace ringtrain::train

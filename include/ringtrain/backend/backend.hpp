@@ -36,6 +36,16 @@ enum class Precision { kF32, kBF16, kF16, kTF32 };
 Precision parse_precision(const std::string& text);
 const char* precision_name(Precision precision);
 
+// How the cpu backend computes a convolution's weight gradient (the deck's
+// train.conv_weight_grad): oneDNN's backward-weights kernel; one matmul of the output gradient
+// against the unfolded input (im2col, then oneDNN's matmul); or, per convolution, whichever of
+// the two its first backward pass measured faster on the real shapes. The other backends
+// take the setting and ignore it.
+enum class ConvWeightGrad { kOnednn, kGemm, kMeasure };
+// "onednn", "gemm" or "measure"; anything else throws InputError naming the value.
+ConvWeightGrad parse_conv_weight_grad(const std::string& text);
+const char* conv_weight_grad_name(ConvWeightGrad path);
+
 // Sums n per-channel floats (host memory) across ranks in place; set for synchronized BN.
 using StatReducer = std::function<void(float* values, size_t n)>;
 
@@ -201,6 +211,9 @@ class Backend {
   // ("oneDNN 2.6.3"; the GPU, driver, cuDNN, cuBLAS and NCCL on cuda), for the start line and
   // the results file; "" where there are none (ref).
   virtual std::string libraries() const { return ""; }
+  // What the backend chose per op where it had a choice, so far ("conv weight gradients:
+  // gemm 7, oneDNN 13 (measured)" on cpu); "" where it had none.
+  virtual std::string op_choices() const { return ""; }
   // The most device memory in use at once so far (cuda: the memory pool's high-water mark,
   // cuDNN's workspace included); 0 where tensors live in host memory.
   virtual size_t device_memory_peak_bytes() const { return 0; }
@@ -322,7 +335,9 @@ class Backend {
 // checked against. fp16 and tf32 are cuda's alone: cpu and ref refuse them (InputError
 // naming the key, the value and the backend that takes it). "cuda" here is
 // make_cuda_backend with default options but for the precision.
+// weight_grad: cpu's path for convolution weight gradients (ConvWeightGrad).
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads,
-                                      Precision precision = Precision::kF32);
+                                      Precision precision = Precision::kF32,
+                                      ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn);
 
 }  // namespace ringtrain::backend

@@ -61,6 +61,7 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | bf16 | fp16 | tf32 (the last two: cuda only)
   bool deterministic = false;      // cuda: only convolution algorithms cuDNN calls deterministic
   int cudnn_workspace_mib = 256;   // cuda: most workspace a convolution algorithm may use
+  std::string conv_weight_grad = "onednn";  // cpu: onednn | gemm | measure (backend.hpp)
   int threads = 0;                 // 0: this rank's share of the cores; at most kMaxThreads
   int epochs = 1;
   int batch_per_rank = 0;  // exactly one of batch_per_rank and global_batch

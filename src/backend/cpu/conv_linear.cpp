@@ -6,6 +6,12 @@
 // In bf16 (Context::act) activations are stored in bf16 and the fp32 weights are reordered
 // into bf16 for each pass; weight and bias gradients come out in fp32 (oneDNN accumulates
 // in fp32), straight into their fusion buckets. Linear writes fp32 logits for the loss.
+// A convolution's weight gradient comes from oneDNN's kernel or from one matmul over the
+// unfolded input (conv_weight_gemm.hpp), as Context::weight_grad says.
+#include <algorithm>
+#include <chrono>
+
+#include "conv_weight_gemm.hpp"
 #include "ops.hpp"
 
 namespace ringtrain::backend::cpu {
@@ -66,9 +72,74 @@ class Conv : public ConvOp {
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
     Plan& p = current("conv backward_weights", dy);
+    check_same_shape(dw, w_shape(), "conv backward_weights", "dw");
+    if (p.weight_grad == Path::kUndecided) decide_weight_grad(p, x, dy, dw, dbias);
+    if (p.weight_grad == Path::kGemm)
+      p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()));
+    else
+      onednn_backward_weights(p, x, dy, dw, dbias);
+  }
+
+ private:
+  enum class Path { kUndecided, kOnednn, kGemm };
+
+  struct Plan {
+    memory::desc x_md;
+    Shape x_shape, y_shape;
+    conv_fwd::primitive_desc fwd_pd;
+    conv_fwd fwd;
+    conv_bwd_data::primitive_desc bwd_data_pd;
+    conv_bwd_data bwd_data;
+    conv_bwd_weights::primitive_desc bwd_weights_pd;
+    conv_bwd_weights bwd_weights;
+    Path weight_grad = Path::kUndecided;
+    std::unique_ptr<ConvWeightGemm> gemm;
+  };
+
+  Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
+
+  // The plan's weight-gradient path, once, at its first backward pass: as Context::weight_grad
+  // says, or with measure the faster of the two over a few interleaved runs on these very
+  // tensors (their outputs are overwritten by the call that follows). A bias gradient is
+  // oneDNN's alone.
+  void decide_weight_grad(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) {
+    Path path = Path::kOnednn;
+    if (!s_.bias && ctx_.weight_grad != ConvWeightGrad::kOnednn) {
+      p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
+      path = Path::kGemm;
+      if (ctx_.weight_grad == ConvWeightGrad::kMeasure &&
+          measured_ms(p, x, dy, dw, dbias, Path::kOnednn) <
+              measured_ms(p, x, dy, dw, dbias, Path::kGemm))
+        path = Path::kOnednn;
+    }
+    p.weight_grad = path;
+    if (path != Path::kGemm) p.gemm.reset();
+    (path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn) += 1;
+  }
+
+  // Median milliseconds of one weight-gradient pass by `path`, after one untimed run.
+  double measured_ms(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                     Path path) {
+    constexpr int kRuns = 5;
+    double ms[kRuns + 1];
+    for (double& t : ms) {
+      auto start = std::chrono::steady_clock::now();
+      if (path == Path::kGemm)
+        p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()));
+      else
+        onednn_backward_weights(p, x, dy, dw, dbias);
+      dnnl::stream(ctx_.stream).wait();  // a handle copy: the ops hold a const Context
+      t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+    }
+    std::sort(ms + 1, ms + kRuns + 1);
+    return ms[1 + kRuns / 2];
+  }
+
+  void onednn_backward_weights(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw,
+                               Tensor* dbias) {
     if (!p.bwd_weights) build_backward_weights(p);
-    Shape w_shape{s_.out_channels, s_.in_channels, s_.kernel, s_.kernel};
-    check_same_shape(dw, w_shape, "conv backward_weights", "dw");
+    const Shape w_shape = this->w_shape();
     memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), x_scratch_, x_reorder_);
     memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
     memory::desc plain = plain_desc(w_shape);
@@ -81,18 +152,6 @@ class Conv : public ConvOp {
     if (dwts.get_data_handle() != dw.raw())
       dw_reorder_.run(ctx_, dwts, memory(plain, ctx_.engine, dw.raw()));
   }
-
- private:
-  struct Plan {
-    memory::desc x_md;
-    Shape x_shape, y_shape;
-    conv_fwd::primitive_desc fwd_pd;
-    conv_fwd fwd;
-    conv_bwd_data::primitive_desc bwd_data_pd;
-    conv_bwd_data bwd_data;
-    conv_bwd_weights::primitive_desc bwd_weights_pd;
-    conv_bwd_weights bwd_weights;
-  };
 
   // The weights in the primitive's layout. Inference weights are constant (ConvSpec): they
   // are reordered on the first call and then again only when handed another tensor.

@@ -46,8 +46,9 @@ bool has_bf16_instructions(dnnl::cpu_isa isa) {
 
 class CpuBackend : public HostBackend {
  public:
-  CpuBackend(int threads, Precision precision)
+  CpuBackend(int threads, Precision precision, ConvWeightGrad weight_grad)
       : HostBackend(threads), precision_(precision), isa_(dnnl::get_effective_cpu_isa()) {
+    ctx_.weight_grad = weight_grad;
     // Without AVX512-BF16 or AMX oneDNN would emulate bf16 through fp32, slower than fp32
     // itself: stop instead of training slowly in silence (docs/GUIDE.md, "Mixed precision").
     RT_REQUIRE_INPUT(precision != Precision::kBF16 || has_bf16_instructions(isa_),
@@ -94,6 +95,13 @@ class CpuBackend : public HostBackend {
 
   void synchronize() override { ctx_.stream.wait(); }
 
+  std::string op_choices() const override {
+    const WeightGradCount& n = ctx_.weight_grad_count;
+    if (n.gemm + n.onednn == 0) return "";
+    return str("conv weight gradients: gemm ", n.gemm, ", oneDNN ", n.onednn, " (",
+               conv_weight_grad_name(ctx_.weight_grad), ")");
+  }
+
   bool fuses_conv_residual() const override { return true; }
   std::unique_ptr<ConvOp> make_conv(const ConvSpec& s) override { return cpu::make_conv(ctx_, s); }
   std::unique_ptr<LinearOp> make_linear(const LinearSpec& s) override {
@@ -118,8 +126,9 @@ class CpuBackend : public HostBackend {
 }  // namespace
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision) {
-  return std::make_unique<cpu::CpuBackend>(threads, precision);
+std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision,
+                                          ConvWeightGrad weight_grad) {
+  return std::make_unique<cpu::CpuBackend>(threads, precision, weight_grad);
 }
 
 }  // namespace ringtrain::backend

@@ -19,10 +19,19 @@ using dt = dnnl::memory::data_type;
 // The engine and stream every op of one backend uses, and what activations are stored in
 // (f32, or bf16 for train.precision = bf16: weights are then multiplied in bf16 too, while
 // parameters, gradients and statistics stay f32).
+// How many convolutions compute their weight gradient each way (counted at each one's first
+// backward pass, which decides it).
+struct WeightGradCount {
+  int gemm = 0;
+  int onednn = 0;
+};
+
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   dt act = dt::f32;
+  ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
+  mutable WeightGradCount weight_grad_count;  // the ops hold a const Context
 };
 
 dt to_dnnl(DType dtype);

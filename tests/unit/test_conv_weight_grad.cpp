@@ -1,0 +1,144 @@
+// test_conv_weight_grad.cpp — the cpu backend's convolution weight gradient by one matmul over
+// the unfolded input (train.conv_weight_grad = gemm) against oneDNN's kernel and the reference
+// loops, in fp32 and bf16, on inputs in oneDNN's blocked layouts; bitwise repeatable; measure
+// deciding once per convolution; the deck key's errors.
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+
+#include "nn_test_util.hpp"
+#include "ringtrain/config/config.hpp"
+#include "ringtrain/core/error.hpp"
+
+using namespace ringtrain;
+using namespace ringtrain::backend;
+using namespace rt_test;
+
+namespace {
+
+struct Case {
+  ConvSpec spec;
+  Shape x_shape;
+};
+
+// Strided, 1x1 (with and without stride: the latter skips the unfold), padded odd sizes, a
+// 5x5 kernel, channel counts off oneDNN's blocks of 16.
+const Case kCases[] = {
+    {{16, 32, 3, 1, 1, false, false}, {2, 16, 9, 9}},
+    {{16, 32, 3, 2, 1, false, false}, {3, 16, 9, 9}},
+    {{32, 24, 1, 2, 0, false, false}, {2, 32, 8, 8}},
+    {{32, 48, 1, 1, 0, false, false}, {2, 32, 5, 5}},
+    {{5, 7, 5, 1, 2, false, false}, {2, 5, 11, 7}},
+    {{64, 64, 3, 1, 1, false, true}, {2, 64, 4, 4}},
+};
+
+// The backend, or null (reason printed) where bf16 is refused on this CPU.
+std::unique_ptr<Backend> cpu(Precision precision, ConvWeightGrad path) {
+  try {
+    return make_backend("cpu", 2, precision, path);
+  } catch (const InputError& e) {
+    std::printf("skipped: %s\n", e.what());
+    return nullptr;
+  }
+}
+
+// dw of one convolution whose input comes out of a 1x1 convolution before it and whose dy is
+// the output of its own forward pass: both in the layouts oneDNN chose, as in training.
+std::vector<float> weight_gradient(Backend& be, const Case& c, uint64_t seed) {
+  const ConvSpec& s = c.spec;
+  const int in = s.in_channels;
+  auto first = be.make_conv({in, in, 1, 1, 0, false, false});
+  Tensor x0 = random_tensor(be, c.x_shape, seed);
+  Tensor w0 = random_tensor(be, {in, in, 1, 1}, seed + 1, -0.5f, 0.5f);
+  Tensor x, w = random_tensor(be, {s.out_channels, in, s.kernel, s.kernel}, seed + 2, -0.3f, 0.3f);
+  first->forward(x0, w0, nullptr, x);
+  auto op = be.make_conv(s);
+  Tensor y, dw = be.alloc({s.out_channels, in, s.kernel, s.kernel});
+  op->forward(x, w, nullptr, y);
+  op->backward_weights(x, y, dw, nullptr);
+  return to_host(be, dw);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(conv_weight_grad)
+
+// fp32: the matmul path against oneDNN's kernel and the reference loops (a few ulps of
+// different summation orders).
+BOOST_AUTO_TEST_CASE(gemm_matches_onednn_and_the_reference_in_fp32) {
+  auto gemm = cpu(Precision::kF32, ConvWeightGrad::kGemm);
+  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+  auto ref = make_backend("ref", 2);
+  for (const Case& c : kCases) {
+    std::printf("fp32 conv %d->%d k%d s%d p%d, x %s\n", c.spec.in_channels, c.spec.out_channels,
+                c.spec.kernel, c.spec.stride, c.spec.padding, shape_str(c.x_shape).c_str());
+    const std::vector<float> got = weight_gradient(*gemm, c, 31);
+    expect_close("gemm vs oneDNN", got, weight_gradient(*onednn, c, 31), 2e-5);
+    expect_close("gemm vs ref", got, weight_gradient(*ref, c, 31), 2e-5);
+  }
+  BOOST_TEST(gemm->op_choices() == "conv weight gradients: gemm 6, oneDNN 0 (gemm)");
+  BOOST_TEST(onednn->op_choices() == "conv weight gradients: gemm 0, oneDNN 6 (onednn)");
+}
+
+// bf16: both paths multiply the same bf16 values and accumulate in fp32, so they differ only
+// by summation order, as in fp32 (not by bf16 rounding).
+BOOST_AUTO_TEST_CASE(gemm_matches_onednn_in_bf16) {
+  auto gemm = cpu(Precision::kBF16, ConvWeightGrad::kGemm);
+  auto onednn = cpu(Precision::kBF16, ConvWeightGrad::kOnednn);
+  if (!gemm) return;
+  for (const Case& c : kCases) {
+    std::printf("bf16 conv %d->%d k%d s%d p%d, x %s\n", c.spec.in_channels, c.spec.out_channels,
+                c.spec.kernel, c.spec.stride, c.spec.padding, shape_str(c.x_shape).c_str());
+    expect_close("gemm vs oneDNN", weight_gradient(*gemm, c, 41),
+                 weight_gradient(*onednn, c, 41), 2e-5);
+  }
+}
+
+// The same inputs twice through the matmul path: the same bits.
+BOOST_AUTO_TEST_CASE(gemm_is_bitwise_repeatable) {
+  for (Precision precision : {Precision::kF32, Precision::kBF16}) {
+    auto be = cpu(precision, ConvWeightGrad::kGemm);
+    if (!be) continue;
+    for (const Case& c : kCases) {
+      const std::vector<float> a = weight_gradient(*be, c, 51), b = weight_gradient(*be, c, 51);
+      BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+// measure decides each convolution once, at its first backward pass, whichever way; a
+// convolution with a bias takes oneDNN's kernel (the bias gradient is its alone).
+BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
+  auto be = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  for (const Case& c : kCases) {
+    const std::vector<float> got = weight_gradient(*be, c, 61);
+    auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+    expect_close("measure vs oneDNN", got, weight_gradient(*onednn, c, 61), 2e-5);
+  }
+  // Each case made two convolutions (the 1x1 before it has no backward): six decided.
+  const std::string choices = be->op_choices();
+  std::printf("%s\n", choices.c_str());
+  int gemm = -1, onednn = -1;
+  BOOST_TEST_REQUIRE(std::sscanf(choices.c_str(), "conv weight gradients: gemm %d, oneDNN %d",
+                                 &gemm, &onednn) == 2);
+  BOOST_TEST(gemm + onednn == 6);
+  BOOST_TEST(choices.find("(measure)") != std::string::npos);
+
+  auto with_bias = cpu(Precision::kF32, ConvWeightGrad::kGemm);
+  auto op = with_bias->make_conv({3, 4, 3, 1, 1, true, false});
+  Tensor x = random_tensor(*with_bias, {1, 3, 5, 5}, 71), y, w = random_tensor(*with_bias, {4, 3, 3, 3}, 72);
+  Tensor b = random_tensor(*with_bias, {4}, 73), dw = with_bias->alloc({4, 3, 3, 3}),
+         db = with_bias->alloc({4});
+  op->forward(x, w, &b, y);
+  op->backward_weights(x, y, dw, &db);
+  BOOST_TEST(with_bias->op_choices() == "conv weight gradients: gemm 0, oneDNN 1 (gemm)");
+}
+
+BOOST_AUTO_TEST_CASE(names_and_errors) {
+  BOOST_TEST((parse_conv_weight_grad("measure") == ConvWeightGrad::kMeasure));
+  BOOST_TEST(std::string(conv_weight_grad_name(ConvWeightGrad::kGemm)) == "gemm");
+  BOOST_TEST(error_of([] { parse_conv_weight_grad("im2col"); }) ==
+             "unknown convolution weight-gradient path 'im2col': choose onednn, gemm or measure");
+  BOOST_TEST(make_backend("ref", 1, Precision::kF32, ConvWeightGrad::kGemm)->op_choices() == "");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
