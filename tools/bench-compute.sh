@@ -30,6 +30,11 @@
 # table says where a step goes, with the products' GFLOP/s against the row's peak, and each
 # summary row keeps it as "profile". PROFILE=0 leaves it out (the default on cuda, where
 # tools/gpu-profile.sh times the kernels instead).
+# On the CPU in train mode each round also times ringtrain with the convolution weight gradients
+# by WEIGHT_GRAD (default measure: per convolution the faster of oneDNN's kernel and the matmul
+# over the unfolded input; train.conv_weight_grad), interleaved with the default onednn, and
+# profiles it too: a cell "weight grad measure: img/s, ratio to the row" and a second profile
+# block. WEIGHT_GRAD= leaves it out.
 # On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
 # under torch.compile, interleaved the same way (its compilation in the warm-up), as a third
 # column.
@@ -76,6 +81,8 @@ COMPILE=${COMPILE-fp32 tf32 bf16 fp16}
 # On a GPU every op's wait for the queue would distort the profile: tools/gpu-profile.sh there.
 PROFILE=${PROFILE-$([ "$DEVICE" = cpu ] && echo 1 || echo 0)}
 [ "$DEVICE" = cuda ] || COMPILE=""
+WEIGHT_GRAD=${WEIGHT_GRAD-measure}
+[ "$DEVICE:$MODE" = cpu:train ] || WEIGHT_GRAD=""
 
 # One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
 if ! torch_probe=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' 2>/dev/null); then
@@ -187,6 +194,9 @@ for config in $CONFIGS; do
     [ -t 2 ] && printf '  %-16s batch %-4s threads %s  round %s/%s\r' "$model" "$batch" \
       "$threads" "$round" "$ROUNDS" >&2
     measure ringtrain "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}"
+    if [ -n "$WEIGHT_GRAD" ]; then
+      measure ringtrain-wgrad "$BIN/rt-bench-compute" "${args[@]}" --conv-weight-grad "$WEIGHT_GRAD"
+    fi
     measure pytorch "$PYTHON" tools/bench_compute_torch.py "${args[@]}" "${torch_device[@]}"
     if [[ " $COMPILE " == *" $precision "* ]]; then
       measure pytorch-compile "$PYTHON" tools/bench_compute_torch.py "${args[@]}" \
@@ -196,6 +206,10 @@ for config in $CONFIGS; do
   # One more ringtrain run with every op timed: where its step goes (PROFILE=0 skips it).
   if [ "$PROFILE" = 1 ]; then
     measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" --profile
+    if [ -n "$WEIGHT_GRAD" ]; then
+      measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" --profile \
+        --conv-weight-grad "$WEIGHT_GRAD"
+    fi
   fi
   tabulate
 done

@@ -23,8 +23,9 @@ def write_atomically(path, text):
 
 
 def new_row():
-    return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "gflop": None, "other": [],
-            "isa": "", "torch_mib": None, "failed": {}}
+    return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
+            "gflop": None, "other": [], "isa": "", "torch_mib": None, "failed": {},
+            "wgrad_path": None, "wgrad_choices": None}
 
 
 def attach_failures(rows, failures):
@@ -55,7 +56,9 @@ def read_rows(raw_path):
         # One row per model and input: a config's fifth field makes rows of its own.
         key = (r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])
         if r["tool"] == "ringtrain-profile":
-            profiles[key] = (r["input"], r["profile"])
+            # One block per convolution weight-gradient path (rows before it had onednn's).
+            path = r.get("conv_weight_grad", "onednn")
+            profiles[key + (path,)] = (r["input"], r["profile"], r.get("op_choices", ""))
             continue
         row = rows.setdefault(key, new_row())
         row[r["tool"]] += r["windows"]
@@ -64,6 +67,9 @@ def read_rows(raw_path):
             gpus.add(r["gpu"])
         if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
             row["torch_mib"] = r["gpu_peak_mib"]
+        if r["tool"] == "ringtrain-wgrad":
+            row["wgrad_path"] = r.get("conv_weight_grad")
+            row["wgrad_choices"] = r.get("op_choices")
         if r["tool"] == "ringtrain":
             row["gflop"] = r["gflop_per_image"]
             row["isa"] = r.get("isa", "")
@@ -77,10 +83,14 @@ def profile_lines(profiles, peaks):
     """Where a ringtrain step's time goes, a block per config: milliseconds, share, the
     products' GFLOP/s and their share of the row's peak (CPU rows)."""
     lines = []
-    for (model, _, batch, threads, prec), (chw, p) in sorted(profiles.items()):
+    # onednn's block first, then the other paths', each under its config.
+    order = sorted(profiles, key=lambda k: k[:5] + (k[5] != "onednn", k[5]))
+    for (model, _, batch, threads, prec, path) in order:
+        chw, p, choices = profiles[(model, _, batch, threads, prec, path)]
         peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
         step = p["step_ms"]
-        lines.append(f"{model} {chw} batch {batch}, {threads} thr, {prec}: {step:.2f} ms a step")
+        how = "" if path == "onednn" else f", {choices or 'conv weight gradients: ' + path}"
+        lines.append(f"{model} {chw} batch {batch}, {threads} thr, {prec}{how}: {step:.2f} ms a step")
         # The kinds in the order rt-bench-compute wrote them (its OpKind order, "between" last).
         for key, ms in p.items():
             if not key.endswith("_ms") or key == "step_ms":
@@ -110,6 +120,7 @@ def summarize(rows, peaks, gpus, cpu, device):
     for (model, shape, batch, threads, prec), v in rows.items():
         rt, pt = median_or_none(v["ringtrain"]), median_or_none(v["pytorch"])
         compiled = median_or_none(v["pytorch-compile"])
+        wgrad = median_or_none(v["ringtrain-wgrad"])
         if prec == "fp32" and rt:
             fp32_rate[(model, shape, batch, threads)] = rt
         own = fp32_rate.get((model, shape, batch, threads))
@@ -133,6 +144,12 @@ def summarize(rows, peaks, gpus, cpu, device):
                "fraction_of_peak": round(gflops / peak, 3) if peak and gflops else None,
                "ratio_ceiling": round(ceiling, 3) if ceiling else None,
                "windows": len(v["ringtrain"]), "other_cores": round(other, 2), "busy": busy}
+        if wgrad or "ringtrain-wgrad" in v["failed"]:
+            row["wgrad_path"] = v["wgrad_path"]
+            row["wgrad_img_s"] = round(wgrad, 2) if wgrad else None
+            row["wgrad_vs_ringtrain"] = round(wgrad / rt, 3) if wgrad and rt else None
+            row["wgrad_ratio"] = round(wgrad / pt, 3) if wgrad and pt else None
+            row["wgrad_choices"] = v["wgrad_choices"]
         if v["failed"]:
             row["failed"] = v["failed"]
         if device == "cuda":
@@ -152,6 +169,12 @@ def summarize(rows, peaks, gpus, cpu, device):
             with_compile += f", {rt / compiled:.2f}x" if rt else ""
         elif "pytorch-compile" in failed:
             with_compile = " | compile failed"
+        if wgrad:
+            with_compile += (f" | weight grad {v['wgrad_path']}: {wgrad:.1f} img/s"
+                             + (f", {wgrad / rt:.3f}x of the row" if rt else "")
+                             + (f", {wgrad / pt:.2f}x PyTorch" if pt else ""))
+        elif "ringtrain-wgrad" in failed:
+            with_compile += " | weight grad failed"
         memory = ""
         if device == "cuda" and (v.get("rt_mib") or v["torch_mib"]):
             memory = (f" | GPU MiB ringtrain {v.get('rt_mib') or '-'}, "
@@ -176,8 +199,11 @@ def main():
     summary = []
     for row, line in summarize(rows, peaks, gpus, cpu, device):
         key = (row["model"], row.get("input", ""), row["batch"], row["threads"], row["precision"])
-        if key in profiles:
-            row["profile"] = profiles[key][1]
+        if key + ("onednn",) in profiles:
+            row["profile"] = profiles[key + ("onednn",)][1]
+        wgrad_key = key + (row.get("wgrad_path"),)
+        if row.get("wgrad_path") and wgrad_key in profiles:
+            row["wgrad_profile"] = profiles[wgrad_key][1]
         summary.append(json.dumps(row) + "\n")
         lines.append(line)
     isas = sorted({v["isa"] for v in rows.values() if v["isa"]})

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_profile.sh — the per-op profile of make bench-compute: rt-bench-compute --profile's row
 # (every op kind a cnn_small step runs, its step time accounted for) and the table's block on
-# hand-made rows (milliseconds, shares, the products' share of the row's peak).
+# hand-made rows (milliseconds, shares, the products' share of the row's peak), with the
+# convolution weight-gradient path timed beside the default (its cell, block and summary).
 source "$(dirname "$0")/lib/e2e.sh"
 e2e_workdir bench-profile
 
@@ -45,4 +46,24 @@ grep -Eq '^  between ops +28.000 ms  70.0%' "$work/table2.txt" || { cat "$work/t
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 1 and rows[0]["ringtrain_img_s"] == 100 and rows[0]["ratio"] == 2.0, rows
 assert rows[0]["profile"]["conv_fwd_ms"] == 10.0, rows' "$work/rows.jsonl" || fail "summary row"
-echo "bench_profile: the profile row, block and summary hold"
+
+# The weight-gradient path timed beside the default (WEIGHT_GRAD): its cell on the row, its own
+# profile block after onednn's, its figures in the summary row.
+cat >>"$work/raw.jsonl" <<'JSON'
+{"tool": "ringtrain-wgrad", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 110, "windows": [110], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "conv_weight_grad": "measure", "op_choices": "conv weight gradients: gemm 1, oneDNN 2 (measure)"}
+{"tool": "ringtrain-profile", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 99, "windows": [99], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "conv_weight_grad": "measure", "op_choices": "conv weight gradients: gemm 1, oneDNN 2 (measure)", "profile": {"step_ms": 36.0, "conv_fwd_ms": 10.0, "conv_fwd_gflops": 150.0, "between_ms": 26.0}}
+JSON
+"$PYTHON" tools/bench_compute_table.py "$work/raw.jsonl" "$work/rows.jsonl" "$work/table3.txt" "cpu" cpu
+grep -Eq '^m 1x8x8 .* \| weight grad measure: 110.0 img/s, 1.100x of the row, 2.20x PyTorch$' "$work/table3.txt" \
+  || { cat "$work/table3.txt"; fail "no weight-grad cell"; }
+[ "$(grep -n 'ms a step$' "$work/table3.txt" | cut -d: -f2- | tr '\n' ';')" = \
+  "m 1x8x8 batch 8, 1 thr, fp32: 40.00 ms a step;m 1x8x8 batch 8, 1 thr, fp32, conv weight gradients: gemm 1, oneDNN 2 (measure): 36.00 ms a step;" ] \
+  || { cat "$work/table3.txt"; fail "the two profile blocks"; }
+"$PYTHON" -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+r = rows[0]
+assert len(rows) == 1 and r["ringtrain_img_s"] == 100 and r["wgrad_img_s"] == 110, rows
+assert r["wgrad_vs_ringtrain"] == 1.1 and r["wgrad_ratio"] == 2.2 and r["wgrad_path"] == "measure", r
+assert r["profile"]["step_ms"] == 40.0 and r["wgrad_profile"]["step_ms"] == 36.0, r' "$work/rows.jsonl" ||
+  fail "summary row with the weight-gradient path"
+echo "bench_profile: the profile row, block and summary hold; the weight-gradient cell and block too"
