@@ -55,6 +55,10 @@ def read_rows(raw_path):
             continue
         # One row per model and input: a config's fifth field makes rows of its own.
         key = (r["model"], r.get("input", ""), r["batch"], r["threads"], r["precision"])
+        # rt-bench-compute names itself "ringtrain" whatever its --conv-weight-grad: a row timed
+        # by another path than the default onednn is the row's weight-gradient cell.
+        if r["tool"] == "ringtrain" and r.get("conv_weight_grad", "onednn") != "onednn":
+            r["tool"] = "ringtrain-wgrad"
         if r["tool"] == "ringtrain-profile":
             # One block per convolution weight-gradient path (rows before it had onednn's).
             path = r.get("conv_weight_grad", "onednn")

@@ -50,7 +50,7 @@ assert rows[0]["profile"]["conv_fwd_ms"] == 10.0, rows' "$work/rows.jsonl" || fa
 # The weight-gradient path timed beside the default (WEIGHT_GRAD): its cell on the row, its own
 # profile block after onednn's, its figures in the summary row.
 cat >>"$work/raw.jsonl" <<'JSON'
-{"tool": "ringtrain-wgrad", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 110, "windows": [110], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "conv_weight_grad": "measure", "op_choices": "conv weight gradients: gemm 1, oneDNN 2 (measure)"}
+{"tool": "ringtrain", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 110, "windows": [110], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "conv_weight_grad": "measure", "op_choices": "conv weight gradients: gemm 1, oneDNN 2 (measure)"}
 {"tool": "ringtrain-profile", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 99, "windows": [99], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "conv_weight_grad": "measure", "op_choices": "conv weight gradients: gemm 1, oneDNN 2 (measure)", "profile": {"step_ms": 36.0, "conv_fwd_ms": 10.0, "conv_fwd_gflops": 150.0, "between_ms": 26.0}}
 JSON
 "$PYTHON" tools/bench_compute_table.py "$work/raw.jsonl" "$work/rows.jsonl" "$work/table3.txt" "cpu" cpu
