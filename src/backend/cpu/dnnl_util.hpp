@@ -16,9 +16,6 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// The engine and stream every op of one backend uses, and what activations are stored in
-// (f32, or bf16 for train.precision = bf16: weights are then multiplied in bf16 too, while
-// parameters, gradients and statistics stay f32).
 // How many convolutions compute their weight gradient each way (counted at each one's first
 // backward pass, which decides it).
 struct WeightGradCount {
@@ -26,6 +23,9 @@ struct WeightGradCount {
   int onednn = 0;
 };
 
+// The engine and stream every op of one backend uses, what activations are stored in (f32, or
+// bf16 for train.precision = bf16: weights are then multiplied in bf16 too, while parameters,
+// gradients and statistics stay f32), and the path of convolution weight gradients.
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
