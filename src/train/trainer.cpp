@@ -606,9 +606,8 @@ void Trainer::train_epoch(int epoch) {
   row.grad_norm_mean = clip.mean_norm, row.grad_norm_max = clip.max_norm;
   row.clipped_steps = clip.clipped;
   epochs_.push_back(row);
-  // Every convolution has decided its weight-gradient path by the end of the first epoch.
-  if (!op_choices_logged_ && cfg_.train.conv_weight_grad != "onednn") {
-    op_choices_logged_ = true;
+  // Every convolution has decided its weight-gradient path by the end of the run's first epoch.
+  if (epoch == first_epoch_ && cfg_.train.conv_weight_grad != "onednn") {
     const std::string choices = backend_->op_choices();
     if (!choices.empty()) log::info("rank 0: " + choices);
   }

@@ -169,7 +169,6 @@ class Trainer {
   int64_t skip_steps_ = 0;         // of first_epoch_, already done before a resume
   int64_t nonfinite_skipped_ = 0;  // steps skipped for a non-finite gradient (on_nonfinite)
   bool stop_ = false;
-  bool op_choices_logged_ = false;  // the backend's choices (train.conv_weight_grad), said once
 };
 
 }  // namespace ringtrain::train

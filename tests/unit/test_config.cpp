@@ -422,12 +422,14 @@ BOOST_AUTO_TEST_CASE(gpu_keys_reach_the_cuda_options) {
 BOOST_AUTO_TEST_CASE(conv_weight_grad_key) {
   std::string deck = write_deck("weight_grad.deck", kGoodDeck);
   BOOST_TEST(parse({"--deck", deck}).config.train.conv_weight_grad == "onednn");
-  BOOST_TEST(parse({"--deck", deck, "--train.conv_weight_grad=measure"}).config.train.conv_weight_grad ==
-             "measure");
+  BOOST_TEST(
+      parse({"--deck", deck, "--train.conv_weight_grad=measure"}).config.train.conv_weight_grad ==
+      "measure");
   BOOST_TEST(error_of({"--deck", deck, "--train.conv_weight_grad=im2col"}) ==
              "command line: bad value 'im2col' for train.conv_weight_grad (one of: onednn, gemm, "
              "measure)");
-  BOOST_TEST(error_of({"--deck", deck, "--train.conv_weight_grad=measure", "--train.deterministic=true"}) ==
+  BOOST_TEST(error_of({"--deck", deck, "--train.conv_weight_grad=measure",
+                       "--train.deterministic=true"}) ==
              "train.conv_weight_grad = measure chooses by timing, so two runs may differ; with "
              "train.deterministic = true choose onednn or gemm");
   BOOST_TEST(parse({"--deck", deck, "--train.conv_weight_grad=gemm", "--train.deterministic=true"})

@@ -88,8 +88,8 @@ BOOST_AUTO_TEST_CASE(gemm_matches_onednn_in_bf16) {
   for (const Case& c : kCases) {
     std::printf("bf16 conv %d->%d k%d s%d p%d, x %s\n", c.spec.in_channels, c.spec.out_channels,
                 c.spec.kernel, c.spec.stride, c.spec.padding, shape_str(c.x_shape).c_str());
-    expect_close("gemm vs oneDNN", weight_gradient(*gemm, c, 41),
-                 weight_gradient(*onednn, c, 41), 2e-5);
+    expect_close("gemm vs oneDNN", weight_gradient(*gemm, c, 41), weight_gradient(*onednn, c, 41),
+                 2e-5);
   }
 }
 
@@ -125,7 +125,8 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
 
   auto with_bias = cpu(Precision::kF32, ConvWeightGrad::kGemm);
   auto op = with_bias->make_conv({3, 4, 3, 1, 1, true, false});
-  Tensor x = random_tensor(*with_bias, {1, 3, 5, 5}, 71), y, w = random_tensor(*with_bias, {4, 3, 3, 3}, 72);
+  Tensor x = random_tensor(*with_bias, {1, 3, 5, 5}, 71), y,
+         w = random_tensor(*with_bias, {4, 3, 3, 3}, 72);
   Tensor b = random_tensor(*with_bias, {4}, 73), dw = with_bias->alloc({4, 3, 3, 3}),
          db = with_bias->alloc({4});
   op->forward(x, w, &b, y);

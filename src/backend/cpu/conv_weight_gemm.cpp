@@ -23,12 +23,11 @@ ConvWeightGemm::ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const S
   col_md_ = memory::desc({pixels, patch}, ctx.act, tag::ab);
   dw_ohwi_ = memory::desc({o, c_, k, k}, dt::f32, tag::ohwi);
   dw_plain_ = memory::desc({o, c_, k, k}, dt::f32, tag::oihw);
-  // dy seen as [pixels, O] and read transposed: the matmul's A is [O, pixels].
-  memory::desc a({o, pixels}, ctx.act, memory::dims{1, o});
-  memory::desc b = col_md_;
-  memory::desc c({o, patch}, dt::f32, tag::ab);
+  dy_as_a_ = memory::desc({o, pixels}, ctx.act, memory::dims{1, o});
+  // The product lands as [O, (KH, KW, I)]: dw_ohwi_'s memory.
+  memory::desc product({o, patch}, dt::f32, tag::ab);
   auto pd = dnnl_try("conv weight-gradient matmul", [&] {
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), ctx.engine);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(dy_as_a_, col_md_, product), ctx.engine);
   });
   matmul_ = dnnl::matmul(pd);
   if (unfold_needed_) {
@@ -41,12 +40,10 @@ ConvWeightGemm::ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const S
 
 void ConvWeightGemm::run(const memory& x, const memory& dy, float* dw) {
   memory x_nhwc = as_layout(ctx_, x, Shape{n_, c_, h_, w_}, x_nhwc_, x_scratch_, x_reorder_);
-  memory dy_nhwc = as_layout(ctx_, dy, Shape{n_, s_.out_channels, oh_, ow_}, dy_nhwc_,
-                             dy_scratch_, dy_reorder_);
+  memory dy_nhwc =
+      as_layout(ctx_, dy, Shape{n_, s_.out_channels, oh_, ow_}, dy_nhwc_, dy_scratch_, dy_reorder_);
   if (unfold_needed_) unfold(x_nhwc.get_data_handle());
-  const int64_t o = s_.out_channels, pixels = n_ * oh_ * ow_;
-  memory a(memory::desc({o, pixels}, ctx_.act, memory::dims{1, o}), ctx_.engine,
-           dy_nhwc.get_data_handle());
+  memory a(dy_as_a_, ctx_.engine, dy_nhwc.get_data_handle());
   memory b(col_md_, ctx_.engine, unfold_needed_ ? col_.raw() : x_nhwc.get_data_handle());
   memory c = mem_of(ctx_, dw_ohwi_scratch_);
   matmul_.execute(ctx_.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});

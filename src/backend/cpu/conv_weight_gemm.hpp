@@ -26,7 +26,8 @@ class ConvWeightGemm {
   ConvSpec s_;
   int64_t n_, c_, h_, w_, oh_, ow_;
   bool unfold_needed_;  // a 1x1, stride-1 convolution multiplies the NHWC input as it is
-  memory::desc x_nhwc_, dy_nhwc_, col_md_, dw_ohwi_, dw_plain_;
+  // dy_as_a_: dy's NHWC memory seen as [O, pixels] (transposed), the matmul's first operand.
+  memory::desc x_nhwc_, dy_nhwc_, dy_as_a_, col_md_, dw_ohwi_, dw_plain_;
   Tensor x_scratch_, dy_scratch_, col_, dw_ohwi_scratch_;
   CachedReorder x_reorder_, dy_reorder_, dw_reorder_;
   dnnl::matmul matmul_;
