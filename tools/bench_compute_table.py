@@ -24,7 +24,7 @@ def write_atomically(path, text):
 
 def new_row():
     return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
-            "gflop": None, "other": [], "isa": "", "torch_mib": None, "failed": {},
+            "gflop": None, "other": [], "isa": "", "torch_mib": None, "torch_run_mib": None, "failed": {},
             "wgrad_path": None, "wgrad_choices": None}
 
 
@@ -71,6 +71,7 @@ def read_rows(raw_path):
             gpus.add(r["gpu"])
         if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
             row["torch_mib"] = r["gpu_peak_mib"]
+            row["torch_run_mib"] = r.get("gpu_peak_run_mib")
         if r["tool"] == "ringtrain-wgrad":
             row["wgrad_path"] = r.get("conv_weight_grad")
             row["wgrad_choices"] = r.get("op_choices")
@@ -79,6 +80,7 @@ def read_rows(raw_path):
             row["isa"] = r.get("isa", "")
             if r.get("gpu_peak_mib") is not None:
                 row["rt_mib"] = r["gpu_peak_mib"]
+                row["rt_run_mib"] = r.get("gpu_peak_run_mib")
     attach_failures(rows, failures)
     return rows, peaks, gpus, profiles
 
@@ -161,6 +163,8 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["ratio_compile"] = round(rt / compiled, 3) if compiled and rt else None
             row["pytorch_gpu_peak_mib"] = v["torch_mib"]
             row["ringtrain_gpu_peak_mib"] = v.get("rt_mib")
+            row["pytorch_gpu_peak_run_mib"] = v["torch_run_mib"]
+            row["ringtrain_gpu_peak_run_mib"] = v.get("rt_run_mib")
         failed = v["failed"]
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         ratio_cell = f"{ratio:>5.2f}x" if ratio else f"{'-':>6}"
@@ -181,8 +185,9 @@ def summarize(rows, peaks, gpus, cpu, device):
             with_compile += " | weight grad failed"
         memory = ""
         if device == "cuda" and (v.get("rt_mib") or v["torch_mib"]):
-            memory = (f" | GPU MiB ringtrain {v.get('rt_mib') or '-'}, "
-                      f"pytorch {v['torch_mib'] or '-'}")
+            memory = (f" | GPU MiB in the timed steps ringtrain {v.get('rt_mib') or '-'}, "
+                      f"pytorch {v['torch_mib'] or '-'}; whole run "
+                      f"{v.get('rt_run_mib') or '-'}, {v['torch_run_mib'] or '-'}")
         why = "".join(f" | {tool} failed: {text}" for tool, text in sorted(failed.items()))
         line = (f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | "
                 f"{rate_cell(rt, 'ringtrain' in failed):>15} "

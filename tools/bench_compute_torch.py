@@ -18,7 +18,9 @@
 # torch.inference_mode(), forward only, under the same autocast.
 # --compile runs the model through torch.compile (default mode; tool "pytorch-compile"): its
 # compilation happens in the warm-up steps, outside the timed windows. On cuda the line also
-# gives the peak memory PyTorch's allocator held (torch.cuda.max_memory_allocated).
+# gives the peak memory PyTorch's allocator held (torch.cuda.max_memory_allocated): in the
+# timed steps (gpu_peak_mib) and over the whole run, warm-up and algorithm searches included
+# (gpu_peak_run_mib).
 import argparse
 import json
 from collections import OrderedDict
@@ -184,6 +186,10 @@ def main():
     for _ in range(a.warmup):
         step()
     sync()
+    # The timed steps' own peak beside the whole run's, as rt-bench-compute reports them.
+    setup_peak = torch.cuda.max_memory_allocated() if cuda else 0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     rates = []
     busy0, own0, wall0 = machine_busy_seconds(), own_cpu_seconds(), time.perf_counter()
     for _ in range(a.windows):
@@ -195,10 +201,12 @@ def main():
     wall = time.perf_counter() - wall0
     other = max(0.0, (machine_busy_seconds() - busy0) - (own_cpu_seconds() - own0)) / wall
     gpu = torch.cuda.get_device_name() if cuda else ""
-    peak_mib = round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    peak_mib = round(peak / 2**20, 1) if cuda else None
+    run_peak_mib = round(max(peak, setup_peak) / 2**20, 1) if cuda else None
     print(json.dumps({"tool": "pytorch-compile" if a.compile else "pytorch", "device": a.device,
                       "mode": "inference" if a.inference else "train",
-                      "gpu": gpu, "gpu_peak_mib": peak_mib,
+                      "gpu": gpu, "gpu_peak_mib": peak_mib, "gpu_peak_run_mib": run_peak_mib,
                       "model": a.model, "input": f"{c}x{h}x{w}", "batch": a.batch,
                       "threads": a.threads, "precision": a.precision,
                       "img_s": round(statistics.median(rates), 3),

@@ -293,7 +293,9 @@ for r in rows:
     status = "FAIL" if "ringtrain" in failed else "NOTE"
     detail = (f"{r['model']} b{r['batch']} {r['precision']}: ringtrain {cell(r['ringtrain_img_s'])} "
               f"img/s, eager {cell(r['ratio'], 'x')}, compile {cell(r.get('ratio_compile'), 'x')}, "
-              f"GPU MiB {cell(r.get('ringtrain_gpu_peak_mib'))} vs {cell(r.get('pytorch_gpu_peak_mib'))}")
+              f"GPU MiB {cell(r.get('ringtrain_gpu_peak_mib'))} vs {cell(r.get('pytorch_gpu_peak_mib'))} "
+              f"(whole run {cell(r.get('ringtrain_gpu_peak_run_mib'))} vs "
+              f"{cell(r.get('pytorch_gpu_peak_run_mib'))})")
     detail += "".join(f"; {tool} failed: {why}" for tool, why in sorted(failed.items()))
     print(f"{status}\t{detail}")
 PY

@@ -35,5 +35,9 @@ std::unique_ptr<Backend> create_backend(const CudaOptions& options);
 
 // Host memory aligned to 64 bytes, at least `bytes` long, freed by the returned owner.
 std::shared_ptr<void> aligned_host_alloc(size_t bytes);
+// What aligned_host_alloc has handed out and not yet had back, over the whole process: now,
+// and the most at once since the start or reset_host_tensor_peak().
+MemoryUse host_tensor_memory();
+void reset_host_tensor_peak();
 
 }  // namespace ringtrain::backend

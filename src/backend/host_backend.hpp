@@ -19,6 +19,8 @@ class HostBackend : public Backend {
   explicit HostBackend(int threads) : threads_(threads) { omp_set_num_threads(threads); }
 
   int threads() const override { return threads_; }
+  MemoryUse memory_use() const override { return host_tensor_memory(); }
+  void reset_memory_peak() override { reset_host_tensor_peak(); }
 
   Tensor alloc(const Shape& shape, DType dtype) override {
     RT_CHECK(dtype == DType::kF32, name(), " backend: ", dtype_name(dtype), " not yet supported");

@@ -212,7 +212,9 @@ class ProfiledBackend : public Backend {
   std::string instruction_set() const override { return be_->instruction_set(); }
   std::string libraries() const override { return be_->libraries(); }
   std::string op_choices() const override { return be_->op_choices(); }
-  size_t device_memory_peak_bytes() const override { return be_->device_memory_peak_bytes(); }
+  MemoryUse memory_use() const override { return be_->memory_use(); }
+  void reset_memory_peak() override { be_->reset_memory_peak(); }
+  bool recycles_memory() const override { return be_->recycles_memory(); }
   bool fuses_conv_residual() const override { return be_->fuses_conv_residual(); }
 
   Tensor alloc(const Shape& shape, DType dtype) override { return be_->alloc(shape, dtype); }

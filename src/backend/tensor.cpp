@@ -1,6 +1,7 @@
 // tensor.cpp — Tensor, shape helpers, host allocation and the backend factory.
 #include "ringtrain/backend/tensor.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
@@ -49,11 +50,33 @@ Tensor Tensor::view(float* data, Shape shape) {
   return t;
 }
 
+namespace {
+std::atomic<size_t> host_in_use{0}, host_peak{0};
+
+void raise_host_peak(size_t in_use) {
+  size_t peak = host_peak.load(std::memory_order_relaxed);
+  while (in_use > peak && !host_peak.compare_exchange_weak(peak, in_use)) {
+  }
+}
+}  // namespace
+
 std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
   RT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-  return std::shared_ptr<void>(p, std::free);
+  raise_host_peak(host_in_use.fetch_add(rounded) + rounded);
+  return std::shared_ptr<void>(p, [rounded](void* block) {
+    host_in_use.fetch_sub(rounded);
+    std::free(block);
+  });
+}
+
+MemoryUse host_tensor_memory() {
+  return {host_in_use.load(), host_peak.load(), false};
+}
+
+void reset_host_tensor_peak() {
+  host_peak.store(host_in_use.load());
 }
 
 Precision parse_precision(const std::string& text) {

@@ -41,16 +41,34 @@ const Tensor& Sequential::forward(const Tensor& x, bool training) {
 
 const Tensor& Sequential::backward(const Tensor& dy, const GradReady& ready) {
   const Tensor* cur = &dy;
+  grad_holder_ = nullptr;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    Layer& layer = **it;
+    const Tensor* next = nullptr;
     if (!timer_) {
-      cur = &(*it)->backward(*cur, ready);
-      continue;
+      next = &layer.backward(*cur, ready);
+    } else {
+      Stopwatch watch;
+      next = &layer.backward(*cur, ready);
+      timer_(layer.name(), true, watch.seconds());
     }
-    Stopwatch watch;
-    cur = &(*it)->backward(*cur, ready);
-    timer_((*it)->name(), true, watch.seconds());
+    // A layer that hands its dy through (Flatten) leaves the gradient with its holder.
+    if (next == cur) continue;
+    if (transient_ && grad_holder_ != nullptr) grad_holder_->release_input_grad();
+    grad_holder_ = &layer;
+    cur = next;
   }
   return *cur;
+}
+
+void Sequential::set_transient_memory(bool on) {
+  transient_ = on;
+  for (auto& layer : layers_) layer->set_transient_memory(on);
+}
+
+void Sequential::release_input_grad() {
+  if (grad_holder_ != nullptr) grad_holder_->release_input_grad();
+  grad_holder_ = nullptr;
 }
 
 namespace {
@@ -127,20 +145,35 @@ const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
   const Tensor* shortcut = &x;
   if (down_conv_) shortcut = &down_bn_->forward(down_conv_->forward(x, training), training);
   add_relu_->forward(*a, *shortcut, y_);
+  if (training && transient_) {
+    // Only the sum read them: backward needs the batch norms' inputs, not their outputs.
+    bn2_.release_output();
+    if (down_bn_) down_bn_->release_output();
+  }
   return y_;
 }
 
 const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
   relu_out_->backward(y_, dy, dsum_);
   const Tensor* dshort = &dsum_;
-  if (down_conv_) dshort = &down_conv_->backward(down_bn_->backward(dsum_, ready), ready);
+  if (down_conv_) {
+    dshort = &down_conv_->backward(down_bn_->backward(dsum_, ready), ready);
+    if (transient_) down_bn_->release_input_grad();
+  }
   const Tensor* g = &bn2_.backward(dsum_, ready);
   g = &conv2_.backward(*g, ready);
+  if (transient_) bn2_.release_input_grad();
   g = &bn1_.backward(*g, ready);
+  if (transient_) conv2_.release_input_grad();
   g = &conv1_.backward(*g, ready);
-  if (!needs_input_grad_) return empty_;
-  add_grads_->forward(*g, *dshort, dx_);
-  return dx_;
+  if (transient_) bn1_.release_input_grad();
+  if (needs_input_grad_) add_grads_->forward(*g, *dshort, dx_);
+  if (transient_) {
+    conv1_.release_input_grad();
+    if (down_conv_) down_conv_->release_input_grad();
+    dsum_ = Tensor();
+  }
+  return needs_input_grad_ ? dx_ : empty_;
 }
 
 double BasicBlock::forward_flops(const Shape& in) const {
@@ -179,6 +212,13 @@ void BasicBlock::collect_backward_order(std::vector<Parameter*>& order) {
   conv2_.collect_backward_order(order);
   bn1_.collect_backward_order(order);
   conv1_.collect_backward_order(order);
+}
+
+void BasicBlock::set_transient_memory(bool on) {
+  transient_ = on;
+  for (Layer* child : std::initializer_list<Layer*>{&conv1_, &bn1_, &conv2_, &bn2_,
+                                                    down_conv_.get(), down_bn_.get()})
+    if (child != nullptr) child->set_transient_memory(on);
 }
 
 void BasicBlock::set_stat_reducer(const backend::StatReducer& reducer) {

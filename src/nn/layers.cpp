@@ -74,9 +74,9 @@ const Tensor& Conv2d::backward(const Tensor& dy, const GradReady& ready) {
   op_->backward_weights(x_, *g, weight_.grad_target(), spec_.bias ? &bias_.grad_target() : nullptr);
   ready(weight_);
   if (spec_.bias) ready(bias_);
-  if (!needs_input_grad_) return empty_;
-  op_->backward_data(*g, weight_.value, dx_);
-  return dx_;
+  if (needs_input_grad_) op_->backward_data(*g, weight_.value, dx_);
+  if (transient_) dy_pre_ = Tensor();
+  return needs_input_grad_ ? dx_ : empty_;
 }
 
 // With the ReLU fused, the gradient before it is one more output-sized tensor.

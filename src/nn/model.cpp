@@ -32,6 +32,7 @@ Model::Model(std::string name, Backend& be, const ModelInput& in, int classes,
            ": backward order misses parameters");
   // The input needs no gradient: the first layer skips its backward-data pass.
   net_->set_needs_input_grad(false);
+  set_transient_memory(be_.recycles_memory());
   forward_flops_ = net_->forward_flops(image) + (inspect_ ? inspect_->forward_flops() : 0.0);
   // Backward computes the input and the weight gradients: two more forwards' worth.
   train_flops_ = 3.0 * forward_flops_;
@@ -62,7 +63,7 @@ LossResult Model::loss(const int32_t* labels, float grad_scale, float label_smoo
 }
 
 backend::PendingLoss Model::loss_later(const int32_t* labels, float grad_scale,
-                                      float label_smoothing) {
+                                       float label_smoothing) {
   RT_CHECK(logits_ != nullptr, "model ", name_, ": loss_later() before forward()");
   backend::PendingLoss pending =
       be_.softmax_cross_entropy_later(*logits_, labels, dlogits_, label_smoothing);
@@ -88,6 +89,12 @@ void Model::backward(const std::function<void(size_t)>& on_grad_ready, bool accu
     if (on_grad_ready) on_grad_ready(index_.at(&p));
   };
   net_->backward(inspect_ ? inspect_->backward(dlogits_, ready) : dlogits_, ready);
+  if (transient_memory_) net_->release_input_grad();
+}
+
+void Model::set_transient_memory(bool on) {
+  transient_memory_ = on;
+  net_->set_transient_memory(on);
 }
 
 void Model::zero_grad() {

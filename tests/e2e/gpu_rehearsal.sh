@@ -66,7 +66,7 @@ done
   fail "the report did not hold the 5 steps before the benchmark: $(cat "$work/part1/calls")"
 grep -q '"failed": "timed out after 3 s' "$work/part1/out/compute-raw.jsonl" ||
   fail "the hung compile is not a failed row: $(cat "$work/part1/out/compute-raw.jsonl")"
-grep -qE '^cnn_small 1x28x28 +8 +1 fp32 \| +[0-9.]+ +100\.0 .* \| compile failed \| GPU MiB ringtrain -, pytorch 1\.0 \| pytorch-compile failed: timed out after 3 s' \
+grep -qE '^cnn_small 1x28x28 +8 +1 fp32 \| +[0-9.]+ +100\.0 .* \| compile failed \| GPU MiB in the timed steps ringtrain -, pytorch 1\.0; whole run -, 2\.0 \| pytorch-compile failed: timed out after 3 s' \
   "$work/part1/out/compute.txt" || fail "fp32 row: $(cat "$work/part1/out/compute.txt")"
 [ "$(wc -l <"$work/part1/out/compute.jsonl")" = 2 ] || fail "summary rows: $(cat "$work/part1/out/compute.jsonl")"
 # python (torch, torch.compile) ran in the environment as it was before the bundle's env.sh.

@@ -27,6 +27,13 @@
 
 namespace ringtrain::backend {
 
+// Bytes of tensor memory in use and the most in use at once (Backend::memory_use).
+struct MemoryUse {
+  size_t in_use = 0;
+  size_t peak = 0;
+  bool device = false;  // device memory, beside PyTorch's torch.cuda.max_memory_allocated
+};
+
 // What activations are stored in and convolutions multiply: fp32; bf16 or fp16 with fp32
 // accumulation; or tf32 (fp32 tensors, tensor-core products that round their inputs to
 // 10-bit mantissas). Parameters, gradients, optimizer state and the loss stay fp32 in every
@@ -214,9 +221,16 @@ class Backend {
   // What the backend chose per op where it had a choice, so far ("conv weight gradients:
   // gemm 7, oneDNN 13 (measured)" on cpu); "" where it had none.
   virtual std::string op_choices() const { return ""; }
-  // The most device memory in use at once so far (cuda: the memory pool's high-water mark,
-  // cuDNN's workspace included); 0 where tensors live in host memory.
-  virtual size_t device_memory_peak_bytes() const { return 0; }
+  // Tensor memory in use now and the most at once since the backend was made or the last
+  // reset_memory_peak(). cuda: the memory pool's blocks, cuDNN's workspace included (device
+  // = true); host backends: every tensor in host memory of the process (oneDNN's own
+  // scratch is not counted).
+  virtual MemoryUse memory_use() const { return {}; }
+  virtual void reset_memory_peak() {}
+  // Whether memory given back is taken again cheaply (cuda's caching pool): training then drops
+  // each activation gradient once it is used (Layer::set_transient_memory). Host backends keep
+  // them: a fresh host allocation of an activation costs a page fault per 4 KiB on first touch.
+  virtual bool recycles_memory() const { return false; }
 
   // Whether make_conv takes ConvSpec::accumulate (a residual addition fused into the
   // convolution); where it does not, the caller adds with make_add.

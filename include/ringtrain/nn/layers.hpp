@@ -52,6 +52,15 @@ class Layer {
   virtual void collect_backward_order(std::vector<Parameter*>& order);
   virtual void set_stat_reducer(const backend::StatReducer& reducer) { (void)reducer; }
   virtual void set_needs_input_grad(bool needed) { needs_input_grad_ = needed; }
+  // Training that gives memory back as soon as it is dead (Backend::recycles_memory): a
+  // parent drops each child's input gradient once the layer below has read it, and a block
+  // drops the outputs only its own sum reads. Peak memory is then the activations backward
+  // needs and a few gradients, not every layer's gradient at once. Off: every tensor stays
+  // from one step to the next.
+  virtual void set_transient_memory(bool on) { transient_ = on; }
+  // Drops the gradient the last backward returned (its parent is done with it); the next
+  // backward allocates it again.
+  virtual void release_input_grad() {}
   // Appends what the layer computes in inference to graph, reading value `input`; returns the
   // name of its output value (graph.hpp).
   virtual std::string trace(Graph& graph, const std::string& input) const = 0;
@@ -59,6 +68,7 @@ class Layer {
  protected:
   std::string name_;
   bool needs_input_grad_ = true;
+  bool transient_ = false;
 };
 
 class Conv2d : public Layer {
@@ -69,6 +79,7 @@ class Conv2d : public Layer {
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
   double forward_flops(const Shape& in) const override;
   int64_t activation_floats(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
@@ -94,6 +105,10 @@ class BatchNorm2d : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
+  // Drops the output of the last forward, where nothing but the caller's next op reads it
+  // (the block's sum): batch norm's backward reads its input, never its output.
+  void release_output() { y_ = Tensor(); }
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   // Synchronized BN: per-channel sums go through reducer (sum across ranks) in forward
@@ -124,6 +139,7 @@ class ReLU : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
   std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
@@ -138,6 +154,7 @@ class Pool2d : public Layer {
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
   double forward_flops(const Shape& in) const override;
   std::string trace(Graph& graph, const std::string& input) const override;
 
@@ -170,6 +187,7 @@ class Linear : public Layer {
   Shape output_shape(const Shape& in) const override;
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   std::string trace(Graph& graph, const std::string& input) const override;
@@ -201,6 +219,8 @@ class Sequential : public Layer {
   void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
   void set_needs_input_grad(bool needed) override;
+  void set_transient_memory(bool on) override;
+  void release_input_grad() override;
   std::string trace(Graph& graph, const std::string& input) const override;
   // Called after each child's forward or backward with its name and seconds.
   using LayerTimer = std::function<void(const std::string& layer, bool backward, double seconds)>;
@@ -209,6 +229,7 @@ class Sequential : public Layer {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   LayerTimer timer_;
+  Layer* grad_holder_ = nullptr;  // the child whose gradient the last backward returned
 };
 
 // ResNet's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), where the
@@ -225,6 +246,8 @@ class BasicBlock : public Layer {
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   void collect_backward_order(std::vector<Parameter*>& order) override;
   void set_stat_reducer(const backend::StatReducer& reducer) override;
+  void set_transient_memory(bool on) override;
+  void release_input_grad() override { dx_ = Tensor(); }
   std::string trace(Graph& graph, const std::string& input) const override;
 
  private:

@@ -79,6 +79,11 @@ class Model {
   // so that a batch too large for memory is refused before any of it is allocated.
   int64_t activation_bytes_per_image() const { return activation_bytes_; }
 
+  // Gradients given back as soon as they are used (Layer::set_transient_memory); the
+  // backend's choice by default (Backend::recycles_memory: cuda on, host backends off).
+  void set_transient_memory(bool on);
+  bool transient_memory() const { return transient_memory_; }
+
   // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
   void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }
   // Seconds of each top-level layer's forward and backward, for the timeline.
@@ -111,6 +116,7 @@ class Model {
   std::unordered_map<const Parameter*, size_t> index_;  // position in params_
   double forward_flops_ = 0, train_flops_ = 0;
   int64_t activation_bytes_ = 0;
+  bool transient_memory_ = false;
   const Tensor* logits_ = nullptr;
   Tensor dlogits_;
 };

@@ -133,7 +133,10 @@ class Conv : public ConvOp {
         ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), p.y_desc.get(), dy.raw(), conv_desc_.get(),
         cudnnConvolutionBwdFilterAlgo_t(p.bwd_filter.algo), ws, p.bwd_filter.memory, &kZero,
         w_desc_.get(), out.raw()));
-    if (krsc_) ctx_.convert(dw_cast_, dw);
+    if (krsc_) {
+      ctx_.convert(dw_cast_, dw);
+      dw_cast_ = Tensor();  // back to the pool for the next layer's: one filter's, not each
+    }
     if (!s_.bias) return;
     RT_CHECK(dbias != nullptr, "conv backward_weights: the layer has a bias but no dbias");
     if (!krsc_) {
@@ -203,8 +206,11 @@ class Conv : public ConvOp {
     ctx_.ensure_act(y, p.y_shape);
     ctx_.ensure_act(dx, p.x_shape);
     ctx_.ensure_as(dw, w.shape(), w.dtype(), is_nhwc(w));
+    // The trials' workspace is the whole limit, but only for the search: back to the pool
+    // after it, so the context's workspace grows only to what the chosen algorithms use.
     const size_t ws_bytes = ranked ? 0 : ctx_.workspace_limit();
-    void* ws = ctx_.workspace(ws_bytes);
+    std::shared_ptr<void> trial_ws = ws_bytes > 0 ? ctx_.pool().allocate(ws_bytes) : nullptr;
+    void* ws = trial_ws.get();
     CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), ctx_.conv_math()));
     int max = 0, got = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));

@@ -104,7 +104,11 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda"; }
   std::string libraries() const override { return library_versions(ctx_.device()); }
-  size_t device_memory_peak_bytes() const override { return ctx_.pool().peak_bytes_in_use(); }
+  MemoryUse memory_use() const override {
+    return {ctx_.pool().bytes_in_use(), ctx_.pool().peak_bytes_in_use(), true};
+  }
+  void reset_memory_peak() override { ctx_.pool().reset_peak(); }
+  bool recycles_memory() const override { return true; }
   int threads() const override { return 1; }
   Precision precision() const override { return ctx_.precision(); }
 

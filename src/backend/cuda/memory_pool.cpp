@@ -155,6 +155,10 @@ size_t DevicePool::peak_bytes_in_use() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return peak_in_use_;
 }
+void DevicePool::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_in_use_ = in_use_;
+}
 size_t DevicePool::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return cached_;

@@ -53,6 +53,8 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   // The most bytes in use at once since the pool was made (blocks as served, size classes and
   // all): what a step needs, beside PyTorch's torch.cuda.max_memory_allocated.
   size_t peak_bytes_in_use() const;
+  // The peak starts again from what is in use now (a benchmark's timed steps after set-up).
+  void reset_peak();
   size_t bytes_cached() const;
   size_t device_allocations() const;  // cudaMalloc calls so far
 

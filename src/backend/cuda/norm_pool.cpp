@@ -52,6 +52,7 @@ class BatchNorm : public BatchNormOp {
     cudnn_saved_ = false;
     if (reducer && *reducer) {
       global_statistics(ctx_.as_plain_f32(x, x_f32_), mean, var, *reducer);
+      x_f32_ = Tensor();  // backward converts x again: not kept through the step
       normalise(x, gamma, beta, mean, var, y);
       apply_relu(y);
       return count_;
@@ -94,6 +95,20 @@ class BatchNorm : public BatchNormOp {
   void backward(const Tensor& x_in, const Tensor& dy_in, const Tensor& gamma, const Tensor& mean,
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
+    backward_through(x_in, dy_in, gamma, mean, var, dx, dgamma, dbeta, reducer);
+    // Backward's scratch goes back to the pool (the next op on the stream may take it): kept,
+    // each would be one more activation-sized block per layer for the whole step.
+    dy_bn_ = Tensor();
+    dy_cast_ = Tensor();
+    x_f32_ = Tensor();
+    dy_f32_ = Tensor();
+    dx_f32_ = Tensor();
+  }
+
+ private:
+  void backward_through(const Tensor& x_in, const Tensor& dy_in, const Tensor& gamma,
+                        const Tensor& mean, const Tensor& var, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta, const StatReducer* reducer) {
     ctx_.activate();
     const Tensor& x = set_dims(x_in);
     RT_CHECK(dy_in.shape() == x.shape(), "batch norm backward: dy ", shape_str(dy_in.shape()),
@@ -121,7 +136,6 @@ class BatchNorm : public BatchNormOp {
         cached ? saved_inv_var_.raw() : nullptr));
   }
 
- private:
   // x in the activation form (converted when it is not), its sizes and descriptors.
   const Tensor& set_dims(const Tensor& x_in) {
     expect_present(x_in, "batch norm x");

@@ -142,6 +142,8 @@ class Bf16Reference : public Backend {
   std::string name() const override { return be_->name(); }
   int threads() const override { return be_->threads(); }
   Precision precision() const override { return Precision::kBF16; }
+  MemoryUse memory_use() const override { return be_->memory_use(); }
+  void reset_memory_peak() override { be_->reset_memory_peak(); }
 
   Tensor alloc(const Shape& shape, DType dtype) override { return be_->alloc(shape, dtype); }
   void upload(const float* host, Tensor& t) override { be_->upload(host, t); }
