@@ -81,6 +81,7 @@ def read_rows(raw_path):
             if r.get("gpu_peak_mib") is not None:
                 row["rt_mib"] = r["gpu_peak_mib"]
                 row["rt_run_mib"] = r.get("gpu_peak_run_mib")
+                row["rt_pool_mib"] = r.get("gpu_pool_peak_mib")
     attach_failures(rows, failures)
     return rows, peaks, gpus, profiles
 
@@ -165,6 +166,7 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["ringtrain_gpu_peak_mib"] = v.get("rt_mib")
             row["pytorch_gpu_peak_run_mib"] = v["torch_run_mib"]
             row["ringtrain_gpu_peak_run_mib"] = v.get("rt_run_mib")
+            row["ringtrain_gpu_pool_peak_mib"] = v.get("rt_pool_mib")
         failed = v["failed"]
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         ratio_cell = f"{ratio:>5.2f}x" if ratio else f"{'-':>6}"

@@ -216,10 +216,12 @@ int run(int argc, char** argv) {
   std::ostringstream windows_json;
   for (size_t i = 0; i < rates.size(); ++i) windows_json << (i ? "," : "") << rates[i];
   // Device memory beside PyTorch's max_memory_allocated (null where tensors live on the host):
-  // the most in use during the timed steps, and since the start (algorithm searches and all).
+  // the most the tensors asked for at once during the timed steps, and since the start
+  // (algorithm searches and all); and the timed steps' peak in the pool's blocks.
   const backend::MemoryUse memory = be->memory_use();
   const std::string gpu_peak_mib = device_mib(memory, memory.peak);
   const std::string gpu_peak_run_mib = device_mib(memory, std::max(memory.peak, setup_memory.peak));
+  const std::string gpu_pool_peak_mib = device_mib(memory, memory.block_peak);
   const std::string profile_json =
       profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
   std::printf(
@@ -228,13 +230,15 @@ int run(int argc, char** argv) {
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
+      "\"gpu_pool_peak_mib\":%s,"
       "\"conv_weight_grad\":\"%s\","
       "\"op_choices\":\"%s\",\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
-      weight_grad_text.c_str(), be->op_choices().c_str(), profile_json.c_str());
+      gpu_pool_peak_mib.c_str(), weight_grad_text.c_str(), be->op_choices().c_str(),
+      profile_json.c_str());
   return 0;
 }
 

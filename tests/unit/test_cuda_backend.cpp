@@ -264,6 +264,28 @@ BOOST_AUTO_TEST_CASE(pool_peak_is_the_most_in_use_at_once) {
   BOOST_TEST(f.pool->peak_bytes_in_use() == 1024u + 2 * 12 * kMiB);
 }
 
+// The bench's column beside torch.cuda.max_memory_allocated: bytes asked for (512-byte
+// granules), not the blocks that served them; reset_peak starts both peaks from what is in use.
+BOOST_AUTO_TEST_CASE(pool_counts_requested_bytes_beside_blocks_and_resets_both_peaks) {
+  FakePool f;
+  auto a = f.pool->allocate(3 * kMiB), b = f.pool->allocate(5 * kMiB + 1);  // 4 + 6 MiB classes
+  BOOST_TEST(f.pool->bytes_requested_in_use() == 8 * kMiB + 512);
+  BOOST_TEST(f.pool->peak_bytes_requested() == 8 * kMiB + 512);
+  BOOST_TEST(f.pool->peak_bytes_in_use() == 10 * kMiB);
+  b.reset();
+  f.pool->reset_peak();
+  BOOST_TEST(f.pool->peak_bytes_requested() == 3 * kMiB);
+  BOOST_TEST(f.pool->peak_bytes_in_use() == 4 * kMiB);
+  auto c = f.pool->allocate(5 * kMiB);  // the cached 6 MiB block serves it
+  BOOST_TEST(f.pool->device_allocations() == 2u);
+  BOOST_TEST(f.pool->peak_bytes_requested() == 8 * kMiB);
+  BOOST_TEST(f.pool->peak_bytes_in_use() == 10 * kMiB);
+  a.reset();
+  c.reset();
+  BOOST_TEST(f.pool->bytes_requested_in_use() == 0u);
+  BOOST_TEST(f.pool->peak_bytes_requested() == 8 * kMiB);
+}
+
 BOOST_AUTO_TEST_CASE(pool_out_of_memory_frees_its_cache_and_retries) {
   FakePool f;
   f.state->capacity = 200 * kMiB;

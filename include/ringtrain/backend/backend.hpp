@@ -29,9 +29,10 @@ namespace ringtrain::backend {
 
 // Bytes of tensor memory in use and the most in use at once (Backend::memory_use).
 struct MemoryUse {
-  size_t in_use = 0;
+  size_t in_use = 0;  // bytes the tensors asked for (cuda: as torch.cuda.memory_allocated)
   size_t peak = 0;
-  bool device = false;  // device memory, beside PyTorch's torch.cuda.max_memory_allocated
+  bool device = false;
+  size_t block_peak = 0;  // cuda: the pool's blocks, size classes and best fit included
 };
 
 // What activations are stored in and convolutions multiply: fp32; bf16 or fp16 with fp32
@@ -222,8 +223,8 @@ class Backend {
   // gemm 7, oneDNN 13 (measured)" on cpu); "" where it had none.
   virtual std::string op_choices() const { return ""; }
   // Tensor memory in use now and the most at once since the backend was made or the last
-  // reset_memory_peak(). cuda: the memory pool's blocks, cuDNN's workspace included (device
-  // = true); host backends: every tensor in host memory of the process (oneDNN's own
+  // reset_memory_peak(). cuda: what the memory pool handed out, cuDNN's workspace included
+  // (device = true); host backends: every tensor in host memory of the process (oneDNN's own
   // scratch is not counted).
   virtual MemoryUse memory_use() const { return {}; }
   virtual void reset_memory_peak() {}

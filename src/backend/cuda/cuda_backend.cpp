@@ -105,7 +105,9 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   std::string libraries() const override { return library_versions(ctx_.device()); }
   MemoryUse memory_use() const override {
-    return {ctx_.pool().bytes_in_use(), ctx_.pool().peak_bytes_in_use(), true};
+    const DevicePool& pool = ctx_.pool();
+    return {pool.bytes_requested_in_use(), pool.peak_bytes_requested(), true,
+            pool.peak_bytes_in_use()};
   }
   void reset_memory_peak() override { ctx_.pool().reset_peak(); }
   bool recycles_memory() const override { return true; }

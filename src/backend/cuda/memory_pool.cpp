@@ -115,19 +115,24 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
     block = take_cached(wanted, size);
   }
   if (block == nullptr) block = allocate_new(size);
+  const size_t requested = (bytes + 511) / 512 * 512;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ += size;
     peak_in_use_ = std::max(peak_in_use_, in_use_);
+    requested_ += requested;
+    peak_requested_ = std::max(peak_requested_, requested_);
   }
   std::shared_ptr<DevicePool> self = shared_from_this();
-  return std::shared_ptr<void>(block, [self, size](void* p) { self->give_back(p, size); });
+  return std::shared_ptr<void>(
+      block, [self, size, requested](void* p) { self->give_back(p, size, requested); });
 }
 
-void DevicePool::give_back(void* block, size_t size) noexcept {
+void DevicePool::give_back(void* block, size_t size, size_t requested) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
+    requested_ -= requested;
     if (caching_) {
       free_.emplace(size, block);
       cached_ += size;
@@ -155,9 +160,18 @@ size_t DevicePool::peak_bytes_in_use() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return peak_in_use_;
 }
+size_t DevicePool::bytes_requested_in_use() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return requested_;
+}
+size_t DevicePool::peak_bytes_requested() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_requested_;
+}
 void DevicePool::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   peak_in_use_ = in_use_;
+  peak_requested_ = requested_;
 }
 size_t DevicePool::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mutex_);

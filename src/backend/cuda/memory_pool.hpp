@@ -53,7 +53,11 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   // The most bytes in use at once since the pool was made (blocks as served, size classes and
   // all): what a step needs, beside PyTorch's torch.cuda.max_memory_allocated.
   size_t peak_bytes_in_use() const;
-  // The peak starts again from what is in use now (a benchmark's timed steps after set-up).
+  // The same for the bytes asked for, each rounded up to 512 as PyTorch's allocator rounds a
+  // block, before size classes and best fit: what torch.cuda.max_memory_allocated counts.
+  size_t bytes_requested_in_use() const;
+  size_t peak_bytes_requested() const;
+  // Both peaks start again from what is in use now (a benchmark's timed steps after set-up).
   void reset_peak();
   size_t bytes_cached() const;
   size_t device_allocations() const;  // cudaMalloc calls so far
@@ -74,13 +78,14 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
       : memory_(std::move(memory)), caching_(caching) {}
   void* take_cached(size_t wanted, size_t& size);
   void* allocate_new(size_t size);
-  void give_back(void* block, size_t size) noexcept;
+  void give_back(void* block, size_t size, size_t requested) noexcept;
 
   std::unique_ptr<DeviceMemory> memory_;
   bool caching_;
   mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // cached blocks by size, for best fit
   size_t in_use_ = 0, peak_in_use_ = 0, cached_ = 0, mallocs_ = 0;
+  size_t requested_ = 0, peak_requested_ = 0;
 };
 
 }  // namespace ringtrain::backend::cuda
