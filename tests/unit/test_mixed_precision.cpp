@@ -106,14 +106,17 @@ void expect_bias_gradient_sums_dy(const std::string& what, Backend& be, const Te
   BOOST_TEST(worst <= 1e-5, what << ": relative difference " << worst << " > 1e-05");
 }
 
-void check_16_bit_chain(Precision precision) {
+// bn_relu: the batch norm with its ReLU fused (cuDNN's BN_ACTIVATION kernel where it has one
+// for the type, else its batch norm and a separate ReLU: op_choices says which ran).
+void check_16_bit_chain(Precision precision, bool bn_relu) {
   auto gpu = cuda_backend(precision);
   auto ref = make_backend("ref", 1);
   const double tol = tolerance(precision);
-  std::printf("%s, tolerance %.0e\n", precision_name(precision), tol);
+  std::printf("%s, batch norm%s, tolerance %.0e\n", precision_name(precision),
+              bn_relu ? " + ReLU" : "", tol);
   const ConvSpec cs{16, 32, 3, 1, 1, true, true};
   const LinearSpec ls{32 * 9 * 9, 5, true};
-  const BatchNormSpec bs{32, 1e-5f, false};
+  const BatchNormSpec bs{32, 1e-5f, bn_relu};
   Backend* be[2] = {gpu.get(), ref.get()};
   Tensor x[2], w[2], b[2], y[2], n[2], mean[2], var[2], gamma[2], beta[2], fw[2], fb[2], out[2];
   Tensor dout[2], dn[2], dy[2], dx[2], dw[2], db[2], dfw[2], dfb[2], dgamma[2], dbeta[2];
@@ -161,12 +164,23 @@ void check_16_bit_chain(Precision precision) {
   expect_close("conv dw", *gpu, dw[0], *ref, dw[1], 2 * tol);
   expect_bias_gradient_sums_dy("conv dbias", *gpu, dy[0], db[0]);
   expect_close("conv dx", *gpu, dx[0], *ref, dx[1], 2 * tol);
+  if (!bn_relu) return;
+  // The ReLU really cut: a fused kernel that skipped it would pass on all-positive outputs.
+  const std::vector<float> relu_out = to_host(*ref, n[1]);
+  const size_t zeros = size_t(std::count(relu_out.begin(), relu_out.end(), 0.0f));
+  std::printf("  ReLU zeroes %zu of %zu outputs; %s\n", zeros, relu_out.size(),
+              gpu->op_choices().c_str());
+  BOOST_TEST(zeros > relu_out.size() / 5);
+  BOOST_TEST(zeros < relu_out.size() * 4 / 5);
+  BOOST_TEST(gpu->op_choices().find("batch norm + ReLU: fused ") == 0, gpu->op_choices());
 }
 
 BOOST_AUTO_TEST_CASE(conv_linear_and_batch_norm_in_16_bit_match_fp32,
                      *boost::unit_test::precondition(GpuPresent())) {
-  check_16_bit_chain(Precision::kBF16);
-  check_16_bit_chain(Precision::kF16);
+  for (bool bn_relu : {false, true}) {
+    check_16_bit_chain(Precision::kBF16, bn_relu);
+    check_16_bit_chain(Precision::kF16, bn_relu);
+  }
 }
 
 // The 16-bit conv bias gradient over many rows (N*H*W = 65536, C = 40: a partial column

@@ -54,6 +54,14 @@ class Context {
   size_t workspace_limit_mib() const { return workspace_limit_ >> 20; }
   Precision precision() const { return precision_; }
   bool deterministic() const { return deterministic_; }
+  // Batch norms with a ReLU whose first persistent forward ran it in cuDNN's kernel (fused)
+  // or on its own (separate), for Backend::op_choices.
+  struct BnReluCount {
+    int fused = 0;
+    int separate = 0;
+  };
+  BnReluCount& bn_relu_count() { return bn_relu_count_; }
+  const BnReluCount& bn_relu_count() const { return bn_relu_count_; }
 
   // What activations are stored in: fp32 (fp32, tf32), bf16 or fp16; 4-D 16-bit ones NHWC.
   DType act_dtype() const;
@@ -106,6 +114,7 @@ class Context {
   bool deterministic_;
   std::shared_ptr<void> workspace_;
   size_t workspace_bytes_ = 0;
+  BnReluCount bn_relu_count_;
 };
 
 // Checks a tensor handed to a CUDA op: present, plain fp32.

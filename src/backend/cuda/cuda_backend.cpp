@@ -104,6 +104,11 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda"; }
   std::string libraries() const override { return library_versions(ctx_.device()); }
+  std::string op_choices() const override {
+    const Context::BnReluCount& n = ctx_.bn_relu_count();
+    if (n.fused + n.separate == 0) return "";
+    return str("batch norm + ReLU: fused ", n.fused, ", separate ", n.separate);
+  }
   MemoryUse memory_use() const override {
     const DevicePool& pool = ctx_.pool();
     return {pool.bytes_requested_in_use(), pool.peak_bytes_requested(), true,

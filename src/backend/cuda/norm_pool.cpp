@@ -19,6 +19,7 @@ const float kOne = 1.0f, kZero = 0.0f;
 // The NHWC batch norm's mode and operation (the Ex API: forward_persistent, backward_persistent).
 const cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 const cudnnBatchNormOps_t kBnOnly = CUDNN_BATCHNORM_OPS_BN;
+const cudnnBatchNormOps_t kBnRelu = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
 
 void download_floats(Context& ctx, const float* device, float* host, size_t n) {
   CUDA_CHECK(
@@ -78,7 +79,12 @@ class BatchNorm : public BatchNormOp {
     cudnn_saved_ = true;
     saved_shape_ = x.shape();
     kernels::axpby(0.0f, nullptr, float((m - 1) / m), var.f32(), C_, ctx_.stream());
-    apply_relu(y);
+    if (persistent_saved_ && relu_fused_) {
+      relu_y_ = y;   // cuDNN applied the ReLU; backward reads y as its mask
+      beta_ = beta;  // ... and beta (the optimizer changes it only after backward)
+    } else {
+      apply_relu(y);
+    }
     count_ = m;
     return m;
   }
@@ -115,6 +121,13 @@ class BatchNorm : public BatchNormOp {
              " differs from x ", shape_str(x.shape()));
     const Tensor& dy = ctx_.as_form_of(dy_in, x, dy_cast_);
     ctx_.ensure_act(dx, x.shape());
+    // cuDNN's cache from the training forward of this x, else null (cuDNN recomputes the
+    // statistics from x: the same batch statistics `mean` and `var` hold).
+    const bool cached = cudnn_saved_ && x.shape() == saved_shape_;
+    if (cached && persistent_saved_ && relu_fused_) {
+      backward_persistent(x, dy, gamma, dx, dgamma, dbeta);  // the ReLU's mask included
+      return;
+    }
     const Tensor& dy_bn = through_relu(dy);
     if (reducer && *reducer) {
       ctx_.ensure(inv_std_, {C_});
@@ -122,9 +135,6 @@ class BatchNorm : public BatchNormOp {
       sync_backward(x, dy_bn, gamma, mean, dx, dgamma, dbeta, *reducer);
       return;
     }
-    // cuDNN's cache from the training forward of this x, else null (cuDNN recomputes the
-    // statistics from x: the same batch statistics `mean` and `var` hold).
-    const bool cached = cudnn_saved_ && x.shape() == saved_shape_;
     if (cached && persistent_saved_) {
       backward_persistent(x, dy_bn, gamma, dx, dgamma, dbeta);
       return;
@@ -156,27 +166,27 @@ class BatchNorm : public BatchNormOp {
   // plain cudnnBatchNormalizationForwardTraining on NHWC bf16 data took 2-3 ms per call
   // where a convolution took 40 us (ResNet-18, batch 256, on an H200: 95% of the step, see
   // docs/CUDA.md). PyTorch takes the same path for channels-last batch norm. The reserve
-  // space it fills is backward's. False (and never again for this layer) where cuDNN has no
-  // such kernel for the shape or type: the spatial one then runs.
+  // space it fills is backward's. With the ReLU fused, cuDNN applies it in the same kernel
+  // (BN_ACTIVATION: no separate activation pass forward or backward, no masked gradient);
+  // where it has no such kernel for the layer, the ReLU runs on its own as before. False
+  // (and never again for this layer) where cuDNN has no persistent kernel for the shape or
+  // type at all: the spatial one then runs.
   bool forward_persistent(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var) {
-    size_t ws_bytes = 0;
-    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        ctx_.cudnn(), kPersistent, kBnOnly, x_desc_.get(), nullptr, x_desc_.get(),
-        param_desc_.get(), nullptr, &ws_bytes);
-    if (status == CUDNN_STATUS_SUCCESS)
-      status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-          ctx_.cudnn(), kPersistent, kBnOnly, nullptr, x_desc_.get(), &reserve_bytes_);
-    if (status == CUDNN_STATUS_SUCCESS) {
-      ctx_.ensure(reserve_, {int64_t(reserve_bytes_ / sizeof(float)) + 1});
-      status = cudnnBatchNormalizationForwardTrainingEx(
-          ctx_.cudnn(), kPersistent, kBnOnly, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr,
-          nullptr, x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0,
-          mean.raw(), var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), nullptr,
-          ctx_.workspace(ws_bytes), ws_bytes, reserve_.raw(), reserve_bytes_);
+    relu_fused_ = s_.fuse_relu && relu_fusable_;
+    cudnnStatus_t status = run_forward_persistent(x, gamma, beta, y, mean, var);
+    if (relu_fused_ && unsupported(status)) {
+      relu_fusable_ = relu_fused_ = false;
+      status = run_forward_persistent(x, gamma, beta, y, mean, var);
     }
-    if (status == CUDNN_STATUS_SUCCESS) return true;
-    RT_CHECK(status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM,
+    if (status == CUDNN_STATUS_SUCCESS) {
+      if (s_.fuse_relu && !counted_) {
+        (relu_fused_ ? ctx_.bn_relu_count().fused : ctx_.bn_relu_count().separate) += 1;
+        counted_ = true;
+      }
+      return true;
+    }
+    RT_CHECK(unsupported(status),
              "cudnnBatchNormalizationForwardTrainingEx: ", cudnnGetErrorString(status));
     persistent_usable_ = false;
     static std::once_flag said;
@@ -188,19 +198,51 @@ class BatchNorm : public BatchNormOp {
     return false;
   }
 
+  static bool unsupported(cudnnStatus_t status) {
+    return status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM;
+  }
+
+  // The batch norm (and, with relu_fused_, its ReLU) of forward_persistent, once.
+  cudnnStatus_t run_forward_persistent(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                       Tensor& y, Tensor& mean, Tensor& var) {
+    const cudnnBatchNormOps_t ops = relu_fused_ ? kBnRelu : kBnOnly;
+    cudnnActivationDescriptor_t act = relu_fused_ ? relu_.get() : nullptr;
+    size_t ws_bytes = 0;
+    cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        ctx_.cudnn(), kPersistent, ops, x_desc_.get(), nullptr, x_desc_.get(), param_desc_.get(),
+        act, &ws_bytes);
+    if (status == CUDNN_STATUS_SUCCESS)
+      status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+          ctx_.cudnn(), kPersistent, ops, act, x_desc_.get(), &reserve_bytes_);
+    if (status != CUDNN_STATUS_SUCCESS) return status;
+    ctx_.ensure(reserve_, {int64_t(reserve_bytes_ / sizeof(float)) + 1});
+    return cudnnBatchNormalizationForwardTrainingEx(
+        ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr, nullptr,
+        x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
+        var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes),
+        ws_bytes, reserve_.raw(), reserve_bytes_);
+  }
+
   // Backward of forward_persistent's forward, reading its saved statistics and reserve space.
+  // With the ReLU fused there, dy is the gradient of the ReLU's output: cuDNN masks it by y,
+  // the forward's output, and reads beta to rebuild the values before the ReLU.
   void backward_persistent(const Tensor& x, const Tensor& dy, const Tensor& gamma, Tensor& dx,
                            Tensor& dgamma, Tensor& dbeta) {
+    const cudnnBatchNormOps_t ops = relu_fused_ ? kBnRelu : kBnOnly;
+    cudnnActivationDescriptor_t act = relu_fused_ ? relu_.get() : nullptr;
+    cudnnTensorDescriptor_t y_desc = relu_fused_ ? x_desc_.get() : nullptr;
+    const void* y = relu_fused_ ? relu_y_.raw() : nullptr;
+    const void* beta = relu_fused_ ? beta_.raw() : nullptr;
     size_t ws_bytes = 0;
     CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        ctx_.cudnn(), kPersistent, kBnOnly, x_desc_.get(), nullptr, x_desc_.get(), nullptr,
-        x_desc_.get(), param_desc_.get(), nullptr, &ws_bytes));
+        ctx_.cudnn(), kPersistent, ops, x_desc_.get(), y_desc, x_desc_.get(), nullptr,
+        x_desc_.get(), param_desc_.get(), act, &ws_bytes));
     CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-        ctx_.cudnn(), kPersistent, kBnOnly, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
-        nullptr, nullptr, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
-        param_desc_.get(), gamma.raw(), nullptr, dgamma.raw(), dbeta.raw(), s_.eps,
-        saved_mean_.raw(), saved_inv_var_.raw(), nullptr, ctx_.workspace(ws_bytes), ws_bytes,
-        reserve_.raw(), reserve_bytes_));
+        ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
+        y_desc, y, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
+        param_desc_.get(), gamma.raw(), beta, dgamma.raw(), dbeta.raw(), s_.eps, saved_mean_.raw(),
+        saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes), ws_bytes, reserve_.raw(),
+        reserve_bytes_));
   }
 
   // y = gamma * (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -289,6 +331,10 @@ class BatchNorm : public BatchNormOp {
   Shape saved_shape_;                  // ... and had this x shape
   bool persistent_saved_ = false;      // ... through forward_persistent, with reserve_
   bool persistent_usable_ = true;      // until cuDNN said it has none for this layer
+  bool relu_fused_ = false;            // the last forward_persistent applied the ReLU too
+  bool relu_fusable_ = true;           // until cuDNN said it has no BN_ACTIVATION kernel here
+  Tensor beta_;                        // ... and the beta it read, for backward
+  bool counted_ = false;               // in Context::bn_relu_count
   Tensor reserve_;                     // forward_persistent's reserve space, for backward
   size_t reserve_bytes_ = 0;
   Tensor relu_y_;                   // fused ReLU: the last forward's output
