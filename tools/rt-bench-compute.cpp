@@ -65,14 +65,14 @@ std::unique_ptr<backend::Backend> make_timed_backend(const std::string& name, in
   return backend::make_backend(name, threads, precision, weight_grad);
 }
 
-// The profile of `steps` timed steps that took `wall` seconds: a table on stderr (per step:
-// milliseconds, share, calls, GFLOP/s of the products) and the same as a JSON object, with
-// "between_ms" the step's time outside every op (the framework's own work and waits).
 // MiB of device memory, "null" where tensors live on the host.
 std::string device_mib(const backend::MemoryUse& memory, size_t bytes) {
   return memory.device ? str_fixed(double(bytes) / (1 << 20), 1) : "null";
 }
 
+// The profile of `steps` timed steps that took `wall` seconds: a table on stderr (per step:
+// milliseconds, share, calls, GFLOP/s of the products) and the same as a JSON object, with
+// "between_ms" the step's time outside every op (the framework's own work and waits).
 std::string print_profile(const backend::OpProfile& p, int64_t steps, double wall) {
   const double step_ms = 1e3 * wall / double(steps);
   std::ostringstream json;
