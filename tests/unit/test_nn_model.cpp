@@ -79,7 +79,12 @@ LossResult overfit(Model& model, const Tensor& x, const std::vector<int32_t>& la
   return r;
 }
 
-std::vector<std::vector<float>> weights_of(Model& m);
+std::vector<std::vector<float>> weights_of(Model& m) {
+  std::vector<std::vector<float>> w;
+  for (Parameter* p : m.parameters()) w.push_back(to_host(m.backend(), p->value));
+  for (const NamedBuffer& b : m.buffers()) w.push_back(to_host(m.backend(), *b.tensor));
+  return w;
+}
 
 std::vector<std::vector<float>> grads_of(Model& m) {
   std::vector<std::vector<float>> g;
@@ -114,8 +119,10 @@ TransientRun run_transient(Backend& be, const std::string& name, const ModelInpu
     run.losses.push_back(model->loss(labels.data()).loss);
     model->backward();
     be.synchronize();
-    if (step == 2) run.step_peak = be.memory_use().peak - before;
-    if (step == 2) run.grads = grads_of(*model);
+    if (step == 2) {
+      run.step_peak = be.memory_use().peak - before;
+      run.grads = grads_of(*model);
+    }
     sgd.step(0.05);
   }
   run.weights = weights_of(*model);
@@ -136,13 +143,6 @@ double max_relative(const std::vector<std::vector<float>>& got,
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, diff(got[i], want[i]).rel);
   return worst;
-}
-
-std::vector<std::vector<float>> weights_of(Model& m) {
-  std::vector<std::vector<float>> w;
-  for (Parameter* p : m.parameters()) w.push_back(to_host(m.backend(), p->value));
-  for (const NamedBuffer& b : m.buffers()) w.push_back(to_host(m.backend(), *b.tensor));
-  return w;
 }
 
 }  // namespace
