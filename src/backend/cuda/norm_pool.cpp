@@ -4,7 +4,9 @@
 // activations are channels last, fp32 parameters and statistics, as cuDNN takes them); ReLU,
 // pooling and add keep the form of their input.
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "context.hpp"
@@ -20,6 +22,19 @@ const float kOne = 1.0f, kZero = 0.0f;
 const cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 const cudnnBatchNormOps_t kBnOnly = CUDNN_BATCHNORM_OPS_BN;
 const cudnnBatchNormOps_t kBnRelu = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+
+// RINGTRAIN_CUDA_BN_RELU=separate keeps cuDNN's fused batch norm + ReLU out (the batch norm
+// and its ReLU run as two passes), to tell a fault of the fused kernel from anything else.
+bool bn_relu_fusion_allowed() {
+  static const bool allowed = [] {
+    const char* setting = std::getenv("RINGTRAIN_CUDA_BN_RELU");
+    const std::string value = setting ? setting : "fused";
+    RT_REQUIRE_INPUT(value == "fused" || value == "separate", "RINGTRAIN_CUDA_BN_RELU=", value,
+                     ": use fused (the default) or separate");
+    return value == "fused";
+  }();
+  return allowed;
+}
 
 void download_floats(Context& ctx, const float* device, float* host, size_t n) {
   CUDA_CHECK(
@@ -39,6 +54,7 @@ class BatchNorm : public BatchNormOp {
   BatchNorm(Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {
     RT_CHECK(s_.eps >= CUDNN_BN_MIN_EPSILON, "batch norm: eps ", s_.eps,
              " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
+    relu_fusable_ = bn_relu_fusion_allowed();
     CUDNN_CHECK(cudnnSetActivationDescriptor(relu_.get(), CUDNN_ACTIVATION_RELU,
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
