@@ -24,7 +24,9 @@ def write_atomically(path, text):
 
 def new_row():
     return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
-            "gflop": None, "other": [], "isa": "", "torch_mib": None, "torch_run_mib": None, "failed": {},
+            "gflop": None, "other": [], "isa": "", "failed": {},
+            "torch_mib": None, "torch_run_mib": None,
+            "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None,
             "wgrad_path": None, "wgrad_choices": None}
 
 
@@ -163,10 +165,10 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["pytorch_compile_img_s"] = round(compiled, 2) if compiled else None
             row["ratio_compile"] = round(rt / compiled, 3) if compiled and rt else None
             row["pytorch_gpu_peak_mib"] = v["torch_mib"]
-            row["ringtrain_gpu_peak_mib"] = v.get("rt_mib")
+            row["ringtrain_gpu_peak_mib"] = v["rt_mib"]
             row["pytorch_gpu_peak_run_mib"] = v["torch_run_mib"]
-            row["ringtrain_gpu_peak_run_mib"] = v.get("rt_run_mib")
-            row["ringtrain_gpu_pool_peak_mib"] = v.get("rt_pool_mib")
+            row["ringtrain_gpu_peak_run_mib"] = v["rt_run_mib"]
+            row["ringtrain_gpu_pool_peak_mib"] = v["rt_pool_mib"]
         failed = v["failed"]
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         ratio_cell = f"{ratio:>5.2f}x" if ratio else f"{'-':>6}"
@@ -186,10 +188,10 @@ def summarize(rows, peaks, gpus, cpu, device):
         elif "ringtrain-wgrad" in failed:
             with_compile += " | weight grad failed"
         memory = ""
-        if device == "cuda" and (v.get("rt_mib") or v["torch_mib"]):
-            memory = (f" | GPU MiB in the timed steps ringtrain {v.get('rt_mib') or '-'}, "
+        if device == "cuda" and (v["rt_mib"] or v["torch_mib"]):
+            memory = (f" | GPU MiB in the timed steps ringtrain {v['rt_mib'] or '-'}, "
                       f"pytorch {v['torch_mib'] or '-'}; whole run "
-                      f"{v.get('rt_run_mib') or '-'}, {v['torch_run_mib'] or '-'}")
+                      f"{v['rt_run_mib'] or '-'}, {v['torch_run_mib'] or '-'}")
         why = "".join(f" | {tool} failed: {text}" for tool, text in sorted(failed.items()))
         line = (f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | "
                 f"{rate_cell(rt, 'ringtrain' in failed):>15} "

@@ -74,10 +74,7 @@ class Conv : public ConvOp {
     Plan& p = current("conv backward_weights", dy);
     check_same_shape(dw, w_shape(), "conv backward_weights", "dw");
     if (p.weight_grad == Path::kUndecided) decide_weight_grad(p, x, dy, dw, dbias);
-    if (p.weight_grad == Path::kGemm)
-      p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()));
-    else
-      onednn_backward_weights(p, x, dy, dw, dbias);
+    run_weight_grad(p, p.weight_grad, x, dy, dw, dbias);
   }
 
  private:
@@ -124,16 +121,21 @@ class Conv : public ConvOp {
     double ms[kRuns + 1];
     for (double& t : ms) {
       auto start = std::chrono::steady_clock::now();
-      if (path == Path::kGemm)
-        p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()));
-      else
-        onednn_backward_weights(p, x, dy, dw, dbias);
+      run_weight_grad(p, path, x, dy, dw, dbias);
       dnnl::stream(ctx_.stream).wait();  // a handle copy: the ops hold a const Context
       t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
     }
     std::sort(ms + 1, ms + kRuns + 1);
     return ms[1 + kRuns / 2];
+  }
+
+  void run_weight_grad(Plan& p, Path path, const Tensor& x, const Tensor& dy, Tensor& dw,
+                       Tensor* dbias) {
+    if (path == Path::kGemm)
+      p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()));
+    else
+      onednn_backward_weights(p, x, dy, dw, dbias);
   }
 
   void onednn_backward_weights(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw,

@@ -54,7 +54,7 @@ void ConvWeightGemm::run(const memory& x, const memory& dy, float* dw) {
 // that lies inside the image; the rest is the zero col was made with.
 void ConvWeightGemm::unfold(const void* x_nhwc) {
   const int64_t k = s_.kernel, stride = s_.stride, pad = s_.padding;
-  const size_t elem = ctx_.act == dt::bf16 ? 2 : 4;
+  const size_t elem = memory::data_type_size(ctx_.act);
   const size_t run = size_t(c_) * elem, patch = size_t(k * k) * run;
   const auto* x = static_cast<const char*>(x_nhwc);
   auto* col = static_cast<char*>(col_.raw());

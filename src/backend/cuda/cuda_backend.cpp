@@ -379,8 +379,6 @@ class CudaBackend : public Backend {
     return ready_events_[slot]->get();
   }
 
-  // A slot no pending loss holds any more (the backend's reference is the only one), or a
-  // new one: as many as losses are waiting to be read.
   // One T per tensor in device memory, zeroed on the stream; launch(plain, slot) queues one
   // kernel per tensor on its plain fp32 form; one copy of the slots to pinned memory and one
   // wait. The returned host slots hold until the next call with the same `results`.
@@ -405,6 +403,8 @@ class CudaBackend : public Backend {
     return static_cast<const T*>(results.host.get());
   }
 
+  // A slot no pending loss holds any more (the backend's reference is the only one), or a
+  // new one: as many as losses are waiting to be read.
   std::shared_ptr<LossSlot> free_loss_slot() {
     for (auto& slot : loss_slots_)
       if (slot.use_count() == 1) return slot;
