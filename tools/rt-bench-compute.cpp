@@ -12,6 +12,8 @@
 //   a table on stderr and "profile" in the JSON line)
 //   rt-bench-compute --model resnet18_cifar --conv-weight-grad measure   (train.conv_weight_grad;
 //   the JSON line names what each convolution took)
+//   rt-bench-compute --model resnet18_cifar --relu-backward separate   (every residual block
+//   runs its own ReLU backward: the baseline of the folded default)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -100,7 +102,7 @@ std::string print_profile(const backend::OpProfile& p, int64_t steps, double wal
 }
 
 int run(int argc, char** argv) {
-  std::string model_name, input_text, precision_text, backend_name, weight_grad_text;
+  std::string model_name, input_text, precision_text, backend_name, weight_grad_text, relu_backward;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
   po::options_description opts("rt-bench-compute options");
   opts.add_options()("help,h", "print this help and exit")(
@@ -118,6 +120,9 @@ int run(int argc, char** argv) {
       "backend", po::value(&backend_name)->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "conv-weight-grad", po::value(&weight_grad_text)->default_value("onednn"),
       "cpu: convolution weight gradients by onednn, gemm or measure (train.conv_weight_grad)")(
+      "relu-backward", po::value(&relu_backward)->default_value("folded"),
+      "folded (a residual block masks its input gradient with the ReLU below as it sums it) "
+      "or separate (each block runs its own ReLU backward)")(
       "inference",
       "time inference as ringtrain predict runs it: forward with BN's running statistics, the "
       "logits downloaded; no loss, backward or optimizer")(
@@ -135,6 +140,8 @@ int run(int argc, char** argv) {
     return kExitOk;
   RT_REQUIRE_INPUT(batch > 0 && windows > 0 && steps > 0 && warmup >= 0,
                    "--batch, --windows and --steps must be > 0 and --warmup >= 0");
+  RT_REQUIRE_INPUT(relu_backward == "folded" || relu_backward == "separate",
+                   "--relu-backward is folded or separate, not '", relu_backward, "'");
   if (vm.count("peak")) {
     RT_REQUIRE_INPUT(backend_name == "cpu",
                      "--peak times oneDNN on the CPU; there is no GPU "
@@ -160,6 +167,7 @@ int run(int argc, char** argv) {
     be = backend::make_profiled_backend(std::move(be), profile);
   }
   auto model = nn::make_model(model_name, in, classes, *be, 1);
+  model->set_fold_relu_backward(relu_backward == "folded");
   nn::Optimizer sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
   std::mt19937 rng(7);
   std::normal_distribution<float> pixel(0.0f, 1.0f);
@@ -231,14 +239,14 @@ int run(int argc, char** argv) {
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
       "\"gpu_pool_peak_mib\":%s,"
-      "\"conv_weight_grad\":\"%s\","
+      "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
       "\"op_choices\":\"%s\",\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
-      gpu_pool_peak_mib.c_str(), weight_grad_text.c_str(), be->op_choices().c_str(),
-      profile_json.c_str());
+      gpu_pool_peak_mib.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
+      be->op_choices().c_str(), profile_json.c_str());
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ringtrain/core/bf16.hpp"
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend::host {
@@ -89,6 +90,20 @@ void axpby(float a, const float* x, float b, float* y, int64_t n) {
   }
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
+}
+
+void relu_backward_of_sum(const float* y, const float* a, const float* b, float* dx, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = (a[i] + b[i]) * (y[i] > 0.0f ? 1.0f : 0.0f);
+}
+
+void relu_backward_of_sum(const uint16_t* y, const uint16_t* a, const uint16_t* b, uint16_t* dx,
+                          int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = bf16_to_float(float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i])));
+    dx[i] = float_to_bf16(sum * (bf16_to_float(y[i]) > 0.0f ? 1.0f : 0.0f));
+  }
 }
 
 bool all_finite(const float* t, int64_t n) {

@@ -168,6 +168,10 @@ class ProfiledRelu : public ReluOp {
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     r_.time(OpKind::kRelu, 0, [&] { op_->backward(y, dy, dx); });
   }
+  void backward_of_sum(const Tensor& y, const Tensor& dy_a, const Tensor& dy_b,
+                       Tensor& dx) override {
+    r_.time(OpKind::kRelu, 0, [&] { op_->backward_of_sum(y, dy_a, dy_b, dx); });
+  }
 
  private:
   Recorder& r_;

@@ -9,6 +9,7 @@ namespace ringtrain::nn {
 
 Layer& Sequential::add(std::unique_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
+  pair_folded_relus();
   return *layers_.back();
 }
 
@@ -16,7 +17,24 @@ std::unique_ptr<Layer> Sequential::release_last() {
   RT_CHECK(!layers_.empty(), "sequential ", name_, ": no layer to release");
   std::unique_ptr<Layer> last = std::move(layers_.back());
   layers_.pop_back();
+  last->set_folded_relu(false, false);
+  pair_folded_relus();
   return last;
+}
+
+void Sequential::set_fold_relu_backward(bool on) {
+  fold_relu_backward_ = on;
+  pair_folded_relus();
+}
+
+// Layer i folds its input's ReLU when layer i - 1's output is one and i sums its gradient.
+void Sequential::pair_folded_relus() {
+  auto folds = [&](size_t below) {
+    return fold_relu_backward_ && below + 1 < layers_.size() && layers_[below]->output_is_relu() &&
+           layers_[below + 1]->sums_input_grad();
+  };
+  for (size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->set_folded_relu(i > 0 && folds(i - 1), folds(i));
 }
 
 Shape Sequential::output_shape(const Shape& in) const {
@@ -138,6 +156,7 @@ Shape BasicBlock::output_shape(const Shape& in) const {
 }
 
 const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
+  if (training) x_ = &x;
   const Tensor* a = &conv1_.forward(x, training);
   a = &bn1_.forward(*a, training);
   a = &conv2_.forward(*a, training);
@@ -153,21 +172,32 @@ const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
   return y_;
 }
 
+// dsum is the gradient of the sum: dy through the block's ReLU, which the block above has
+// applied already when output_grad_masked_.
 const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
-  relu_out_->backward(y_, dy, dsum_);
-  const Tensor* dshort = &dsum_;
+  const Tensor* dsum = &dy;
+  if (!output_grad_masked_) {
+    relu_out_->backward(y_, dy, dsum_);
+    dsum = &dsum_;
+  }
+  const Tensor* dshort = dsum;
   if (down_conv_) {
-    dshort = &down_conv_->backward(down_bn_->backward(dsum_, ready), ready);
+    dshort = &down_conv_->backward(down_bn_->backward(*dsum, ready), ready);
     if (transient_) down_bn_->release_input_grad();
   }
-  const Tensor* g = &bn2_.backward(dsum_, ready);
+  const Tensor* g = &bn2_.backward(*dsum, ready);
   g = &conv2_.backward(*g, ready);
   if (transient_) bn2_.release_input_grad();
   g = &bn1_.backward(*g, ready);
   if (transient_) conv2_.release_input_grad();
   g = &conv1_.backward(*g, ready);
   if (transient_) bn1_.release_input_grad();
-  if (needs_input_grad_) add_grads_->forward(*g, *dshort, dx_);
+  if (needs_input_grad_ && mask_input_grad_) {
+    RT_CHECK(x_ != nullptr, "block ", name_, ": backward before a training forward");
+    relu_out_->backward_of_sum(*x_, *g, *dshort, dx_);
+  } else if (needs_input_grad_) {
+    add_grads_->forward(*g, *dshort, dx_);
+  }
   if (transient_) {
     conv1_.release_input_grad();
     if (down_conv_) down_conv_->release_input_grad();

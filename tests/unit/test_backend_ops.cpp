@@ -12,6 +12,7 @@
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/build_config.hpp"
+#include "ringtrain/core/bf16.hpp"
 #include "ringtrain/core/error.hpp"
 
 #if RINGTRAIN_HAS_CUDA
@@ -308,6 +309,73 @@ BOOST_DATA_TEST_CASE(relu_and_add_match_reference, bdata::make(testable_backends
   expect_close("add + relu", *p.cpu, sr[0], *p.ref, sr[1], 0);
 }
 
+// A conv's output as the backend lays it out (oneDNN: channel-blocked, 24 channels padded
+// to 32; cuda in 16 bits: channels last), so the fused ReLU backward reads real layouts.
+Tensor conv_output(Backend& be, const Shape& x_shape, int out_c, uint64_t seed) {
+  ConvSpec s;
+  s.in_channels = int(x_shape[1]);
+  s.out_channels = out_c;
+  s.padding = 1;
+  s.bias = false;
+  Tensor x = random_tensor(be, x_shape, seed), y;
+  Tensor w = random_tensor(be, {out_c, s.in_channels, 3, 3}, seed + 1, -0.3f, 0.3f);
+  be.make_conv(s)->forward(x, w, nullptr, y);
+  return y;
+}
+
+// Equal bits, or both zeros: which sign a masked gradient's zero has is each library's choice
+// (oneDNN multiplies dy by the 0 or 1 of the mask: -0 where dy < 0; the ref loops write +0).
+bool same_bits_or_zeros(float a, float b) {
+  return std::memcmp(&a, &b, sizeof(float)) == 0 || (a == 0.0f && b == 0.0f);
+}
+
+// ReluOp::backward_of_sum gives, bit for bit (zeros' signs aside), what an add and a ReLU backward
+// give, and what the formula gives: dx = a + b (rounded to bf16 in bf16) where y > 0, else 0. y is
+// the ReLU of a conv output, a another conv output, b a plain tensor (a reorder on oneDNN).
+BOOST_AUTO_TEST_CASE(relu_backward_of_a_sum_is_the_add_then_the_relu_backward_bitwise) {
+  std::vector<std::pair<std::string, Precision>> cases{
+      {"ref", Precision::kF32}, {"ref", Precision::kBF16}, {"cpu", Precision::kF32}};
+  cases.push_back({"cpu", Precision::kBF16});  // where the CPU has bf16 (make_backend says)
+  if (cuda_testable()) {
+    cases.push_back({"cuda", Precision::kF32});
+    cases.push_back({"cuda", Precision::kBF16});
+  }
+  const Shape x_shape{2, 5, 6, 6};
+  for (const auto& [name, precision] : cases) {
+    std::unique_ptr<Backend> be;
+    try {
+      be = make_backend(name, 2, precision);
+    } catch (const InputError& e) {
+      std::printf("relu backward of a sum, %s: skipped: %s\n", name.c_str(), e.what());
+      continue;
+    }
+    const bool bf16 = precision == Precision::kBF16;
+    Tensor z = conv_output(*be, x_shape, 24, 81), a = conv_output(*be, x_shape, 24, 83);
+    Tensor b = random_tensor(*be, z.shape(), 85), y, sum, unfused, fused;
+    auto relu = be->make_relu();
+    relu->forward(z, y);
+    be->make_add(false)->forward(a, b, sum);
+    relu->backward(y, sum, unfused);
+    relu->backward_of_sum(y, a, b, fused);
+    const std::vector<float> hy = to_host(*be, y), ha = to_host(*be, a), hb = to_host(*be, b);
+    const std::vector<float> got = to_host(*be, fused), before = to_host(*be, unfused);
+    size_t masked = 0, wrong = 0;
+    for (size_t i = 0; i < hy.size(); ++i) {
+      const float s = bf16 ? round_to_bf16(ha[i] + round_to_bf16(hb[i])) : ha[i] + hb[i];
+      masked += hy[i] == 0;
+      wrong += !same_bits_or_zeros(got[i], hy[i] > 0 ? s : 0.0f);
+    }
+    std::printf("relu backward of a sum, %s %s: %zu of %zu masked\n", name.c_str(),
+                bf16 ? "bf16" : "fp32", masked, hy.size());
+    BOOST_TEST(masked > hy.size() / 4);  // the mask is exercised both ways
+    BOOST_TEST(masked < hy.size() * 3 / 4);
+    BOOST_TEST(wrong == 0u, name << ": " << wrong << " values differ from the formula");
+    size_t apart = 0;
+    for (size_t i = 0; i < got.size(); ++i) apart += !same_bits_or_zeros(got[i], before[i]);
+    BOOST_TEST(apart == 0u, name << ": fused and separate differ in " << apart << " values");
+  }
+}
+
 BOOST_DATA_TEST_CASE(pools_match_reference, bdata::make(testable_backends()), name) {
   check_pool(name, {PoolKind::kMax, 2, 2, 0, false}, {2, 3, 8, 8}, 71);
   check_pool(name, {PoolKind::kMax, 3, 2, 1, false}, {2, 16, 7, 7}, 72);
@@ -600,7 +668,8 @@ BOOST_AUTO_TEST_CASE(smoothed_loss_and_gradient_match_hand_formulas) {
     expect_close(name + " smoothed gradient", to_host(*be, dz), {0.075f, -0.075f, 0.325f, -0.325f},
                  1e-6);
     r = be->softmax_cross_entropy(logits, labels, dz, 0.0f);
-    BOOST_TEST(r.loss == (std::log(4.0 / 3) + std::log(4.0)) / 2, boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(r.loss == (std::log(4.0 / 3) + std::log(4.0)) / 2,
+               boost::test_tools::tolerance(1e-6));
     expect_close(name + " plain gradient", to_host(*be, dz), {0.125f, -0.125f, 0.375f, -0.375f},
                  1e-6);
   }

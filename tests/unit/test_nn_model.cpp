@@ -98,15 +98,15 @@ struct TransientRun {
   size_t step_peak = 0;  // bytes above the parameters, their gradients and momentum
 };
 
-// Three SGD steps of a fresh model (seed 42) on one batch, with or without transient memory;
-// the peak is the last step's, every tensor of the earlier ones already made.
-TransientRun run_transient(Backend& be, const std::string& name, const ModelInput& in, int classes,
-                           int batch, bool transient) {
+// Three SGD steps of a fresh model (seed 42) on one batch, set up by `configure` (transient
+// memory on or off, ...); the peak is the last step's, every tensor of the earlier ones made.
+TransientRun run_three_steps(Backend& be, const std::string& name, const ModelInput& in,
+                             int classes, int batch, const std::function<void(Model&)>& configure) {
   Tensor x = random_tensor(be, {batch, in.channels, in.height, in.width}, 43);
   std::vector<int32_t> labels = labels_for(size_t(batch), classes, 44);
   TransientRun run;
   auto model = make_model(name, in, classes, be, 42);
-  model->set_transient_memory(transient);
+  configure(*model);
   Optimizer sgd(model->parameters(), {0.9, false, 0.0, false}, be);
   be.synchronize();
   const size_t before = be.memory_use().in_use;  // parameters, gradients, momentum
@@ -127,6 +127,12 @@ TransientRun run_transient(Backend& be, const std::string& name, const ModelInpu
   }
   run.weights = weights_of(*model);
   return run;
+}
+
+TransientRun run_transient(Backend& be, const std::string& name, const ModelInput& in, int classes,
+                           int batch, bool transient) {
+  return run_three_steps(be, name, in, classes, batch,
+                         [&](Model& model) { model.set_transient_memory(transient); });
 }
 
 bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
@@ -390,6 +396,58 @@ BOOST_AUTO_TEST_CASE(transient_memory_changes_no_number_and_lowers_the_peak) {
       BOOST_TEST(dropped.step_peak < bound * double(kept.step_peak),
                  name << " " << c.model << ": transient peak " << dropped.step_peak
                       << " bytes against " << kept.step_peak << " kept");
+    }
+  }
+}
+
+// The residual blocks' ReLU backward folded into the block above (Model::set_fold_relu_backward,
+// the default) changes no number: three steps give the same losses, gradients and weights,
+// bitwise, as every block running its own, in fp32 and bf16, with transient memory or not.
+BOOST_AUTO_TEST_CASE(folded_relu_backward_changes_no_number) {
+  std::vector<std::pair<std::string, backend::Precision>> backends{
+      {"ref", backend::Precision::kF32},
+      {"ref", backend::Precision::kBF16},
+      {"cpu", backend::Precision::kF32},
+      {"cpu", backend::Precision::kBF16}};
+  if (cuda_testable()) {
+    backends.push_back({"cuda", backend::Precision::kF32});
+    backends.push_back({"cuda", backend::Precision::kBF16});
+  }
+  for (const auto& [name, precision] : backends) {
+    std::unique_ptr<Backend> be;
+    try {
+      backend::CudaOptions deterministic;  // algorithms not chosen by timing (see above)
+      deterministic.deterministic = true;
+      deterministic.precision = precision;
+      be = name == "cuda" ? backend::make_cuda_backend(deterministic)
+                          : backend::make_backend(name, 2, precision);
+    } catch (const InputError& e) {
+      std::printf("folded relu backward, %s: skipped: %s\n", name.c_str(), e.what());
+      continue;
+    }
+    for (const char* model : {"resnet18_cifar", "fibernet"}) {
+      const ModelInput in =
+          std::string(model) == "fibernet" ? ModelInput{1, 16, 16} : ModelInput{3, 8, 8};
+      // The backend's own choice of transient memory; on cpu fp32 the other one as well.
+      std::vector<bool> transients{be->recycles_memory()};
+      if (name == "cpu" && precision == backend::Precision::kF32) transients.push_back(true);
+      for (bool transient : transients) {
+        auto with = [&](bool fold) {
+          return run_three_steps(*be, model, in, 5, 4, [&](Model& m) {
+            m.set_transient_memory(transient);
+            m.set_fold_relu_backward(fold);
+          });
+        };
+        const TransientRun folded = with(true), separate = with(false);
+        const std::string what = name + " " + backend::precision_name(precision) + " " + model +
+                                 (transient ? " transient" : "");
+        std::printf("folded relu backward, %s: gradients %.1e, weights %.1e relative\n",
+                    what.c_str(), max_relative(folded.grads, separate.grads),
+                    max_relative(folded.weights, separate.weights));
+        BOOST_TEST(folded.losses == separate.losses, what << ": losses differ");
+        BOOST_TEST(same_bits(folded.grads, separate.grads), what << ": gradients differ");
+        BOOST_TEST(same_bits(folded.weights, separate.weights), what << ": weights differ");
+      }
     }
   }
 }

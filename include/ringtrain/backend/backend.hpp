@@ -189,6 +189,11 @@ class ReluOp {
   virtual void forward(const Tensor& x, Tensor& y) = 0;
   // y is forward's output: dx = dy where y > 0, else 0.
   virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  // The same for a dy that arrives in two parts (a residual block's two paths): dx = dy_a +
+  // dy_b where y > 0, else 0, in one pass. Bitwise what an AddOp (without ReLU) and backward
+  // give: the sum is rounded to the stored type before the mask, as the AddOp stores it.
+  virtual void backward_of_sum(const Tensor& y, const Tensor& dy_a, const Tensor& dy_b,
+                               Tensor& dx) = 0;
 };
 
 class PoolOp {

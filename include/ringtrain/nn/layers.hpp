@@ -61,6 +61,20 @@ class Layer {
   // Drops the gradient the last backward returned (its parent is done with it); the next
   // backward allocates it again.
   virtual void release_input_grad() {}
+  // A ReLU's backward folded across a layer boundary (Sequential pairs neighbours). A layer
+  // whose output is relu(z) (output_is_relu) may hand its ReLU's mask to the layer above when
+  // that one's input gradient is a sum of two parts (sums_input_grad, a residual block): the
+  // layer above then masks the sum in the pass that adds it (ReluOp::backward_of_sum), and the
+  // layer below takes the gradient of z instead of its output's. One pass over the data
+  // instead of two, the same numbers bitwise.
+  virtual bool output_is_relu() const { return false; }
+  virtual bool sums_input_grad() const { return false; }
+  // mask_input_grad: mask the input gradient by the input's sign (x is the producer's relu
+  // output); output_grad_masked: backward's dy is already masked by this layer's ReLU.
+  virtual void set_folded_relu(bool mask_input_grad, bool output_grad_masked) {
+    (void)mask_input_grad;
+    (void)output_grad_masked;
+  }
   // Appends what the layer computes in inference to graph, reading value `input`; returns the
   // name of its output value (graph.hpp).
   virtual std::string trace(Graph& graph, const std::string& input) const = 0;
@@ -225,11 +239,17 @@ class Sequential : public Layer {
   // Called after each child's forward or backward with its name and seconds.
   using LayerTimer = std::function<void(const std::string& layer, bool backward, double seconds)>;
   void set_layer_timer(LayerTimer timer) { timer_ = std::move(timer); }
+  // Pairs neighbouring children for Layer::set_folded_relu (on by default); off, every layer
+  // runs its own ReLU backward (the measurement's baseline and the tests' reference).
+  void set_fold_relu_backward(bool on);
 
  private:
+  void pair_folded_relus();
+
   std::vector<std::unique_ptr<Layer>> layers_;
   LayerTimer timer_;
   Layer* grad_holder_ = nullptr;  // the child whose gradient the last backward returned
+  bool fold_relu_backward_ = true;
 };
 
 // ResNet's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), where the
@@ -248,6 +268,12 @@ class BasicBlock : public Layer {
   void set_stat_reducer(const backend::StatReducer& reducer) override;
   void set_transient_memory(bool on) override;
   void release_input_grad() override { dx_ = Tensor(); }
+  bool output_is_relu() const override { return true; }
+  bool sums_input_grad() const override { return true; }
+  void set_folded_relu(bool mask_input_grad, bool output_grad_masked) override {
+    mask_input_grad_ = mask_input_grad;
+    output_grad_masked_ = output_grad_masked;
+  }
   std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
@@ -261,6 +287,8 @@ class BasicBlock : public Layer {
   std::unique_ptr<backend::ReluOp> relu_out_;
   std::unique_ptr<backend::AddOp> add_grads_;
   Tensor y_, dsum_, dx_, empty_;
+  const Tensor* x_ = nullptr;  // the last training forward's input, for mask_input_grad_
+  bool mask_input_grad_ = false, output_grad_masked_ = false;
 };
 
 }  // namespace ringtrain::nn

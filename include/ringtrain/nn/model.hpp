@@ -84,6 +84,10 @@ class Model {
   void set_transient_memory(bool on);
   bool transient_memory() const { return transient_memory_; }
 
+  // Residual blocks mask their input gradient with the ReLU below in the pass that sums it
+  // (Sequential::set_fold_relu_backward): on by default, bitwise the same numbers.
+  void set_fold_relu_backward(bool on) { net_->set_fold_relu_backward(on); }
+
   // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
   void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }
   // Seconds of each top-level layer's forward and backward, for the timeline.

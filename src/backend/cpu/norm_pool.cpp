@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../host_math.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
 
@@ -266,6 +267,32 @@ class Relu : public ReluOp {
                                 {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}});
   }
 
+  // oneDNN 2.6 has no primitive for it (eltwise backward takes no post-ops, binary no mask),
+  // so one OpenMP loop over y's layout, the padding included: every operand is zero there.
+  void backward_of_sum(const Tensor& y, const Tensor& dy_a, const Tensor& dy_b,
+                       Tensor& dx) override {
+    RT_CHECK(dy_a.shape() == y.shape() && dy_b.shape() == y.shape(), "relu backward: dy parts ",
+             shape_str(dy_a.shape()), " and ", shape_str(dy_b.shape()), " differ from y ",
+             shape_str(y.shape()));
+    const memory::desc md = desc_of(y);
+    const memory a = as_layout(ctx_, dy_a, md, dy_scratch_, dy_reorder_);
+    const memory b = as_layout(ctx_, dy_b, md, dy_b_scratch_, dy_b_reorder_);
+    ensure(dx, y.shape(), md);
+    const auto type = md.data_type();
+    RT_CHECK(type == dt::f32 || type == dt::bf16,
+             "relu backward: y's type is neither fp32 nor bf16");
+    const int64_t n = int64_t(md.get_size() / memory::data_type_size(type));
+    if (type == dt::f32) {
+      host::relu_backward_of_sum(static_cast<const float*>(y.raw()),
+                                 static_cast<const float*>(a.get_data_handle()),
+                                 static_cast<const float*>(b.get_data_handle()), dx.f32(), n);
+    } else {
+      host::relu_backward_of_sum(
+          static_cast<const uint16_t*>(y.raw()), static_cast<const uint16_t*>(a.get_data_handle()),
+          static_cast<const uint16_t*>(b.get_data_handle()), static_cast<uint16_t*>(dx.raw()), n);
+    }
+  }
+
  private:
   struct Plan {
     memory::desc md;
@@ -294,8 +321,8 @@ class Relu : public ReluOp {
 
   const Context& ctx_;
   std::vector<std::unique_ptr<Plan>> plans_;
-  Tensor dy_scratch_;
-  CachedReorder dy_reorder_;
+  Tensor dy_scratch_, dy_b_scratch_;
+  CachedReorder dy_reorder_, dy_b_reorder_;
 };
 
 class Pool : public PoolOp {

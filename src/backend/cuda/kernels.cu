@@ -200,6 +200,14 @@ __global__ void add_typed_kernel(const void* a, const void* b, void* out, Elem t
   }
 }
 
+__global__ void relu_backward_of_sum_kernel(const void* y, const void* a, const void* b, void* dx,
+                                            Elem type, int64_t n) {
+  GRID_LOOP(i, n) {
+    const float sum = load(a, type, i) + load(b, type, i);
+    store(dx, type, i, load(y, type, i) > 0.0f ? sum : 0.0f);
+  }
+}
+
 __global__ void add_row_bias_typed_kernel(void* y, Elem type, const float* bias, int64_t rows,
                                           int64_t cols) {
   GRID_LOOP(i, rows * cols) store(y, type, i, load(y, type, i) + bias[i % cols]);
@@ -525,6 +533,13 @@ void add_typed(const void* a, const void* b, void* out, Elem type, int64_t n, bo
                cudaStream_t s) {
   if (n == 0) return;
   add_typed_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, b, out, type, n, relu);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void relu_backward_of_sum(const void* y, const void* a, const void* b, void* dx, Elem type,
+                          int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  relu_backward_of_sum_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, a, b, dx, type, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -62,6 +62,10 @@ void convert(const void* src, Elem src_type, bool src_nhwc, void* dst, Elem dst_
 // out = a + b (then max(0, .) when relu); all three of one type, the sum in fp32.
 void add_typed(const void* a, const void* b, void* out, Elem type, int64_t n, bool relu,
                cudaStream_t s);
+// dx = a + b (the sum in fp32, stored as `type`) where y > 0, else 0; all four of one type and
+// one layout.
+void relu_backward_of_sum(const void* y, const void* a, const void* b, void* dx, Elem type,
+                          int64_t n, cudaStream_t s);
 // y[r, c] += bias[c] for a row-major [rows, cols] y of `type` and an fp32 bias.
 void add_row_bias_typed(void* y, Elem type, const float* bias, int64_t rows, int64_t cols,
                         cudaStream_t s);

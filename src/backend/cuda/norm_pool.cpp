@@ -391,11 +391,27 @@ class Relu : public ReluOp {
                                         desc_.get(), dx.raw()));
   }
 
+  // cuDNN's activation backward takes one dy: the sum and the mask in one kernel of ours.
+  void backward_of_sum(const Tensor& y, const Tensor& dy_a, const Tensor& dy_b,
+                       Tensor& dx) override {
+    ctx_.activate();
+    expect_present(y, "relu y");
+    RT_CHECK(y.is_plain() || is_nhwc(y), "relu backward: y has a layout the kernel cannot read");
+    RT_CHECK(dy_a.shape() == y.shape() && dy_b.shape() == y.shape(), "relu backward: dy parts ",
+             shape_str(dy_a.shape()), " and ", shape_str(dy_b.shape()), " differ from y ",
+             shape_str(y.shape()));
+    const Tensor& a = ctx_.as_form_of(dy_a, y, dy_cast_);
+    const Tensor& b = ctx_.as_form_of(dy_b, y, dy_b_cast_);
+    ctx_.ensure_as(dx, y.shape(), y.dtype(), is_nhwc(y));
+    kernels::relu_backward_of_sum(y.raw(), a.raw(), b.raw(), dx.raw(), elem_of(y.dtype()),
+                                  y.numel(), ctx_.stream());
+  }
+
  private:
   Context& ctx_;
   ActivationDesc relu_;
   TensorDesc desc_;
-  Tensor dy_cast_;
+  Tensor dy_cast_, dy_b_cast_;
 };
 
 class Pool : public PoolOp {

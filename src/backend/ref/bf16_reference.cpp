@@ -96,11 +96,16 @@ class Bf16Relu : public ReluOp {
     op_->backward(y, rounded(be_, dy, dy_), dx);
     round_in_place(dx);
   }
+  void backward_of_sum(const Tensor& y, const Tensor& dy_a, const Tensor& dy_b,
+                       Tensor& dx) override {
+    op_->backward_of_sum(y, rounded(be_, dy_a, dy_), rounded(be_, dy_b, dy_b_), dx);
+    round_in_place(dx);
+  }
 
  private:
   Backend& be_;
   std::unique_ptr<ReluOp> op_;
-  Tensor x_, dy_;
+  Tensor x_, dy_, dy_b_;
 };
 
 class Bf16Pool : public PoolOp {

@@ -286,6 +286,15 @@ class Relu : public ReluOp {
     realloc_plain(dx, y.shape());
     for (int64_t i = 0; i < y.numel(); ++i) dx.f32()[i] = y.f32()[i] > 0 ? dy.f32()[i] : 0.0f;
   }
+  void backward_of_sum(const Tensor& y, const Tensor& dy_a, const Tensor& dy_b,
+                       Tensor& dx) override {
+    RT_CHECK(dy_a.shape() == y.shape() && dy_b.shape() == y.shape(), "relu backward: dy parts ",
+             shape_str(dy_a.shape()), " and ", shape_str(dy_b.shape()), " differ from y ",
+             shape_str(y.shape()));
+    realloc_plain(dx, y.shape());
+    for (int64_t i = 0; i < y.numel(); ++i)
+      dx.f32()[i] = y.f32()[i] > 0 ? dy_a.f32()[i] + dy_b.f32()[i] : 0.0f;
+  }
 };
 
 class Pool : public PoolOp {
