@@ -20,8 +20,10 @@ struct Case {
   Shape x_shape;
 };
 
-// Strided, 1x1 (with and without stride: the latter skips the unfold), padded odd sizes, a
-// 5x5 kernel, channel counts off oneDNN's blocks of 16.
+// Both orientations of the gemm path: the same-size stride-1 convolutions (3x3 padded, 1x1, a
+// 5x5 on odd sizes, a 4x4 image) and the rest (strided, 1x1 strided, a 3x3 without padding, a
+// 1-wide image whose last tap at stride 2 lies right of it); channel counts off oneDNN's
+// blocks of 16.
 const Case kCases[] = {
     {{16, 32, 3, 1, 1, false, false}, {2, 16, 9, 9}},
     {{16, 32, 3, 2, 1, false, false}, {3, 16, 9, 9}},
@@ -29,6 +31,8 @@ const Case kCases[] = {
     {{32, 48, 1, 1, 0, false, false}, {2, 32, 5, 5}},
     {{5, 7, 5, 1, 2, false, false}, {2, 5, 11, 7}},
     {{64, 64, 3, 1, 1, false, true}, {2, 64, 4, 4}},
+    {{8, 8, 3, 2, 1, false, false}, {2, 8, 3, 1}},
+    {{6, 10, 3, 1, 0, false, false}, {2, 6, 7, 9}},
 };
 
 // The backend, or null (reason printed) where bf16 is refused on this CPU.
@@ -75,8 +79,8 @@ BOOST_AUTO_TEST_CASE(gemm_matches_onednn_and_the_reference_in_fp32) {
     expect_close("gemm vs oneDNN", got, weight_gradient(*onednn, c, 31), 2e-5);
     expect_close("gemm vs ref", got, weight_gradient(*ref, c, 31), 2e-5);
   }
-  BOOST_TEST(gemm->op_choices() == "conv weight gradients: gemm 6, oneDNN 0 (gemm)");
-  BOOST_TEST(onednn->op_choices() == "conv weight gradients: gemm 0, oneDNN 6 (onednn)");
+  BOOST_TEST(gemm->op_choices() == "conv weight gradients: gemm 8, oneDNN 0 (gemm)");
+  BOOST_TEST(onednn->op_choices() == "conv weight gradients: gemm 0, oneDNN 8 (onednn)");
 }
 
 // bf16: both paths multiply the same bf16 values and accumulate in fp32, so they differ only
@@ -114,13 +118,13 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
     auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
     expect_close("measure vs oneDNN", got, weight_gradient(*onednn, c, 61), 2e-5);
   }
-  // Each case made two convolutions (the 1x1 before it has no backward): six decided.
+  // Each case made two convolutions (the 1x1 before it has no backward): eight decided.
   const std::string choices = be->op_choices();
   std::printf("%s\n", choices.c_str());
   int gemm = -1, onednn = -1;
   BOOST_TEST_REQUIRE(std::sscanf(choices.c_str(), "conv weight gradients: gemm %d, oneDNN %d",
                                  &gemm, &onednn) == 2);
-  BOOST_TEST(gemm + onednn == 6);
+  BOOST_TEST(gemm + onednn == 8);
   BOOST_TEST(choices.find("(measure)") != std::string::npos);
 
   auto with_bias = cpu(Precision::kF32, ConvWeightGrad::kGemm);

@@ -6,12 +6,18 @@
 
 namespace ringtrain::backend::cpu {
 
-// dW[O, I, KH, KW] = sum over output pixels p of dy[p, O] x col[p, (KH, KW, I)], where col
-// holds, for each output pixel, the input patch it saw. x and dy are taken in any layout and
-// brought to NHWC first; the matmul accumulates in fp32 and its [O, KH, KW, I] result is
-// reordered into the plain gradient. For shapes where oneDNN's backward-weights kernel is
-// slow (strided and small-image convolutions; docs/TUNING.md) this runs at the matmul's speed.
-// Bitwise repeatable for a fixed thread count: the unfold is a copy, the matmul has no atomics.
+// The weight gradient as a product over output pixels p of the input patch each saw (col)
+// and dy, in one of two orientations (docs/TUNING.md has the measurements behind them):
+// - stride 1, output the input's size (3x3 with padding 1, 1x1): dW^T[(I, KH, KW), O] =
+//   colT[(I, KH, KW), p] x dy[p, O]. colT's rows are the image planes shifted by each kernel
+//   tap (one masked copy a plane, from NCHW x), and the contraction runs along rows of both
+//   operands, which oneDNN's matmul reads fastest (twice as fast as the other orientation on
+//   64-channel layers).
+// - strided and the rest: dW[O, (KH, KW, I)] = dy^T[O, p] x col[p, (KH, KW, I)], col holding
+//   each pixel's patch (runs of I channels copied from NHWC x), cheaper to unfold there.
+// x and dy are reordered from their layouts first, the matmul accumulates in fp32, and its
+// result is reordered into the plain gradient. Bitwise repeatable for a fixed thread count:
+// the unfold is a copy, the matmul has no atomics.
 class ConvWeightGemm {
  public:
   ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const Shape& x_shape,
@@ -20,15 +26,18 @@ class ConvWeightGemm {
   void run(const memory& x, const memory& dy, float* dw);
 
  private:
-  void unfold(const void* x_nhwc);
+  template <typename U>
+  void unfold_planes(const U* x_nchw, U* col) const;
+  void unfold_patches(const void* x_nhwc);
 
   const Context& ctx_;
   ConvSpec s_;
   int64_t n_, c_, h_, w_, oh_, ow_;
-  bool unfold_needed_;  // a 1x1, stride-1 convolution multiplies the NHWC input as it is
-  // dy_as_a_: dy's NHWC memory seen as [O, pixels] (transposed), the matmul's first operand.
-  memory::desc x_nhwc_, dy_nhwc_, dy_as_a_, col_md_, dw_ohwi_, dw_plain_;
-  Tensor x_scratch_, dy_scratch_, col_, dw_ohwi_scratch_;
+  bool planes_;  // the first orientation above
+  // a_md_, b_md_: the matmul's operands over x's unfold and dy's NHWC memory; product_as_w_:
+  // its result seen as [O, I, KH, KW].
+  memory::desc x_md_, dy_nhwc_, a_md_, b_md_, col_md_, product_md_, product_as_w_, dw_plain_;
+  Tensor x_scratch_, dy_scratch_, col_, product_;
   CachedReorder x_reorder_, dy_reorder_, dw_reorder_;
   dnnl::matmul matmul_;
 };
