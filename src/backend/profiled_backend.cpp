@@ -103,6 +103,8 @@ class ProfiledConv : public ConvOp {
     r_.time(OpKind::kConvBackwardWeights, conv_flops_of_output(s_, dy),
             [&] { op_->backward_weights(x, dy, dw, dbias); });
   }
+  std::string weight_grad_choice() const override { return op_->weight_grad_choice(); }
+  void preset_weight_grad(const std::string& choice) override { op_->preset_weight_grad(choice); }
 
  private:
   Recorder& r_;

@@ -22,6 +22,11 @@ std::unique_ptr<Layer> Sequential::release_last() {
   return last;
 }
 
+void Sequential::visit(const std::function<void(Layer&)>& f) {
+  f(*this);
+  for (auto& layer : layers_) layer->visit(f);
+}
+
 void Sequential::set_fold_relu_backward(bool on) {
   fold_relu_backward_ = on;
   pair_folded_relus();
@@ -249,6 +254,13 @@ void BasicBlock::set_transient_memory(bool on) {
   for (Layer* child : std::initializer_list<Layer*>{&conv1_, &bn1_, &conv2_, &bn2_,
                                                     down_conv_.get(), down_bn_.get()})
     if (child != nullptr) child->set_transient_memory(on);
+}
+
+void BasicBlock::visit(const std::function<void(Layer&)>& f) {
+  f(*this);
+  for (Layer* child : std::initializer_list<Layer*>{&conv1_, &bn1_, &conv2_, &bn2_,
+                                                    down_conv_.get(), down_bn_.get()})
+    if (child != nullptr) child->visit(f);
 }
 
 void BasicBlock::set_stat_reducer(const backend::StatReducer& reducer) {

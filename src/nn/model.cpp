@@ -1,6 +1,7 @@
 // model.cpp — Model: forward, loss, backward with gradient-ready callbacks, save and load.
 #include "ringtrain/nn/model.hpp"
 
+#include <map>
 #include <unordered_map>
 
 #include "ringtrain/core/error.hpp"
@@ -90,6 +91,46 @@ void Model::backward(const std::function<void(size_t)>& on_grad_ready, bool accu
   };
   net_->backward(inspect_ ? inspect_->backward(dlogits_, ready) : dlogits_, ready);
   if (transient_memory_) net_->release_input_grad();
+}
+
+namespace {
+
+// Every convolution of net by its name.
+std::map<std::string, Conv2d*> convolutions(Sequential& net) {
+  std::map<std::string, Conv2d*> found;
+  net.visit([&](Layer& layer) {
+    if (auto* conv = dynamic_cast<Conv2d*>(&layer)) found[conv->name()] = conv;
+  });
+  return found;
+}
+
+}  // namespace
+
+std::string Model::weight_grad_choices() {
+  std::string out;
+  for (const auto& [name, conv] : convolutions(*net_)) {
+    const std::string choice = conv->op().weight_grad_choice();
+    if (!choice.empty()) out += (out.empty() ? "" : ",") + name + "=" + choice;
+  }
+  return out;
+}
+
+void Model::preset_weight_grad_choices(const std::string& choices) {
+  const std::map<std::string, Conv2d*> convs = convolutions(*net_);
+  size_t start = 0;
+  while (start < choices.size()) {
+    size_t end = choices.find(',', start);
+    if (end == std::string::npos) end = choices.size();
+    const std::string item = choices.substr(start, end - start);
+    const size_t eq = item.find('=');
+    RT_REQUIRE_INPUT(eq != std::string::npos, "weight-gradient choice '", item,
+                     "' is not name=path");
+    const auto it = convs.find(item.substr(0, eq));
+    RT_REQUIRE_INPUT(it != convs.end(), "weight-gradient choice for ", item.substr(0, eq),
+                     ", which model ", name_, " has no convolution of");
+    it->second->op().preset_weight_grad(item.substr(eq + 1));
+    start = end + 1;
+  }
 }
 
 void Model::set_transient_memory(bool on) {

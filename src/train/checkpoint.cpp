@@ -68,6 +68,8 @@ void CheckpointState::save(nn::Model& model, nn::Optimizer& optimizer, int64_t g
       root.set_attr("autotune_overlap", int32_t(tuned->overlap));
       root.set_attr("autotune_fusion_mib", tuned->fusion_mib);
     }
+    const std::string weight_grads = model.weight_grad_choices();
+    if (!weight_grads.empty()) root.set_attr("conv_weight_grad_choices", weight_grads);
     h5::Group params = root.create_group("params");
     model.save(params);
     h5::Group state = root.create_group("optimizer");
@@ -153,12 +155,18 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, Lo
     const auto row = rows.begin() + std::ptrdiff_t(n * size_t(comm_.rank()));
     model.set_buffer_values(std::vector<float>(row, row + std::ptrdiff_t(n)));
   }
+  // The timed weight-gradient paths the run had agreed on: the resumed run computes as the
+  // uninterrupted one would (they take effect with train.conv_weight_grad = measure).
+  const bool weight_grads_preset = root.has_attr("conv_weight_grad_choices");
+  if (weight_grads_preset)
+    model.preset_weight_grad_choices(root.attr_string("conv_weight_grad_choices"));
   if (ema && root.exists("ema"))
     ema->load(root.open_group("ema"));
   else if (ema)
     ema->reset();
   ResumePoint point;
   point.global_step = step;
+  point.weight_grads_preset = weight_grads_preset;
   if (root.has_attr("weights_digest")) {
     point.weights_digest = root.attr_string("weights_digest");
     point.weights_digest_covers_bn = root.attr<int32_t>("weights_digest_covers_bn") != 0;

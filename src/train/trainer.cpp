@@ -135,6 +135,7 @@ void Trainer::set_up() {
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
       tuned = at.tuned;
+      weight_grads_from_checkpoint_ = at.weight_grads_preset;
       if (scaler_) parallel_->set_loss_scale(scaler_->scale());
       verify_resumed_weights(*weight_check_, at, cfg_.checkpoint_path());
     });
@@ -523,6 +524,20 @@ bool Trainer::nonfinite_step_is_skipped(const nn::Parameter* bad) {
                   "train.on_nonfinite = skip)"));
 }
 
+// With train.conv_weight_grad = measure each rank timed its convolutions' two weight-gradient
+// paths in its first step and may have chosen otherwise than rank 0: every rank now takes rank
+// 0's choices, so that the ranks compute alike from here on and a checkpoint's choices
+// (rank 0 writes them) are every rank's when a run resumes from it.
+void Trainer::agree_weight_grad_choices() {
+  weight_grads_agreed_ = true;
+  if (cfg_.train.conv_weight_grad != "measure") return;
+  const std::string mine = model_->weight_grad_choices();
+  std::vector<uint8_t> bytes(mine.begin(), mine.end());
+  comm_.broadcast(bytes, 0);
+  const std::string rank0(bytes.begin(), bytes.end());
+  if (rank0 != mine) model_->preset_weight_grad_choices(rank0);
+}
+
 void Trainer::train_epoch(int epoch) {
   data::Loader& loader = *train_loader_;
   loader.start_epoch(epoch);
@@ -541,6 +556,7 @@ void Trainer::train_epoch(int epoch) {
     t.step = comm::fusion::Timeline::now() - t0;
     phases_.add(t);
     parallel_->end_step(t.step);  // collective: the autotune may switch settings here
+    if (!weight_grads_agreed_) agree_weight_grad_choices();
     ++step;
     ++global_step_;
     if (flip_weight_fault_at(global_step_, comm_.rank()))
@@ -609,7 +625,9 @@ void Trainer::train_epoch(int epoch) {
   // Every convolution has decided its weight-gradient path by the end of the run's first epoch.
   if (epoch == first_epoch_ && cfg_.train.conv_weight_grad != "onednn") {
     const std::string choices = backend_->op_choices();
-    if (!choices.empty()) log::info("rank 0: " + choices);
+    if (!choices.empty())
+      log::info("rank 0: " + choices +
+                (weight_grads_from_checkpoint_ ? ", as the checkpoint had them" : ""));
   }
   log::info(str("epoch ", epoch, " done in ", format_duration(seconds), " | train loss ",
                 row.train_loss, " acc ", row.train_acc,

@@ -103,6 +103,7 @@ class Trainer {
   void count_predictions(const backend::Tensor& logits, const data::Batch& batch, Sums& sums);
   Sums reduce(Sums s) const;
   void enter_phase(Phase phase);
+  void agree_weight_grad_choices();
   bool nonfinite_step_is_skipped(const nn::Parameter* bad);
   const backend::Tensor& upload(const data::Batch& batch);
   void write_results(double test_loss, double test_acc, const std::vector<double>& confusion);
@@ -169,6 +170,8 @@ class Trainer {
   int64_t skip_steps_ = 0;         // of first_epoch_, already done before a resume
   int64_t nonfinite_skipped_ = 0;  // steps skipped for a non-finite gradient (on_nonfinite)
   bool stop_ = false;
+  bool weight_grads_agreed_ = false;  // agree_weight_grad_choices ran after the first step
+  bool weight_grads_from_checkpoint_ = false;  // a resume preset the timed paths
 };
 
 }  // namespace ringtrain::train

@@ -59,6 +59,29 @@ else
   echo "bf16 checkpoint: skipped (no AVX512-BF16 or AMX on this CPU)"
 fi
 
+# train.conv_weight_grad = measure on fibernet (no bias on its convolutions: each one times its
+# two weight-gradient paths in the first step): the ranks take rank 0's choices, the checkpoint
+# keeps them, and the resumed run takes them instead of timing again, so that it ends bitwise
+# equal to the uninterrupted run (whose choices were timed once).
+m=(--model.name=fibernet --train.conv_weight_grad=measure)
+run --output.name=whole_m "${m[@]}" --train.max_steps=8 >"$work/whole_m.log" 2>&1 \
+  || { cat "$work/whole_m.log"; fail "uninterrupted run, measure"; }
+run --output.name=parts_m "${m[@]}" --train.max_steps=4 >"$work/m1.log" 2>&1 || fail "first part, measure"
+run --output.name=parts_m "${m[@]}" --train.max_steps=8 --resume >"$work/m2.log" 2>&1 \
+  || { cat "$work/m2.log"; fail "resume, measure"; }
+grep -q "rank 0: conv weight gradients: gemm [0-9]*, oneDNN [0-9]* (measure), as the checkpoint had them" \
+  "$work/m2.log" || fail "measure resume: no choices line: $(grep -i 'conv weight' "$work/m2.log")"
+compare "$work/out/whole_m.ckpt.h5" "$work/out/parts_m.ckpt.h5"
+"$PYTHON" - "$work/out/parts_m.ckpt.h5" <<'PY' || fail "measure checkpoint choices"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+items = dict(i.split("=") for i in f.attrs["conv_weight_grad_choices"].split(","))
+convs = []
+f["params"].visititems(lambda n, o: convs.append(n[:-len("/weight")]) if isinstance(o, h5py.Dataset) and o.ndim == 4 else None)
+assert sorted(items) == sorted(convs), (sorted(items), sorted(convs))
+assert set(items.values()) <= {"gemm", "onednn"}, items
+PY
+
 # SIGTERM mid-run: a checkpoint, "stopped by signal", exit 0; then --resume finishes.
 BIN=$BIN jobs/local/train.sh "$work/ckpt.deck" 2 --output.name=term --train.epochs=30 >"$work/term.log" 2>&1 &
 job=$!

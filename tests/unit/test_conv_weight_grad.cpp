@@ -47,7 +47,9 @@ std::unique_ptr<Backend> cpu(Precision precision, ConvWeightGrad path) {
 
 // dw of one convolution whose input comes out of a 1x1 convolution before it and whose dy is
 // the output of its own forward pass: both in the layouts oneDNN chose, as in training.
-std::vector<float> weight_gradient(Backend& be, const Case& c, uint64_t seed) {
+// preset, when given, goes to the op before its first pass; *choice gets its choice after.
+std::vector<float> weight_gradient(Backend& be, const Case& c, uint64_t seed,
+                                   const std::string& preset = "", std::string* choice = nullptr) {
   const ConvSpec& s = c.spec;
   const int in = s.in_channels;
   auto first = be.make_conv({in, in, 1, 1, 0, false, false});
@@ -56,10 +58,16 @@ std::vector<float> weight_gradient(Backend& be, const Case& c, uint64_t seed) {
   Tensor x, w = random_tensor(be, {s.out_channels, in, s.kernel, s.kernel}, seed + 2, -0.3f, 0.3f);
   first->forward(x0, w0, nullptr, x);
   auto op = be.make_conv(s);
+  if (!preset.empty()) op->preset_weight_grad(preset);
   Tensor y, dw = be.alloc({s.out_channels, in, s.kernel, s.kernel});
   op->forward(x, w, nullptr, y);
   op->backward_weights(x, y, dw, nullptr);
+  if (choice) *choice = op->weight_grad_choice();
   return to_host(be, dw);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -136,6 +144,59 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
   op->forward(x, w, &b, y);
   op->backward_weights(x, y, dw, &db);
   BOOST_TEST(with_bias->op_choices() == "conv weight gradients: gemm 0, oneDNN 1 (gemm)");
+}
+
+// A preset path (rank 0's, a checkpoint's) is taken without timing and gives that path's bits;
+// presetting over a timed choice replaces it, and op_choices counts what each holds now. Only
+// measure has choices: elsewhere the path is the key's and presets are ignored.
+BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
+  auto measure = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto gemm = cpu(Precision::kF32, ConvWeightGrad::kGemm);
+  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+  const Case& c = kCases[4];  // a 5x5 kernel on 11x7 images: the two paths' sums differ
+  const std::vector<float> by_gemm = weight_gradient(*gemm, c, 81);
+  const std::vector<float> by_onednn = weight_gradient(*onednn, c, 81);
+  BOOST_TEST(!same_bits(by_gemm, by_onednn));  // the two paths are told apart by their bits
+  std::string choice;
+  BOOST_TEST(same_bits(weight_gradient(*measure, c, 81, "gemm", &choice), by_gemm));
+  BOOST_TEST(choice == "gemm");
+  BOOST_TEST(same_bits(weight_gradient(*measure, c, 81, "onednn", &choice), by_onednn));
+  BOOST_TEST(choice == "onednn");
+  BOOST_TEST(measure->op_choices() == "conv weight gradients: gemm 1, oneDNN 1 (measure)");
+
+  // Timed first, then the other path preset: the next pass runs it, the counts move.
+  auto again = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto op = again->make_conv(c.spec);
+  BOOST_TEST(op->weight_grad_choice() == "");  // undecided
+  const Shape w_shape{c.spec.out_channels, c.spec.in_channels, c.spec.kernel, c.spec.kernel};
+  Tensor x = random_tensor(*again, c.x_shape, 82), y;
+  Tensor w = random_tensor(*again, w_shape, 83, -0.3f, 0.3f);
+  // (a fresh op on the raw input: the first pass times, the preset pass below is compared)
+  Tensor dw = again->alloc(w_shape);
+  op->forward(x, w, nullptr, y);
+  op->backward_weights(x, y, dw, nullptr);
+  const std::string timed = op->weight_grad_choice(), other = timed == "gemm" ? "onednn" : "gemm";
+  BOOST_TEST((timed == "gemm" || timed == "onednn"));
+  op->preset_weight_grad(other);
+  BOOST_TEST(op->weight_grad_choice() == other);
+  BOOST_TEST(again->op_choices() == (other == "gemm"
+                                         ? "conv weight gradients: gemm 1, oneDNN 0 (measure)"
+                                         : "conv weight gradients: gemm 0, oneDNN 1 (measure)"));
+  auto reference =
+      cpu(Precision::kF32, other == "gemm" ? ConvWeightGrad::kGemm : ConvWeightGrad::kOnednn);
+  auto ref_op = reference->make_conv(c.spec);
+  Tensor ry, rdw = reference->alloc(w_shape);
+  Tensor rx = random_tensor(*reference, c.x_shape, 82);
+  Tensor rw = random_tensor(*reference, w_shape, 83, -0.3f, 0.3f);
+  ref_op->forward(rx, rw, nullptr, ry);
+  ref_op->backward_weights(rx, ry, rdw, nullptr);
+  op->backward_weights(x, y, dw, nullptr);
+  BOOST_TEST(same_bits(to_host(*again, dw), to_host(*reference, rdw)));
+
+  BOOST_TEST(same_bits(weight_gradient(*gemm, c, 81, "onednn", &choice), by_gemm));
+  BOOST_TEST(choice == "");  // gemm by the key: no choice, the preset ignored
+  BOOST_TEST(error_of([&] { op->preset_weight_grad("im2col"); }) ==
+             "conv weight gradient: unknown path 'im2col' (gemm or onednn)");
 }
 
 BOOST_AUTO_TEST_CASE(names_and_errors) {

@@ -2,6 +2,7 @@
 // determinism, gradient hooks and bound gradients, save/load, and the exact errors.
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
@@ -450,6 +451,35 @@ BOOST_AUTO_TEST_CASE(folded_relu_backward_changes_no_number) {
       }
     }
   }
+}
+
+// The timed weight-gradient paths by convolution name: one per bias-free convolution once a
+// step has run, taken back by a fresh model before any step (as a resumed run does), and a
+// choice for a name the model lacks named in the error.
+BOOST_AUTO_TEST_CASE(weight_grad_choices_go_by_name_and_come_back) {
+  auto be =
+      backend::make_backend("cpu", 2, backend::Precision::kF32, backend::ConvWeightGrad::kMeasure);
+  const ModelInput in{1, 16, 16};
+  Tensor x = random_tensor(*be, {2, 1, 16, 16}, 91);
+  std::vector<int32_t> labels = labels_for(2, 5, 92);
+  auto model = make_model("fibernet", in, 5, *be, 42);
+  BOOST_TEST(model->weight_grad_choices() == "");  // nothing timed yet
+  model->forward(x, true);
+  model->loss(labels.data());
+  model->backward();
+  const std::string choices = model->weight_grad_choices();
+  std::printf("fibernet: %s\n", choices.c_str());
+  size_t convs = 0;  // every convolution weight is 4-D
+  for (Parameter* p : model->parameters()) convs += p->shape.size() == 4;
+  BOOST_TEST(size_t(std::count(choices.begin(), choices.end(), '=')) == convs);
+
+  auto fresh = make_model("fibernet", in, 5, *be, 42);
+  fresh->preset_weight_grad_choices(choices);
+  BOOST_TEST(fresh->weight_grad_choices() == choices);
+  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("stem.conv9=gemm"); }) ==
+             "weight-gradient choice for stem.conv9, which model fibernet has no convolution of");
+  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("gemm"); }) ==
+             "weight-gradient choice 'gemm' is not name=path");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -154,6 +154,13 @@ class ConvOp {
   virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
   // dw (plain, possibly a view) and dbias are overwritten, not accumulated.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;
+  // The weight-gradient path this convolution chose by timing (ConvWeightGrad::kMeasure):
+  // "gemm" or "onednn" once its first backward pass decided, "" before that and where no
+  // choice is timed. preset_weight_grad makes the choice without timing, or replaces the one
+  // made (rank 0's, a checkpoint's), so that ranks and resumed runs compute alike; "" and
+  // ops without the choice ignore it.
+  virtual std::string weight_grad_choice() const { return ""; }
+  virtual void preset_weight_grad(const std::string& choice) { (void)choice; }
 };
 
 class LinearOp {

@@ -61,6 +61,8 @@ class Layer {
   // Drops the gradient the last backward returned (its parent is done with it); the next
   // backward allocates it again.
   virtual void release_input_grad() {}
+  // Calls f on this layer, then on every layer inside it (depth first, in order).
+  virtual void visit(const std::function<void(Layer&)>& f) { f(*this); }
   // A ReLU's backward folded across a layer boundary (Sequential pairs neighbours). A layer
   // whose output is relu(z) (output_is_relu) may hand its ReLU's mask to the layer above when
   // that one's input gradient is a sum of two parts (sums_input_grad, a residual block): the
@@ -100,6 +102,7 @@ class Conv2d : public Layer {
   std::string trace(Graph& graph, const std::string& input) const override;
   Parameter& weight() { return weight_; }
   Parameter* bias() { return spec_.bias ? &bias_ : nullptr; }
+  backend::ConvOp& op() { return *op_; }
 
  private:
   Backend& be_;
@@ -235,6 +238,7 @@ class Sequential : public Layer {
   void set_needs_input_grad(bool needed) override;
   void set_transient_memory(bool on) override;
   void release_input_grad() override;
+  void visit(const std::function<void(Layer&)>& f) override;
   std::string trace(Graph& graph, const std::string& input) const override;
   // Called after each child's forward or backward with its name and seconds.
   using LayerTimer = std::function<void(const std::string& layer, bool backward, double seconds)>;
@@ -268,6 +272,7 @@ class BasicBlock : public Layer {
   void set_stat_reducer(const backend::StatReducer& reducer) override;
   void set_transient_memory(bool on) override;
   void release_input_grad() override { dx_ = Tensor(); }
+  void visit(const std::function<void(Layer&)>& f) override;
   bool output_is_relu() const override { return true; }
   bool sums_input_grad() const override { return true; }
   void set_folded_relu(bool mask_input_grad, bool output_grad_masked) override {

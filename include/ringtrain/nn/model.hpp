@@ -88,6 +88,13 @@ class Model {
   // (Sequential::set_fold_relu_backward): on by default, bitwise the same numbers.
   void set_fold_relu_backward(bool on) { net_->set_fold_relu_backward(on); }
 
+  // Each convolution's timed weight-gradient path (ConvOp::weight_grad_choice) as
+  // "name=path,name=path"; "" while none has chosen. preset_weight_grad_choices takes such a
+  // string (rank 0's, a checkpoint's) and makes those choices; a name the model lacks is an
+  // InputError naming it.
+  std::string weight_grad_choices();
+  void preset_weight_grad_choices(const std::string& choices);
+
   // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
   void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }
   // Seconds of each top-level layer's forward and backward, for the timeline.

@@ -73,12 +73,34 @@ class Conv : public ConvOp {
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
     Plan& p = current("conv backward_weights", dy);
     check_same_shape(dw, w_shape(), "conv backward_weights", "dw");
-    if (p.weight_grad == Path::kUndecided) decide_weight_grad(p, x, dy, dw, dbias);
-    run_weight_grad(p, p.weight_grad, x, dy, dw, dbias);
+    if (weight_grad_ == Path::kUndecided) decide_weight_grad(p, x, dy, dw, dbias);
+    if (weight_grad_ == Path::kGemm && !p.gemm)
+      p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
+    run_weight_grad(p, weight_grad_, x, dy, dw, dbias);
+  }
+
+  std::string weight_grad_choice() const override {
+    if (ctx_.weight_grad != ConvWeightGrad::kMeasure || s_.bias) return "";
+    return weight_grad_ == Path::kGemm ? "gemm" : weight_grad_ == Path::kOnednn ? "onednn" : "";
+  }
+
+  void preset_weight_grad(const std::string& choice) override {
+    if (ctx_.weight_grad != ConvWeightGrad::kMeasure || s_.bias || choice.empty()) return;
+    RT_REQUIRE_INPUT(choice == "gemm" || choice == "onednn", "conv weight gradient: unknown path '",
+                     choice, "' (gemm or onednn)");
+    const Path path = choice == "gemm" ? Path::kGemm : Path::kOnednn;
+    if (path == weight_grad_) return;
+    if (weight_grad_ != Path::kUndecided) count(weight_grad_) -= 1;
+    count(path) += 1;
+    weight_grad_ = path;
   }
 
  private:
   enum class Path { kUndecided, kOnednn, kGemm };
+
+  int& count(Path path) const {
+    return path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn;
+  }
 
   struct Plan {
     memory::desc x_md;
@@ -89,16 +111,15 @@ class Conv : public ConvOp {
     conv_bwd_data bwd_data;
     conv_bwd_weights::primitive_desc bwd_weights_pd;
     conv_bwd_weights bwd_weights;
-    Path weight_grad = Path::kUndecided;
-    std::unique_ptr<ConvWeightGemm> gemm;
+    std::unique_ptr<ConvWeightGemm> gemm;  // made when the gemm path first runs on this shape
   };
 
   Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
 
-  // The plan's weight-gradient path, once, at its first backward pass: as Context::weight_grad
-  // says, or with measure the faster of the two over a few interleaved runs on these very
-  // tensors (their outputs are overwritten by the call that follows). A bias gradient is
-  // oneDNN's alone.
+  // The convolution's weight-gradient path, once, at its first backward pass (later batch
+  // shapes take the same): as Context::weight_grad says, or with measure the faster of the two
+  // over a few interleaved runs on these very tensors (their outputs are overwritten by the
+  // call that follows). A bias gradient is oneDNN's alone.
   void decide_weight_grad(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) {
     Path path = Path::kOnednn;
     if (!s_.bias && ctx_.weight_grad != ConvWeightGrad::kOnednn) {
@@ -109,9 +130,9 @@ class Conv : public ConvOp {
               measured_ms(p, x, dy, dw, dbias, Path::kGemm))
         path = Path::kOnednn;
     }
-    p.weight_grad = path;
+    weight_grad_ = path;
     if (path != Path::kGemm) p.gemm.reset();
-    (path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn) += 1;
+    count(path) += 1;
   }
 
   // Median milliseconds of one weight-gradient pass by `path`, after one untimed run.
@@ -254,6 +275,7 @@ class Conv : public ConvOp {
   CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_, residual_reorder_;
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
+  Path weight_grad_ = Path::kUndecided;  // for every batch shape: one choice a convolution
 };
 
 class Linear : public LinearOp {
