@@ -135,7 +135,8 @@ void Trainer::set_up() {
       global_step_ = at.global_step;
       if (at.pass_threshold) card_.pass_threshold = *at.pass_threshold;
       tuned = at.tuned;
-      weight_grads_from_checkpoint_ = at.weight_grads_preset;
+      weight_grads_from_checkpoint_ =
+          at.weight_grads_preset && cfg_.train.conv_weight_grad == "measure";
       if (scaler_) parallel_->set_loss_scale(scaler_->scale());
       verify_resumed_weights(*weight_check_, at, cfg_.checkpoint_path());
     });
