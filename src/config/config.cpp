@@ -92,6 +92,11 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "the unfolded input (gemm), or per convolution the faster of the two, timed at its "
        "first backward pass (measure)",
        {"onednn", "gemm", "measure"}},
+      {"train.conv_weight_grad_choices", &c.train.conv_weight_grad_choices,
+       "cpu, with train.conv_weight_grad = measure: paths chosen beforehand, "
+       "name=gemm|onednn,... (a run's checkpoint attribute conv_weight_grad_choices); the "
+       "convolutions named are not timed, so runs that name them all repeat bitwise",
+       {}},
       {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
        "cuda: most scratch memory a cuDNN convolution algorithm may use, MiB", {}},
       {"train.threads", &c.train.threads,
@@ -482,6 +487,21 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     throw InputError(
         "train.conv_weight_grad = measure chooses by timing, so two runs may differ; with "
         "train.deterministic = true choose onednn or gemm");
+  // measure's paths given beforehand: name=gemm|onednn items, and only beside measure.
+  if (!t.conv_weight_grad_choices.empty()) {
+    if (t.conv_weight_grad != "measure")
+      throw InputError(str(src.of("train.conv_weight_grad_choices"),
+                           ": train.conv_weight_grad_choices gives measure's paths beforehand, "
+                           "but train.conv_weight_grad is ",
+                           t.conv_weight_grad, ", not measure"));
+    std::istringstream items(t.conv_weight_grad_choices);
+    for (std::string item; std::getline(items, item, ',');) {
+      const size_t eq = item.find('=');
+      const std::string path = eq == std::string::npos ? "" : item.substr(eq + 1);
+      require(eq != std::string::npos && eq > 0 && (path == "gemm" || path == "onednn"),
+              "train.conv_weight_grad_choices", item, "name=gemm or name=onednn, comma-separated");
+    }
+  }
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every),
           "0 or more");

@@ -115,7 +115,7 @@ std::string Model::weight_grad_choices() {
   return out;
 }
 
-void Model::preset_weight_grad_choices(const std::string& choices) {
+void Model::preset_weight_grad_choices(const std::string& choices, const std::string& source) {
   const std::map<std::string, Conv2d*> convs = convolutions(*net_);
   size_t start = 0;
   while (start < choices.size()) {
@@ -123,10 +123,10 @@ void Model::preset_weight_grad_choices(const std::string& choices) {
     if (end == std::string::npos) end = choices.size();
     const std::string item = choices.substr(start, end - start);
     const size_t eq = item.find('=');
-    RT_REQUIRE_INPUT(eq != std::string::npos, "weight-gradient choice '", item,
+    RT_REQUIRE_INPUT(eq != std::string::npos, source, ": weight-gradient choice '", item,
                      "' is not name=path");
     const auto it = convs.find(item.substr(0, eq));
-    RT_REQUIRE_INPUT(it != convs.end(), "weight-gradient choice for ", item.substr(0, eq),
+    RT_REQUIRE_INPUT(it != convs.end(), source, ": weight-gradient choice for ", item.substr(0, eq),
                      ", which model ", name_, " has no convolution of");
     it->second->op().preset_weight_grad(item.substr(eq + 1));
     start = end + 1;

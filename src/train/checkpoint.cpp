@@ -159,7 +159,7 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, Lo
   // uninterrupted one would (they take effect with train.conv_weight_grad = measure).
   const bool weight_grads_preset = root.has_attr("conv_weight_grad_choices");
   if (weight_grads_preset)
-    model.preset_weight_grad_choices(root.attr_string("conv_weight_grad_choices"));
+    model.preset_weight_grad_choices(root.attr_string("conv_weight_grad_choices"), path);
   if (ema && root.exists("ema"))
     ema->load(root.open_group("ema"));
   else if (ema)

@@ -118,7 +118,11 @@ void Trainer::set_up() {
     if (comm_.rank() == 0) prepare_output_paths(cfg_);  // checkpoint dir, baseline: before training
     open_data();
   });
-  fail_together_watched([&] { build_model(); });
+  fail_together_watched([&] {
+    build_model();
+    model_->preset_weight_grad_choices(cfg_.train.conv_weight_grad_choices,
+                                       "train.conv_weight_grad_choices");
+  });
   card_ = model_card();
   fail_together_watched([&] { build_comm(); });  // a schedule mismatch throws on every rank alike
   fail_together_watched([&] {
@@ -536,7 +540,7 @@ void Trainer::agree_weight_grad_choices() {
   std::vector<uint8_t> bytes(mine.begin(), mine.end());
   comm_.broadcast(bytes, 0);
   const std::string rank0(bytes.begin(), bytes.end());
-  if (rank0 != mine) model_->preset_weight_grad_choices(rank0);
+  if (rank0 != mine) model_->preset_weight_grad_choices(rank0, "rank 0's choices");
 }
 
 void Trainer::train_epoch(int epoch) {
@@ -626,9 +630,10 @@ void Trainer::train_epoch(int epoch) {
   // Every convolution has decided its weight-gradient path by the end of the run's first epoch.
   if (epoch == first_epoch_ && cfg_.train.conv_weight_grad != "onednn") {
     const std::string choices = backend_->op_choices();
-    if (!choices.empty())
-      log::info("rank 0: " + choices +
-                (weight_grads_from_checkpoint_ ? ", as the checkpoint had them" : ""));
+    const char* given = weight_grads_from_checkpoint_ ? ", as the checkpoint had them"
+                        : !cfg_.train.conv_weight_grad_choices.empty() ? ", as the deck gave them"
+                                                                       : "";
+    if (!choices.empty()) log::info("rank 0: " + choices + given);
   }
   log::info(str("epoch ", epoch, " done in ", format_duration(seconds), " | train loss ",
                 row.train_loss, " acc ", row.train_acc,

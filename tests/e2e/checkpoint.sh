@@ -59,28 +59,42 @@ else
   echo "bf16 checkpoint: skipped (no AVX512-BF16 or AMX on this CPU)"
 fi
 
-# train.conv_weight_grad = measure on fibernet (no bias on its convolutions: each one times its
-# two weight-gradient paths in the first step): the ranks take rank 0's choices, the checkpoint
-# keeps them, and the resumed run takes them instead of timing again, so that it ends bitwise
-# equal to the uninterrupted run (whose choices were timed once).
+# train.conv_weight_grad = measure on fibernet (no bias on its convolutions): the checkpoint
+# keeps each convolution's path, and a resumed run takes them back instead of timing again.
+# Two fresh runs would time apart, so the uninterrupted run and the first part get their paths
+# from the deck (train.conv_weight_grad_choices: every convolution on the matmul, from a short
+# measured run's checkpoint); the resumed part has only the checkpoint to take them from, and
+# ends bitwise equal to the uninterrupted run.
 m=(--model.name=fibernet --train.conv_weight_grad=measure)
-run --output.name=whole_m "${m[@]}" --train.max_steps=8 >"$work/whole_m.log" 2>&1 \
-  || { cat "$work/whole_m.log"; fail "uninterrupted run, measure"; }
-run --output.name=parts_m "${m[@]}" --train.max_steps=4 >"$work/m1.log" 2>&1 || fail "first part, measure"
-run --output.name=parts_m "${m[@]}" --train.max_steps=8 --resume >"$work/m2.log" 2>&1 \
-  || { cat "$work/m2.log"; fail "resume, measure"; }
-grep -q "rank 0: conv weight gradients: gemm [0-9]*, oneDNN [0-9]* (measure), as the checkpoint had them" \
-  "$work/m2.log" || fail "measure resume: no choices line: $(grep -i 'conv weight' "$work/m2.log")"
-compare "$work/out/whole_m.ckpt.h5" "$work/out/parts_m.ckpt.h5"
-"$PYTHON" - "$work/out/parts_m.ckpt.h5" <<'PY' || fail "measure checkpoint choices"
+run --output.name=probe_m "${m[@]}" --train.max_steps=1 >"$work/probe_m.log" 2>&1 \
+  || { cat "$work/probe_m.log"; fail "measured probe run"; }
+pins=$("$PYTHON" - "$work/out/probe_m.ckpt.h5" <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 items = dict(i.split("=") for i in f.attrs["conv_weight_grad_choices"].split(","))
 convs = []
-f["params"].visititems(lambda n, o: convs.append(n[:-len("/weight")]) if isinstance(o, h5py.Dataset) and o.ndim == 4 else None)
+f["params"].visititems(lambda n, o: convs.append(n[:-len(".weight")]) if isinstance(o, h5py.Dataset) and o.ndim == 4 else None)
 assert sorted(items) == sorted(convs), (sorted(items), sorted(convs))
 assert set(items.values()) <= {"gemm", "onednn"}, items
+print(",".join(f"{name}=gemm" for name in sorted(items)))
 PY
+) || fail "measured probe checkpoint: $pins"
+run --output.name=whole_m "${m[@]}" --train.conv_weight_grad_choices="$pins" --train.max_steps=8 \
+  >"$work/whole_m.log" 2>&1 || { cat "$work/whole_m.log"; fail "uninterrupted run, measure"; }
+run --output.name=parts_m "${m[@]}" --train.conv_weight_grad_choices="$pins" --train.max_steps=4 \
+  >"$work/m1.log" 2>&1 || fail "first part, measure"
+run --output.name=parts_m "${m[@]}" --train.max_steps=8 --resume >"$work/m2.log" 2>&1 \
+  || { cat "$work/m2.log"; fail "resume, measure"; }
+n=$(echo "$pins" | tr ',' '\n' | wc -l)
+grep -q "rank 0: conv weight gradients: gemm $n, oneDNN 0 (measure), as the deck gave them" \
+  "$work/whole_m.log" || fail "measure pinned: $(grep -i 'conv weight' "$work/whole_m.log")"
+grep -q "rank 0: conv weight gradients: gemm $n, oneDNN 0 (measure), as the checkpoint had them" \
+  "$work/m2.log" || fail "measure resume: $(grep -i 'conv weight' "$work/m2.log")"
+compare "$work/out/whole_m.ckpt.h5" "$work/out/parts_m.ckpt.h5"
+run --output.name=bad_m "${m[@]}" --train.conv_weight_grad_choices=conv9=gemm --train.max_steps=1 \
+  >"$work/bad_m.log" 2>&1 && fail "an unknown convolution's pin was taken"
+grep -q "train.conv_weight_grad_choices: weight-gradient choice for conv9, which model fibernet has no convolution of" \
+  "$work/bad_m.log" || fail "unknown pin: $(tail -3 "$work/bad_m.log")"
 
 # SIGTERM mid-run: a checkpoint, "stopped by signal", exit 0; then --resume finishes.
 BIN=$BIN jobs/local/train.sh "$work/ckpt.deck" 2 --output.name=term --train.epochs=30 >"$work/term.log" 2>&1 &

@@ -474,12 +474,13 @@ BOOST_AUTO_TEST_CASE(weight_grad_choices_go_by_name_and_come_back) {
   BOOST_TEST(size_t(std::count(choices.begin(), choices.end(), '=')) == convs);
 
   auto fresh = make_model("fibernet", in, 5, *be, 42);
-  fresh->preset_weight_grad_choices(choices);
+  fresh->preset_weight_grad_choices(choices, "test");
   BOOST_TEST(fresh->weight_grad_choices() == choices);
-  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("stem.conv9=gemm"); }) ==
-             "weight-gradient choice for stem.conv9, which model fibernet has no convolution of");
-  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("gemm"); }) ==
-             "weight-gradient choice 'gemm' is not name=path");
+  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("stem.conv9=gemm", "deck.key"); }) ==
+             "deck.key: weight-gradient choice for stem.conv9, which model fibernet has no "
+             "convolution of");
+  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("gemm", "deck.key"); }) ==
+             "deck.key: weight-gradient choice 'gemm' is not name=path");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

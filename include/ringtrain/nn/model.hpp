@@ -90,10 +90,10 @@ class Model {
 
   // Each convolution's timed weight-gradient path (ConvOp::weight_grad_choice) as
   // "name=path,name=path"; "" while none has chosen. preset_weight_grad_choices takes such a
-  // string (rank 0's, a checkpoint's) and makes those choices; a name the model lacks is an
-  // InputError naming it.
+  // string (the deck's, rank 0's, a checkpoint's) and makes those choices; a name the model
+  // lacks is an InputError that begins with `source` (the deck key, the file).
   std::string weight_grad_choices();
-  void preset_weight_grad_choices(const std::string& choices);
+  void preset_weight_grad_choices(const std::string& choices, const std::string& source);
 
   // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
   void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }
