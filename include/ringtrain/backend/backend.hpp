@@ -151,6 +151,7 @@ class ConvOp {
   virtual ~ConvOp() = default;
   // y = conv(x, w) + bias (then ReLU if spec.fuse_relu). w is plain [out, in, k, k].
   virtual void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // w is the last forward's, unchanged since: a backend may read the copy that forward made.
   virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
   // dw (plain, possibly a view) and dbias are overwritten, not accumulated.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;

@@ -49,6 +49,8 @@ class Conv : public ConvOp {
     Plan& p = plan_for(x);
     memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), x_scratch_, x_reorder_);
     memory wts = weights(w, p);
+    // The step's copy for backward_data: in w_scratch_ when forward reordered w into it.
+    forward_copy_of_ = wts.get_data_handle() == w_scratch_.raw() ? w.raw() : nullptr;
     if (s_.accumulate)
       residual_into_dst(y, p);
     else
@@ -63,7 +65,8 @@ class Conv : public ConvOp {
     Plan& p = current("conv backward_data", dy);
     if (!p.bwd_data) build_backward_data(p);
     memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
-    memory wts = as_layout(ctx_, w, p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
+    memory wts = as_layout(ctx_, weights_for_backward(w, p), w_shape(),
+                           p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
     ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
     p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
                                      {DNNL_ARG_WEIGHTS, wts},
@@ -188,6 +191,15 @@ class Conv : public ConvOp {
     return prepared_;
   }
 
+  // Where backward-data reads its weights from: the copy this step's forward made of the same
+  // w (current_ is that forward's plan), else w itself. Same values either way; in bf16 the
+  // copy is half the bytes to read (docs/TUNING.md, "Weight reorders in a bf16 step").
+  memory weights_for_backward(const Tensor& w, const Plan& p) {
+    if (forward_copy_of_ == w.raw())
+      return memory(p.fwd_pd.weights_desc(), ctx_.engine, w_scratch_.raw());
+    return mem_of(ctx_, w);
+  }
+
   // y holds the residual the sum post-op adds: brought into the destination's layout when
   // its producer chose another (into a scratch of this op's, reused every call).
   void residual_into_dst(Tensor& y, const Plan& p) {
@@ -276,6 +288,7 @@ class Conv : public ConvOp {
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;  // for every batch shape: one choice a convolution
+  const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
 };
 
 class Linear : public LinearOp {
