@@ -27,7 +27,7 @@ def new_row():
             "gflop": None, "other": [], "isa": "", "failed": {},
             "torch_mib": None, "torch_run_mib": None,
             "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None,
-            "wgrad_path": None, "wgrad_choices": None}
+            "wgrad_path": None, "wgrad_choices": None, "wgrad_ms": None}
 
 
 def attach_failures(rows, failures):
@@ -77,6 +77,7 @@ def read_rows(raw_path):
         if r["tool"] == "ringtrain-wgrad":
             row["wgrad_path"] = r.get("conv_weight_grad")
             row["wgrad_choices"] = r.get("op_choices")
+            row["wgrad_ms"] = r.get("weight_grad_ms")  # per convolution: [oneDNN, matmul] ms
         if r["tool"] == "ringtrain":
             row["gflop"] = r["gflop_per_image"]
             row["isa"] = r.get("isa", "")
@@ -159,6 +160,7 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["wgrad_vs_ringtrain"] = round(wgrad / rt, 3) if wgrad and rt else None
             row["wgrad_ratio"] = round(wgrad / pt, 3) if wgrad and pt else None
             row["wgrad_choices"] = v["wgrad_choices"]
+            row["wgrad_ms"] = v["wgrad_ms"]
         if v["failed"]:
             row["failed"] = v["failed"]
         if device == "cuda":

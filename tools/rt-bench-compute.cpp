@@ -101,6 +101,25 @@ std::string print_profile(const backend::OpProfile& p, int64_t steps, double wal
   return json.str();
 }
 
+// What train.conv_weight_grad = measure timed for each convolution, as a JSON object
+// {"name": [oneDNN ms, matmul ms], ...} (null when nothing was timed), and as a table on stderr.
+std::string weight_grad_times_json(nn::Model& model) {
+  const auto times = model.weight_grad_times();
+  if (times.empty()) return "null";
+  std::ostringstream json;
+  std::fprintf(stderr, "weight gradient, ms a pass (measure's medians):\n%-28s %9s %9s  %s\n",
+               "convolution", "oneDNN", "matmul", "took");
+  for (size_t i = 0; i < times.size(); ++i) {
+    const auto& [name, t] = times[i];
+    std::fprintf(stderr, "%-28s %9.3f %9.3f  %s\n", name.c_str(), t.onednn_ms, t.gemm_ms,
+                 t.onednn_ms < t.gemm_ms ? "oneDNN" : "matmul");
+    json << (i ? "," : "{") << "\"" << name << "\":[" << str_fixed(t.onednn_ms, 4) << ","
+         << str_fixed(t.gemm_ms, 4) << "]";
+  }
+  json << "}";
+  return json.str();
+}
+
 int run(int argc, char** argv) {
   std::string model_name, input_text, precision_text, backend_name, weight_grad_text, relu_backward;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
@@ -232,6 +251,7 @@ int run(int argc, char** argv) {
   const std::string gpu_pool_peak_mib = device_mib(memory, memory.block_peak);
   const std::string profile_json =
       profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
+  const std::string weight_grad_ms = weight_grad_times_json(*model);
   std::printf(
       "{\"tool\":\"%s\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
       "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"
@@ -240,13 +260,13 @@ int run(int argc, char** argv) {
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
       "\"gpu_pool_peak_mib\":%s,"
       "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
-      "\"op_choices\":\"%s\",\"profile\":%s}\n",
+      "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
       gpu_pool_peak_mib.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
-      be->op_choices().c_str(), profile_json.c_str());
+      be->op_choices().c_str(), weight_grad_ms.c_str(), profile_json.c_str());
   return 0;
 }
 

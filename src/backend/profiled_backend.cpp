@@ -105,6 +105,7 @@ class ProfiledConv : public ConvOp {
   }
   std::string weight_grad_choice() const override { return op_->weight_grad_choice(); }
   void preset_weight_grad(const std::string& choice) override { op_->preset_weight_grad(choice); }
+  WeightGradTimes weight_grad_times() const override { return op_->weight_grad_times(); }
 
  private:
   Recorder& r_;

@@ -115,6 +115,15 @@ std::string Model::weight_grad_choices() {
   return out;
 }
 
+std::vector<std::pair<std::string, backend::ConvOp::WeightGradTimes>> Model::weight_grad_times() {
+  std::vector<std::pair<std::string, backend::ConvOp::WeightGradTimes>> out;
+  for (const auto& [name, conv] : convolutions(*net_)) {
+    const backend::ConvOp::WeightGradTimes t = conv->op().weight_grad_times();
+    if (t.onednn_ms > 0 || t.gemm_ms > 0) out.emplace_back(name, t);
+  }
+  return out;
+}
+
 void Model::preset_weight_grad_choices(const std::string& choices, const std::string& source) {
   const std::map<std::string, Conv2d*> convs = convolutions(*net_);
   size_t start = 0;

@@ -168,6 +168,7 @@ BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
   auto again = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
   auto op = again->make_conv(c.spec);
   BOOST_TEST(op->weight_grad_choice() == "");  // undecided
+  BOOST_TEST(op->weight_grad_times().onednn_ms == 0.0);
   const Shape w_shape{c.spec.out_channels, c.spec.in_channels, c.spec.kernel, c.spec.kernel};
   Tensor x = random_tensor(*again, c.x_shape, 82), y;
   Tensor w = random_tensor(*again, w_shape, 83, -0.3f, 0.3f);
@@ -177,6 +178,10 @@ BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
   op->backward_weights(x, y, dw, nullptr);
   const std::string timed = op->weight_grad_choice(), other = timed == "gemm" ? "onednn" : "gemm";
   BOOST_TEST((timed == "gemm" || timed == "onednn"));
+  const ConvOp::WeightGradTimes times = op->weight_grad_times();  // what the choice rests on
+  BOOST_TEST(times.onednn_ms > 0.0);
+  BOOST_TEST(times.gemm_ms > 0.0);
+  BOOST_TEST(timed == (times.onednn_ms < times.gemm_ms ? "onednn" : "gemm"));
   op->preset_weight_grad(other);
   BOOST_TEST(op->weight_grad_choice() == other);
   BOOST_TEST(again->op_choices() == (other == "gemm"

@@ -162,6 +162,12 @@ class ConvOp {
   // ops without the choice ignore it.
   virtual std::string weight_grad_choice() const { return ""; }
   virtual void preset_weight_grad(const std::string& choice) { (void)choice; }
+  // What measure timed for the choice (medians, ms); zeros where nothing was timed (another
+  // path by the key, a preset, not yet decided).
+  struct WeightGradTimes {
+    double onednn_ms = 0, gemm_ms = 0;
+  };
+  virtual WeightGradTimes weight_grad_times() const { return {}; }
 };
 
 class LinearOp {

@@ -94,6 +94,8 @@ class Model {
   // lacks is an InputError that begins with `source` (the deck key, the file).
   std::string weight_grad_choices();
   void preset_weight_grad_choices(const std::string& choices, const std::string& source);
+  // What measure timed for each convolution it decided, by name (ConvOp::weight_grad_times).
+  std::vector<std::pair<std::string, backend::ConvOp::WeightGradTimes>> weight_grad_times();
 
   // Synchronized batch norm across ranks (see BatchNorm2d::set_stat_reducer).
   void set_stat_reducer(const backend::StatReducer& reducer) { net_->set_stat_reducer(reducer); }

@@ -87,6 +87,8 @@ class Conv : public ConvOp {
     return weight_grad_ == Path::kGemm ? "gemm" : weight_grad_ == Path::kOnednn ? "onednn" : "";
   }
 
+  WeightGradTimes weight_grad_times() const override { return times_; }
+
   void preset_weight_grad(const std::string& choice) override {
     if (ctx_.weight_grad != ConvWeightGrad::kMeasure || s_.bias || choice.empty()) return;
     RT_REQUIRE_INPUT(choice == "gemm" || choice == "onednn", "conv weight gradient: unknown path '",
@@ -128,10 +130,11 @@ class Conv : public ConvOp {
     if (!s_.bias && ctx_.weight_grad != ConvWeightGrad::kOnednn) {
       p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
       path = Path::kGemm;
-      if (ctx_.weight_grad == ConvWeightGrad::kMeasure &&
-          measured_ms(p, x, dy, dw, dbias, Path::kOnednn) <
-              measured_ms(p, x, dy, dw, dbias, Path::kGemm))
-        path = Path::kOnednn;
+      if (ctx_.weight_grad == ConvWeightGrad::kMeasure) {
+        times_.onednn_ms = measured_ms(p, x, dy, dw, dbias, Path::kOnednn);
+        times_.gemm_ms = measured_ms(p, x, dy, dw, dbias, Path::kGemm);
+        if (times_.onednn_ms < times_.gemm_ms) path = Path::kOnednn;
+      }
     }
     weight_grad_ = path;
     if (path != Path::kGemm) p.gemm.reset();
@@ -289,6 +292,7 @@ class Conv : public ConvOp {
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;  // for every batch shape: one choice a convolution
   const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
+  WeightGradTimes times_;                  // what measure timed, when it did
 };
 
 class Linear : public LinearOp {
