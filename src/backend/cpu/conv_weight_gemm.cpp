@@ -73,9 +73,10 @@ void ConvWeightGemm::run(const memory& x, const memory& dy, float* dw) {
 // inside the image, else 0. At stride 1 and the input's size, tap (ky, kx) reads the image
 // plane shifted by (ky - pad) rows and (kx - pad) columns: one flat pass per (row, image)
 // copies the plane, with the places the shift moves outside the image masked to zero (small
-// images, 4x4, would otherwise copy a few values per call). Only the first and the last plane
-// of x bound the pass, where the shifted read would leave x's memory. U is the element's bits
-// (uint16_t for bf16, uint32_t for fp32): copied and masked, never computed on.
+// images, 4x4, would otherwise copy a few values per call). The pass stops where the shifted
+// read would leave x's memory (the first and last planes; more of them for 1-row images),
+// places the mask zeroes anyway. U is the element's bits (uint16_t for bf16, uint32_t for
+// fp32): copied and masked, never computed on.
 template <typename U>
 void ConvWeightGemm::unfold_planes(const U* x, U* col) const {
   const int64_t k = s_.kernel, pad = s_.padding;
@@ -88,20 +89,18 @@ void ConvWeightGemm::unfold_planes(const U* x, U* col) const {
       masks[size_t(tap * hw + j)] = iy >= 0 && iy < h && ix >= 0 && ix < w ? U(~U(0)) : U(0);
     }
   const U* mask_data = masks.data();
-  const int64_t planes = n * c;
+  const int64_t x_size = n * c * hw;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < c * k * k; ++row) {
     const int64_t ch = row / (k * k), tap = row % (k * k);
     const int64_t shift = (tap / k - pad) * w + (tap % k - pad);
     const U* mask = mask_data + tap * hw;
     for (int64_t img = 0; img < n; ++img) {
-      const int64_t plane = img * c + ch;
-      const U* in = x + plane * hw + shift;
+      const int64_t from = (img * c + ch) * hw + shift;  // x's index for pixel 0
+      const int64_t lo = std::max<int64_t>(0, -from), hi = std::min<int64_t>(hw, x_size - from);
       U* out = col + row * pixels + img * hw;
-      const int64_t lo = plane == 0 ? std::max<int64_t>(0, -shift) : 0;
-      const int64_t hi = plane == planes - 1 ? std::min<int64_t>(hw, hw - shift) : hw;
 #pragma omp simd
-      for (int64_t j = lo; j < hi; ++j) out[j] = in[j] & mask[j];
+      for (int64_t j = lo; j < hi; ++j) out[j] = x[from + j] & mask[j];
     }
   }
 }
