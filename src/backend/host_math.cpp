@@ -101,7 +101,7 @@ void relu_backward_of_sum(const uint16_t* y, const uint16_t* a, const uint16_t* 
                           int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float sum = bf16_to_float(float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i])));
+    const float sum = round_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
     dx[i] = float_to_bf16(sum * (bf16_to_float(y[i]) > 0.0f ? 1.0f : 0.0f));
   }
 }

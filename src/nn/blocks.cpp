@@ -251,15 +251,13 @@ void BasicBlock::collect_backward_order(std::vector<Parameter*>& order) {
 
 void BasicBlock::set_transient_memory(bool on) {
   transient_ = on;
-  for (Layer* child : std::initializer_list<Layer*>{&conv1_, &bn1_, &conv2_, &bn2_,
-                                                    down_conv_.get(), down_bn_.get()})
+  for (Layer* child : children())
     if (child != nullptr) child->set_transient_memory(on);
 }
 
 void BasicBlock::visit(const std::function<void(Layer&)>& f) {
   f(*this);
-  for (Layer* child : std::initializer_list<Layer*>{&conv1_, &bn1_, &conv2_, &bn2_,
-                                                    down_conv_.get(), down_bn_.get()})
+  for (Layer* child : children())
     if (child != nullptr) child->visit(f);
 }
 

@@ -6,6 +6,7 @@
 // and calls `ready` for each parameter the moment its gradient is final.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -282,6 +283,11 @@ class BasicBlock : public Layer {
   std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
+  // The layers inside, in forward order; the shortcut's two are null without a downsample.
+  std::array<Layer*, 6> children() {
+    return {&conv1_, &bn1_, &conv2_, &bn2_, down_conv_.get(), down_bn_.get()};
+  }
+
   Conv2d conv1_;
   BatchNorm2d bn1_;  // with the ReLU fused
   Conv2d conv2_;

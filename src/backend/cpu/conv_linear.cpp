@@ -83,14 +83,14 @@ class Conv : public ConvOp {
   }
 
   std::string weight_grad_choice() const override {
-    if (ctx_.weight_grad != ConvWeightGrad::kMeasure || s_.bias) return "";
+    if (!timed_choice()) return "";
     return weight_grad_ == Path::kGemm ? "gemm" : weight_grad_ == Path::kOnednn ? "onednn" : "";
   }
 
   WeightGradTimes weight_grad_times() const override { return times_; }
 
   void preset_weight_grad(const std::string& choice) override {
-    if (ctx_.weight_grad != ConvWeightGrad::kMeasure || s_.bias || choice.empty()) return;
+    if (!timed_choice() || choice.empty()) return;
     RT_REQUIRE_INPUT(choice == "gemm" || choice == "onednn", "conv weight gradient: unknown path '",
                      choice, "' (gemm or onednn)");
     const Path path = choice == "gemm" ? Path::kGemm : Path::kOnednn;
@@ -102,6 +102,9 @@ class Conv : public ConvOp {
 
  private:
   enum class Path { kUndecided, kOnednn, kGemm };
+
+  // The path is measure's to choose: measure asked for, and no bias (its gradient is oneDNN's).
+  bool timed_choice() const { return ctx_.weight_grad == ConvWeightGrad::kMeasure && !s_.bias; }
 
   int& count(Path path) const {
     return path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn;
@@ -290,7 +293,7 @@ class Conv : public ConvOp {
   CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_, residual_reorder_;
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
-  Path weight_grad_ = Path::kUndecided;  // for every batch shape: one choice a convolution
+  Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution
   const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
   WeightGradTimes times_;                  // what measure timed, when it did
 };
