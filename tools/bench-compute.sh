@@ -37,7 +37,9 @@
 # block. WEIGHT_GRAD= leaves it out.
 # On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
 # under torch.compile, interleaved the same way (its compilation in the warm-up), as a third
-# column.
+# column; those whose precision is in GRAPH (default none) also time ringtrain's step recorded
+# once as a CUDA graph and replayed (rt-bench-compute --cuda-graph), interleaved too, as a cell
+# "graph: img/s, ratio to eager PyTorch (and compiled)".
 #
 # Every measurement is appended to OUT_DIR/compute-raw.jsonl the moment it is made, and the table
 # (OUT_DIR/compute.txt) and summary rows are rewritten after each config: a run cut off keeps
@@ -81,6 +83,8 @@ COMPILE=${COMPILE-fp32 tf32 bf16 fp16}
 # On a GPU every op's wait for the queue would distort the profile: tools/gpu-profile.sh there.
 PROFILE=${PROFILE-$([ "$DEVICE" = cpu ] && echo 1 || echo 0)}
 [ "$DEVICE" = cuda ] || COMPILE=""
+GRAPH=${GRAPH-}
+[ "$DEVICE:$MODE" = cuda:train ] || GRAPH=""
 WEIGHT_GRAD=${WEIGHT_GRAD-measure}
 [ "$DEVICE:$MODE" = cpu:train ] || WEIGHT_GRAD=""
 
@@ -194,6 +198,9 @@ for config in $CONFIGS; do
     [ -t 2 ] && printf '  %-16s batch %-4s threads %s  round %s/%s\r' "$model" "$batch" \
       "$threads" "$round" "$ROUNDS" >&2
     measure ringtrain "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}"
+    if [[ " $GRAPH " == *" $precision "* ]]; then
+      measure ringtrain-graph "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" --cuda-graph
+    fi
     if [ -n "$WEIGHT_GRAD" ]; then
       measure ringtrain-wgrad "$BIN/rt-bench-compute" "${args[@]}" --conv-weight-grad "$WEIGHT_GRAD"
     fi

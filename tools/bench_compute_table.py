@@ -3,7 +3,8 @@
 
     bench_compute_table.py RAW OUT_JSONL OUT_TXT CPU DEVICE
 
-RAW holds one JSON line per measurement (ringtrain, pytorch, pytorch-compile, peak), appended by
+RAW holds one JSON line per measurement (ringtrain, its --conv-weight-grad and --cuda-graph runs,
+pytorch, pytorch-compile, peak), appended by
 tools/bench-compute.sh the moment each is made; a measurement that failed is a line with a
 "failed" field. This writes the medians, ratios and peak columns to OUT_JSONL (a row per model,
 input, batch, threads and precision) and the table to OUT_TXT, each through a temporary file and
@@ -24,6 +25,7 @@ def write_atomically(path, text):
 
 def new_row():
     return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
+            "ringtrain-graph": [], "graph_operations": None,
             "gflop": None, "other": [], "isa": "", "failed": {},
             "torch_mib": None, "torch_run_mib": None,
             "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None,
@@ -61,6 +63,9 @@ def read_rows(raw_path):
         # by another path than the default onednn is the row's weight-gradient cell.
         if r["tool"] == "ringtrain" and r.get("conv_weight_grad", "onednn") != "onednn":
             r["tool"] = "ringtrain-wgrad"
+        # Likewise a step recorded as a CUDA graph (--cuda-graph) is the row's graph cell.
+        if r["tool"] == "ringtrain" and r.get("cuda_graph"):
+            r["tool"] = "ringtrain-graph"
         if r["tool"] == "ringtrain-profile":
             # One block per convolution weight-gradient path (rows before it had onednn's).
             path = r.get("conv_weight_grad", "onednn")
@@ -74,6 +79,8 @@ def read_rows(raw_path):
         if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
             row["torch_mib"] = r["gpu_peak_mib"]
             row["torch_run_mib"] = r.get("gpu_peak_run_mib")
+        if r["tool"] == "ringtrain-graph":
+            row["graph_operations"] = r["cuda_graph"].get("operations")
         if r["tool"] == "ringtrain-wgrad":
             row["wgrad_path"] = r.get("conv_weight_grad")
             row["wgrad_choices"] = r.get("op_choices")
@@ -131,6 +138,7 @@ def summarize(rows, peaks, gpus, cpu, device):
         rt, pt = median_or_none(v["ringtrain"]), median_or_none(v["pytorch"])
         compiled = median_or_none(v["pytorch-compile"])
         wgrad = median_or_none(v["ringtrain-wgrad"])
+        graph = median_or_none(v["ringtrain-graph"])
         if prec == "fp32" and rt:
             fp32_rate[(model, shape, batch, threads)] = rt
         own = fp32_rate.get((model, shape, batch, threads))
@@ -161,6 +169,12 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["wgrad_ratio"] = round(wgrad / pt, 3) if wgrad and pt else None
             row["wgrad_choices"] = v["wgrad_choices"]
             row["wgrad_ms"] = v["wgrad_ms"]
+        if graph or "ringtrain-graph" in v["failed"]:
+            row["graph_img_s"] = round(graph, 2) if graph else None
+            row["graph_ratio"] = round(graph / pt, 3) if graph and pt else None
+            row["graph_ratio_compile"] = round(graph / compiled, 3) if graph and compiled else None
+            row["graph_vs_ringtrain"] = round(graph / rt, 3) if graph and rt else None
+            row["graph_operations"] = v["graph_operations"]
         if v["failed"]:
             row["failed"] = v["failed"]
         if device == "cuda":
@@ -183,6 +197,13 @@ def summarize(rows, peaks, gpus, cpu, device):
             with_compile += f", {rt / compiled:.2f}x" if rt else ""
         elif "pytorch-compile" in failed:
             with_compile = " | compile failed"
+        if graph:
+            with_compile += (f" | graph {graph:.1f} img/s"
+                             + (f", {graph / pt:.2f}x" if pt else "")
+                             + (f", compile {graph / compiled:.2f}x" if compiled else "")
+                             + (f", {graph / rt:.2f}x eager ringtrain" if rt else ""))
+        elif "ringtrain-graph" in failed:
+            with_compile += " | graph failed"
         if wgrad:
             with_compile += (f" | weight grad {v['wgrad_path']}: {wgrad:.1f} img/s"
                              + (f", {wgrad / rt:.3f}x of the row" if rt else "")

@@ -21,7 +21,8 @@
 #   BUDGET_S (part 1: 330, part 2: 210, both: 540): every step ends by then, later ones SKIP
 #   LIMITS="step=seconds ..."   a step's time box instead of its default (the table in docs/CUDA.md)
 #   BENCH_CONFIGS (model:batch:threads:precision, in order; the first two are what part 1 is
-#   for) COMPILE="bf16 fp32" (precisions PyTorch also runs compiled)  PYTHON (the one with torch:
+#   for) COMPILE="bf16 fp32" (precisions PyTorch also runs compiled)  GRAPH="bf16" (precisions
+#   ringtrain also runs as one recorded CUDA graph a step; default none)  PYTHON (the one with torch:
 #   the first python3 on PATH or /usr/bin/python3 that imports it), run in the environment as it
 #   was before the bundle's env.sh. STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 TF32_TOL=1e-2 (quickstart losses)
 #   GPU_CHECK_HANG=STEP   (the rehearsal's switch) that step's command never ends: its time box
@@ -279,7 +280,7 @@ bench() {
   [ "$limit" -le $((deadline - $(date +%s) - 60)) ] || limit=$((deadline - $(date +%s) - 60))
   [ "$limit" -ge 30 ] || limit=30
   step bench "$limit" env DEVICE=cuda RT_BACKEND="$backend" \
-    ROUNDS=1 OUT_DIR="$OUT" CONFIGS="$BENCH_CONFIGS" COMPILE="$COMPILE" PYTHON="$PYTHON" \
+    ROUNDS=1 OUT_DIR="$OUT" CONFIGS="$BENCH_CONFIGS" COMPILE="$COMPILE" GRAPH="${GRAPH-}" PYTHON="$PYTHON" \
     DEADLINE=$(($(date +%s) + limit - 5)) CALL_LIMIT_S="${CALL_LIMIT_S:-120}" \
     SCHEDULE="$bench_schedule" tools/bench-compute.sh
   [ -s "$OUT/compute.jsonl" ] || return
@@ -293,7 +294,9 @@ for r in rows:
     status = "FAIL" if "ringtrain" in failed else "NOTE"
     detail = (f"{r['model']} b{r['batch']} {r['precision']}: ringtrain {cell(r['ringtrain_img_s'])} "
               f"img/s, eager {cell(r['ratio'], 'x')}, compile {cell(r.get('ratio_compile'), 'x')}, "
-              f"GPU MiB {cell(r.get('ringtrain_gpu_peak_mib'))} vs {cell(r.get('pytorch_gpu_peak_mib'))} "
+              + (f"graph {cell(r.get('graph_img_s'))} img/s ({cell(r.get('graph_ratio'), 'x')} eager, "
+                 f"{cell(r.get('graph_ratio_compile'), 'x')} compile), " if "graph_img_s" in r else "")
+              + f"GPU MiB {cell(r.get('ringtrain_gpu_peak_mib'))} vs {cell(r.get('pytorch_gpu_peak_mib'))} "
               f"(whole run {cell(r.get('ringtrain_gpu_peak_run_mib'))} vs "
               f"{cell(r.get('pytorch_gpu_peak_run_mib'))})")
     detail += "".join(f"; {tool} failed: {why}" for tool, why in sorted(failed.items()))

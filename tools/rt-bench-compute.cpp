@@ -14,6 +14,8 @@
 //   the JSON line names what each convolution took)
 //   rt-bench-compute --model resnet18_cifar --relu-backward separate   (every residual block
 //   runs its own ReLU backward: the baseline of the folded default)
+//   rt-bench-compute --backend cuda --model resnet18_cifar --cuda-graph   (the training step
+//   recorded once as a CUDA graph after the warm-up, each timed step one replay of it)
 // tools/bench-compute.sh runs it beside PyTorch and prints the table.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -153,7 +155,10 @@ int run(int argc, char** argv) {
       "--profile-from-start off: that step's kernels alone)")(
       "peak",
       "time a 2048^3 matmul and a 64-channel 3x3 convolution in this precision instead of a "
-      "model (gflops: the faster)");
+      "model (gflops: the faster)")(
+      "cuda-graph",
+      "cuda: record the training step once after the warm-up as a CUDA graph and time its "
+      "replays (one host call a step; the same step, learning rate and batch each time)");
   po::variables_map vm;
   if (!bench::parse_command_line(argc, argv, opts, vm, "rt-bench-compute [options]"))
     return kExitOk;
@@ -175,6 +180,10 @@ int run(int argc, char** argv) {
         threads, precision_text.c_str(), std::max(matmul, conv), matmul, conv);
     return 0;
   }
+  const bool cuda_graph = vm.count("cuda-graph") > 0;
+  RT_REQUIRE_INPUT(!cuda_graph || (!vm.count("inference") && !vm.count("profile")),
+                   "--cuda-graph records the training step: leave out --inference and --profile "
+                   "(a profile waits for every op, which a recording cannot)");
   if (input_text.empty()) input_text = model_name == "cnn_small" ? "1x28x28" : "3x32x32";
   nn::ModelInput in = parse_input(input_text);
 
@@ -216,6 +225,17 @@ int run(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   be->synchronize();
+  // After the warm-up every algorithm is chosen and every tensor made: the step records whole.
+  std::unique_ptr<backend::CapturedWork> graph;
+  if (cuda_graph) {
+    graph = be->capture(step);
+    RT_REQUIRE_INPUT(graph != nullptr, "--cuda-graph: the ", be->name(),
+                     " backend runs each op as it is called and records nothing (use --backend "
+                     "cuda)");
+    graph->replay();  // the recorded step once untimed, as the warm-up ran the eager one
+    be->synchronize();
+  }
+  auto timed_step = [&] { graph ? graph->replay() : step(); };
   const backend::MemoryUse setup_memory = be->memory_use();
   be->reset_memory_peak();  // the timed steps' own peak beside the whole run's
   if (profile) profile->clear();
@@ -224,7 +244,7 @@ int run(int argc, char** argv) {
   const double wall0 = now_seconds();
   for (int w = 0; w < windows; ++w) {
     Stopwatch watch;
-    for (int i = 0; i < steps; ++i) step();
+    for (int i = 0; i < steps; ++i) timed_step();
     be->synchronize();
     rates.push_back(double(batch) * steps / watch.seconds());
   }
@@ -232,7 +252,7 @@ int run(int argc, char** argv) {
   const backend::OpProfile timed = profile ? *profile : backend::OpProfile{};  // the windows'
   if (vm.count("profile-step")) {
     backend::cuda_profiler_range(true);
-    step();
+    timed_step();
     be->synchronize();
     backend::cuda_profiler_range(false);
   }
@@ -252,6 +272,8 @@ int run(int argc, char** argv) {
   const std::string profile_json =
       profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
   const std::string weight_grad_ms = weight_grad_times_json(*model);
+  // The recorded step's operations (kernels, copies): null without --cuda-graph.
+  const std::string graph_json = graph ? str("{\"operations\":", graph->operations(), "}") : "null";
   std::printf(
       "{\"tool\":\"%s\",\"mode\":\"%s\",\"backend\":\"%s\",\"model\":\"%s\","
       "\"input\":\"%dx%dx%d\",\"batch\":%d,\"threads\":%d,"
@@ -260,13 +282,13 @@ int run(int argc, char** argv) {
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
       "\"gpu_pool_peak_mib\":%s,"
       "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
-      "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"profile\":%s}\n",
+      "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"cuda_graph\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
       gpu_pool_peak_mib.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
-      be->op_choices().c_str(), weight_grad_ms.c_str(), profile_json.c_str());
+      be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
   return 0;
 }
 

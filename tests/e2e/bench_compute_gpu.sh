@@ -28,6 +28,17 @@ status=0
 [ "$status" = 2 ] && [ "$(cat "$work/err")" = "rt-bench-compute: error: --backend rocm: expected cpu or cuda" ] ||
   fail "--backend rocm: exit $status, $(cat "$work/err")"
 
+# --cuda-graph records the training step on cuda alone: one line each, before any work.
+for case in "--model cnn_small --warmup 1 --windows 1 --steps 1 --cuda-graph|rt-bench-compute: error: --cuda-graph: the cpu backend runs each op as it is called and records nothing (use --backend cuda)" \
+            "--model cnn_small --cuda-graph --profile|rt-bench-compute: error: --cuda-graph records the training step: leave out --inference and --profile (a profile waits for every op, which a recording cannot)" \
+            "--model cnn_small --cuda-graph --inference|rt-bench-compute: error: --cuda-graph records the training step: leave out --inference and --profile (a profile waits for every op, which a recording cannot)"; do
+  status=0
+  # shellcheck disable=SC2086
+  "$BIN/rt-bench-compute" ${case%%|*} >"$work/out" 2>"$work/err" || status=$?
+  [ "$status" = 2 ] && [ "$(cat "$work/err")" = "${case#*|}" ] && [ ! -s "$work/out" ] ||
+    fail "rt-bench-compute ${case%%|*}: exit $status, '$(cat "$work/err")'"
+done
+
 # ---- bench_compute_torch.py --device cuda ----------------------------------------------------
 torch_cuda=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' 2>/dev/null) ||
   torch_cuda="no torch"
@@ -65,7 +76,12 @@ echo "{\"tool\":\"$tool\",\"model\":\"$m\",\"batch\":$b,\"threads\":$t,\"precisi
 SH
 cat >"$work/bin/rt-bench-compute" <<SH
 #!/usr/bin/env bash
-source "$work/row.sh" ringtrain 150 "\$@"
+# --cuda-graph: a recorded step at 200 img/s, saying how many operations it recorded.
+if [[ " \$* " == *" --cuda-graph "* ]]; then
+  source "$work/row.sh" ringtrain 200 "\$@" | sed 's/}\$/,"cuda_graph":{"operations":400}}/'
+else
+  source "$work/row.sh" ringtrain 150 "\$@"
+fi
 SH
 cat >"$work/python" <<SH
 #!/usr/bin/env bash
@@ -101,6 +117,26 @@ ARGS_LOG="$work/args-bf16" DEVICE=cuda ROUNDS=1 BIN="$work/bin" PYTHON="$work/py
 [ "$(cut -d' ' -f1 "$work/args-bf16" | tr '\n' ' ')" = "ringtrain pytorch ringtrain pytorch pytorch-compile " ] ||
   fail "COMPILE=bf16: $(cat "$work/args-bf16")"
 grep -q -- '--peak' "$work/args" && fail "a peak run on cuda"
+# GRAPH names the precisions whose ringtrain step also runs recorded as one CUDA graph: right
+# after the eager ringtrain run, its own cell and summary fields.
+ARGS_LOG="$work/args-graph" DEVICE=cuda ROUNDS=1 BIN="$work/bin" PYTHON="$work/python" COMPILE=bf16 \
+  GRAPH=bf16 OUT_DIR="$work/bench-graph" CONFIGS="resnet18_cifar:128:1:fp32 resnet18_cifar:128:1:bf16" \
+  tools/bench-compute.sh >"$work/table-graph.txt" 2>&1 || fail "bench-compute.sh GRAPH=bf16"
+[ "$(cut -d' ' -f1 "$work/args-graph" | tr '\n' ' ')" = "ringtrain pytorch ringtrain ringtrain pytorch pytorch-compile " ] ||
+  fail "GRAPH=bf16: $(cat "$work/args-graph")"
+[ "$(grep -c -- '--cuda-graph' "$work/args-graph")" = 1 ] &&
+  grep -q -- '^ringtrain .*--precision bf16 --backend cuda --cuda-graph$' "$work/args-graph" ||
+  fail "graph arguments: $(cat "$work/args-graph")"
+grep -qE '^resnet18_cifar +128 +1 bf16 \| +150\.0 +100\.0 +1\.50x .* \| compile 120\.0 img/s, 1\.25x \| graph 200\.0 img/s, 2\.00x, compile 1\.67x, 1\.33x eager ringtrain$' \
+  "$work/table-graph.txt" || fail "graph cell: $(cat "$work/table-graph.txt")"
+"$PYTHON" - "$work/bench-graph/compute.jsonl" <<'PY'
+import json, sys
+fp32, bf16 = [json.loads(line) for line in open(sys.argv[1])]
+assert "graph_img_s" not in fp32, fp32
+assert bf16["ringtrain_img_s"] == 150 and bf16["graph_img_s"] == 200, bf16
+assert bf16["graph_ratio"] == 2.0 and bf16["graph_ratio_compile"] == 1.667, bf16
+assert bf16["graph_vs_ringtrain"] == 1.333 and bf16["graph_operations"] == 400, bf16
+PY
 grep -q '^GPU: Fake GPU (host CPU: ' "$work/table.txt" || fail "no GPU line: $(cat "$work/table.txt")"
 grep -qE '^resnet18_cifar +128 +1 bf16 \| +150\.0 +100\.0 +1\.50x \| +1\.00x \| +75\.0 +- +- +- \|.* \| compile 120\.0 img/s, 1\.25x$' "$work/table.txt" ||
   fail "bf16 row: $(cat "$work/table.txt")"

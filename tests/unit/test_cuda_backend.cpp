@@ -324,6 +324,66 @@ BOOST_AUTO_TEST_CASE(pool_without_caching_frees_at_once_and_waits_before_freeing
   BOOST_TEST(on.state->log.size() == 5u);
 }
 
+// A recorded graph's memory (DevicePool::recording): blocks the recording gave back it takes
+// again itself, nothing else takes them while its handle lives (a replay writes them with no
+// host code in between), and they return to the cache once the handle goes.
+BOOST_AUTO_TEST_CASE(pool_keeps_a_recordings_blocks_until_its_handle_goes) {
+  FakePool f;
+  auto before = f.pool->allocate(1000);  // taken before, given back while recording
+  void* before_block = before.get();
+  void* inside_block = nullptr;
+  std::shared_ptr<void> kept;  // taken while recording, kept after it
+  std::shared_ptr<void> graph = f.pool->recording([&] {
+    before.reset();
+    auto again = f.pool->allocate(900);  // the recording's own block, taken again
+    BOOST_TEST(again.get() == before_block);
+    again.reset();
+    kept = f.pool->allocate(5000);
+    inside_block = kept.get();
+  });
+  BOOST_TEST(f.pool->device_allocations() == 2u);
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 1024u);
+  BOOST_TEST(f.pool->bytes_cached() == 0u);
+  auto other = f.pool->allocate(1000);  // not the recording's block: a new one
+  BOOST_TEST(other.get() != before_block);
+  kept.reset();  // given back after the recording: still its own
+  auto other_large = f.pool->allocate(5000);
+  BOOST_TEST(other_large.get() != inside_block);
+  BOOST_TEST(f.pool->device_allocations() == 4u);
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 1024u + 8192u);
+  f.pool->release_cached();  // frees nothing of the recording's
+  BOOST_TEST(f.state->live.count(before_block) == 1u);
+  BOOST_TEST(f.state->live.count(inside_block) == 1u);
+  graph.reset();  // the recording's blocks are the cache's now
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 0u);
+  BOOST_TEST(f.pool->bytes_cached() == 1024u + 8192u);
+  BOOST_TEST(f.pool->allocate(1000).get() == before_block);
+  BOOST_TEST(f.pool->allocate(5000).get() == inside_block);
+}
+
+// A recording that throws recorded nothing: its blocks go back to the cache at once. Without
+// caching (RINGTRAIN_CUDA_POOL=off) a recording's blocks are freed only when its handle goes.
+BOOST_AUTO_TEST_CASE(pool_recording_that_throws_or_runs_without_caching) {
+  FakePool f;
+  void* block = nullptr;
+  BOOST_CHECK_THROW(f.pool->recording([&] {
+    block = f.pool->allocate(1000).get();
+    throw Error("capture refused");
+  }),
+                    Error);
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 0u);
+  BOOST_TEST(f.pool->allocate(1000).get() == block);
+  BOOST_CHECK_THROW(f.pool->recording([&] { f.pool->recording([] {}); }), Error);
+
+  FakePool off(false);
+  auto graph = off.pool->recording([&] { off.pool->allocate(1000); });
+  BOOST_TEST(off.state->log == std::vector<std::string>({"malloc 1024"}),
+             boost::test_tools::per_element());
+  graph.reset();
+  BOOST_TEST(off.state->log == std::vector<std::string>({"malloc 1024", "free 1024"}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPresent())) {
   auto pool = cuda::DevicePool::create(0, true);  // caching, whatever RINGTRAIN_CUDA_POOL says
   void* first = pool->allocate(1000).get();       // given back at once

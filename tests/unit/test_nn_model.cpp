@@ -453,6 +453,68 @@ BOOST_AUTO_TEST_CASE(folded_relu_backward_changes_no_number) {
   }
 }
 
+// A training step recorded once (Backend::capture, on cuda one CUDA graph) and replayed is the
+// step itself: two eager steps, the recording, three replays give the weights, gradients and
+// batch-norm statistics of five eager steps, bitwise (cuda deterministic, fp32 and bf16). The
+// host backends record nothing: capture is null there, and nothing of `work` runs.
+BOOST_AUTO_TEST_CASE(a_recorded_step_replays_as_the_step_itself) {
+  for (const char* name : {"ref", "cpu"}) {
+    auto be = backend::make_backend(name, 1);
+    bool ran = false;
+    BOOST_TEST(!be->capture([&] { ran = true; }), name);
+    BOOST_TEST(!ran, name);
+  }
+  if (!cuda_testable()) {
+    std::printf("recorded step on cuda: skipped (%s)\n", backend::cuda_device_status().c_str());
+    return;
+  }
+  for (backend::Precision precision : {backend::Precision::kF32, backend::Precision::kBF16}) {
+    backend::CudaOptions options;
+    options.deterministic = true;  // the same algorithms for both models (see above)
+    options.precision = precision;
+    auto be = backend::make_cuda_backend(options);
+    for (const char* model_name : {"resnet18_cifar", "fibernet"}) {
+      const ModelInput in =
+          std::string(model_name) == "fibernet" ? ModelInput{1, 16, 16} : ModelInput{3, 8, 8};
+      Tensor x = random_tensor(*be, {4, in.channels, in.height, in.width}, 43);
+      const std::vector<int32_t> labels = labels_for(4, 5, 44);
+      auto run = [&](bool recorded) {
+        auto model = make_model(model_name, in, 5, *be, 42);
+        Optimizer sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
+        auto step = [&] {
+          model->forward(x, true);
+          model->loss_later(labels.data());
+          model->backward();
+          sgd.step(0.05);
+        };
+        for (int i = 0; i < 2; ++i) step();
+        std::unique_ptr<backend::CapturedWork> graph;
+        if (recorded) {
+          graph = be->capture(step);
+          BOOST_TEST_REQUIRE(bool(graph));
+          BOOST_TEST(graph->operations() > 20u, "operations recorded: " << graph->operations());
+        }
+        for (int i = 0; i < 3; ++i) recorded ? graph->replay() : step();
+        be->synchronize();
+        TransientRun out;
+        out.grads = grads_of(*model);
+        out.weights = weights_of(*model);
+        for (const auto& buffer : model->buffers())
+          out.weights.push_back(to_host(*be, *buffer.tensor));
+        return out;
+      };
+      const TransientRun eager = run(false), replayed = run(true);
+      const std::string what = std::string(backend::precision_name(precision)) + " " + model_name;
+      std::printf("recorded step, cuda %s: gradients %.1e, weights %.1e relative\n", what.c_str(),
+                  max_relative(replayed.grads, eager.grads),
+                  max_relative(replayed.weights, eager.weights));
+      BOOST_TEST(same_bits(replayed.grads, eager.grads), what << ": gradients differ");
+      BOOST_TEST(same_bits(replayed.weights, eager.weights),
+                 what << ": weights or batch-norm statistics differ");
+    }
+  }
+}
+
 // The timed weight-gradient paths by convolution name: one per bias-free convolution once a
 // step has run, taken back by a fresh model before any step (as a resumed run does), and a
 // choice for a name the model lacks named in the error.

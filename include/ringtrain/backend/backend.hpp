@@ -225,6 +225,17 @@ class AddOp {
   virtual void forward(const Tensor& a, const Tensor& b, Tensor& out) = 0;
 };
 
+// Work recorded once on a device (Backend::capture) and queued again as a whole.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  // Queues the recorded work again on the backend's stream, on the same tensors (their values
+  // as they are when it runs); returns before it ends, like the ops it recorded.
+  virtual void replay() = 0;
+  // The kernels, copies and other device operations recorded.
+  virtual size_t operations() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -344,6 +355,19 @@ class Backend {
   }
   // y = a*x + b*y (plain, equal numel).
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
+
+  // Records what `work` queues on this backend's device without running it, for replay() to
+  // queue again in one call (on cuda one CUDA graph: a training step's hundreds of launches
+  // for one). Null where the backend runs each op as it is called (ref, cpu). The work must
+  // not wait for the device nor read results on the host (an op that does, or that CUDA will
+  // not record, throws, naming it, and nothing is recorded); host values it passes by value
+  // (a learning rate, labels copied up) are replayed as they were recorded. The tensors it
+  // reads and writes must outlive the CapturedWork; memory it took and gave back is kept for
+  // its replays until the CapturedWork goes.
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) {
+    (void)work;
+    return nullptr;
+  }
 
   // Ready marks, for another thread that reads memory this backend's ops write (the fusion
   // engine's comm thread reducing gradients): record_ready(slot) marks all work issued so

@@ -39,6 +39,13 @@ const char* cuda_hint(cudaError_t code) {
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchFailure:
       return "a kernel faulted: rerun under compute-sanitizer (see docs/CUDA.md)";
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+      return "an op waited for the GPU, or used an event or memory CUDA cannot record, while a "
+             "CUDA graph was being recorded (Backend::capture, rt-bench-compute --cuda-graph): "
+             "this call is the one to move out of the recorded step";
     default:
       return nullptr;
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../factories.hpp"
+#include "captured_work.hpp"
 #include "context.hpp"
 #include "kernels.hpp"
 #include "ringtrain/core/error.hpp"
@@ -20,10 +21,20 @@ using ReadyEvent = SyncEvent;
 // caller's memory is copied into one (a host memcpy) and the DMA from it is queued, so
 // copy_to_device returns before the transfer ends, and the next copy fills the other
 // buffer while this one may still be in flight. A buffer is refilled only after the event
-// of its last transfer (so two transfers in flight never share one).
+// of its last transfer (so two transfers in flight never share one). While a graph records
+// (`recorded` set), the copy comes from a buffer of its own, kept with the graph: every replay
+// copies these values again, and no later copy may refill that buffer.
 class HostStaging {
  public:
-  void copy_to_device(const void* host, void* device, size_t bytes, cudaStream_t stream) {
+  void copy_to_device(const void* host, void* device, size_t bytes, cudaStream_t stream,
+                      std::vector<std::shared_ptr<void>>* recorded) {
+    if (recorded != nullptr) {
+      auto buffer = std::make_shared<PinnedBuffer>(bytes);
+      std::memcpy(buffer->get(), host, bytes);
+      CUDA_CHECK(cudaMemcpyAsync(device, buffer->get(), bytes, cudaMemcpyHostToDevice, stream));
+      recorded->push_back(std::move(buffer));
+      return;
+    }
     Slot& slot = slots_[next_];
     next_ = 1 - next_;
     if (slot.in_flight) CUDA_CHECK(cudaEventSynchronize(slot.done.get()));
@@ -128,11 +139,11 @@ class CudaBackend : public Backend {
     expect_present(t, "upload target");
     const size_t bytes = size_t(t.numel()) * sizeof(float);
     if (t.dtype() == DType::kF32 && t.is_plain()) {
-      upload_staging_.copy_to_device(host, t.raw(), bytes, ctx_.stream());
+      upload_staging_.copy_to_device(host, t.raw(), bytes, ctx_.stream(), recorded_);
       return;
     }
     ctx_.ensure(upload_f32_, t.shape());
-    upload_staging_.copy_to_device(host, upload_f32_.raw(), bytes, ctx_.stream());
+    upload_staging_.copy_to_device(host, upload_f32_.raw(), bytes, ctx_.stream(), recorded_);
     ctx_.convert(upload_f32_, t);
   }
 
@@ -189,12 +200,14 @@ class CudaBackend : public Backend {
     double* row_loss = totals + 2;
     auto* device_labels = reinterpret_cast<int32_t*>(row_loss + n);
     int32_t* row_correct = device_labels + n;
-    label_staging_.copy_to_device(labels, device_labels, size_t(n) * sizeof(int32_t),
-                                  ctx_.stream());
+    label_staging_.copy_to_device(labels, device_labels, size_t(n) * sizeof(int32_t), ctx_.stream(),
+                                  recorded_);
     kernels::softmax_cross_entropy(logits.f32(), device_labels, n, classes, smoothing,
                                    dlogits.f32(), row_loss, row_correct, ctx_.stream());
     kernels::loss_totals(row_loss, row_correct, n, totals, ctx_.stream());
-    std::shared_ptr<LossSlot> slot = free_loss_slot();
+    // A recorded loss lands in a slot of the graph's own, which its replays write again.
+    std::shared_ptr<LossSlot> slot = recorded_ ? std::make_shared<LossSlot>() : free_loss_slot();
+    if (recorded_) recorded_->push_back(slot);
     CUDA_CHECK(cudaMemcpyAsync(slot->totals.get(), totals, 2 * sizeof(double),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
     CUDA_CHECK(cudaEventRecord(slot->copied.get(), ctx_.stream()));
@@ -356,6 +369,21 @@ class CudaBackend : public Backend {
     kernels::axpby(a, x.f32(), b, y.f32(), y.numel(), ctx_.stream());
   }
 
+  // The host memory the recorded copies read or write (staging, loss slots) is the graph's.
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) override {
+    RT_CHECK(recorded_ == nullptr, "cuda backend: capture() inside a capture");
+    std::vector<std::shared_ptr<void>> host_memory;
+    recorded_ = &host_memory;
+    try {
+      auto captured = capture_work(ctx_, work, host_memory);
+      recorded_ = nullptr;
+      return captured;
+    } catch (...) {
+      recorded_ = nullptr;
+      throw;
+    }
+  }
+
   void record_ready(size_t slot) override {
     ctx_.activate();
     CUDA_CHECK(cudaEventRecord(ready_event(slot, true), ctx_.stream()));
@@ -422,6 +450,7 @@ class CudaBackend : public Backend {
   ScratchBlock bce_scratch_;     // total, per-value losses, targets
   ScratchBlock update_scratch_;  // the update rules' and sum_of_squares' partial sums
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;
+  std::vector<std::shared_ptr<void>>* recorded_ = nullptr;  // while capture() records
   std::mutex ready_mutex_;
   std::vector<std::unique_ptr<ReadyEvent>> ready_events_;
 };

@@ -80,13 +80,26 @@ size_t DevicePool::size_class(size_t bytes) {
   return (size + kGranule - 1) / kGranule * kGranule;
 }
 
-void* DevicePool::take_cached(size_t wanted, size_t& size) {
-  auto it = free_.lower_bound(wanted);
-  if (it == free_.end() || !serves(it->first, wanted)) return nullptr;
+void* DevicePool::take_from(std::multimap<size_t, void*>& list, size_t wanted, size_t& size) {
+  auto it = list.lower_bound(wanted);
+  if (it == list.end() || !serves(it->first, wanted)) return nullptr;
   void* block = it->second;
   size = it->first;
-  cached_ -= size;
-  free_.erase(it);
+  list.erase(it);
+  return block;
+}
+
+// A recording takes from its own list first; nothing else ever does.
+void* DevicePool::take_cached(size_t wanted, size_t& size) {
+  if (recording_) {
+    if (void* block = take_from(recording_->free, wanted, size)) {
+      recording_->free_bytes -= size;
+      kept_for_recordings_ -= size;
+      return block;
+    }
+  }
+  void* block = take_from(free_, wanted, size);
+  if (block != nullptr) cached_ -= size;
   return block;
 }
 
@@ -118,6 +131,7 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   const size_t requested = (bytes + 511) / 512 * 512;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (recording_) recording_->blocks.insert(block);
     in_use_ += size;
     peak_in_use_ = std::max(peak_in_use_, in_use_);
     requested_ += requested;
@@ -129,17 +143,85 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
 }
 
 void DevicePool::give_back(void* block, size_t size, size_t requested) noexcept {
+  std::shared_ptr<Recorded> keeper;  // dropped after the lock: it may be the last reference
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
     requested_ -= requested;
-    if (caching_) {
+    keeper = recording_of(block);
+    if (keeper) {
+      keeper->blocks.insert(block);
+      keeper->free.emplace(size, block);
+      keeper->free_bytes += size;
+      kept_for_recordings_ += size;
+    } else if (caching_) {
       free_.emplace(size, block);
       cached_ += size;
-      return;
     }
   }
-  memory_->free(block);
+  if (!keeper && !caching_) memory_->free(block);
+}
+
+std::shared_ptr<DevicePool::Recorded> DevicePool::recording_of(void* block) {
+  for (auto it = recordings_.begin(); it != recordings_.end();) {
+    std::shared_ptr<Recorded> r = it->lock();
+    if (!r || r->released) {
+      it = recordings_.erase(it);
+      continue;
+    }
+    if (r->blocks.count(block) != 0) return r;
+    ++it;
+  }
+  return recording_;
+}
+
+std::shared_ptr<void> DevicePool::recording(const std::function<void()>& record) {
+  auto recorded = std::make_shared<Recorded>();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    RT_CHECK(!recording_, "cuda memory pool: a recording while another one runs");
+    recording_ = recorded;
+    recordings_.push_back(recorded);
+  }
+  try {
+    record();
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      recording_.reset();
+    }
+    release_recorded(*recorded);
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    recording_.reset();
+  }
+  std::shared_ptr<DevicePool> self = shared_from_this();
+  return std::shared_ptr<void>(recorded.get(),
+                               [self, recorded](void*) { self->release_recorded(*recorded); });
+}
+
+void DevicePool::release_recorded(Recorded& recorded) noexcept {
+  std::multimap<size_t, void*> to_free;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (recorded.released) return;
+    recorded.released = true;
+    recorded.blocks.clear();
+    kept_for_recordings_ -= recorded.free_bytes;
+    recorded.free_bytes = 0;
+    if (caching_) {
+      for (const auto& [size, block] : recorded.free) {
+        free_.emplace(size, block);
+        cached_ += size;
+      }
+      recorded.free.clear();
+      return;
+    }
+    to_free.swap(recorded.free);
+  }
+  for (const auto& [size, block] : to_free) memory_->free(block);
 }
 
 void DevicePool::release_cached() {
@@ -176,6 +258,10 @@ void DevicePool::reset_peak() {
 size_t DevicePool::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return cached_;
+}
+size_t DevicePool::bytes_kept_for_recordings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return kept_for_recordings_;
 }
 size_t DevicePool::device_allocations() const {
   std::lock_guard<std::mutex> lock(mutex_);

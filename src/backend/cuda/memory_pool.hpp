@@ -13,9 +13,12 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
+#include <vector>
 
 namespace ringtrain::backend::cuda {
 
@@ -49,6 +52,18 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   // Frees every cached block (not those in use), after waiting for the device.
   void release_cached();
 
+  // Memory for work recorded once and replayed (a CUDA graph, capture_work). While `record`
+  // runs, blocks given back go to a free list of the recording's own, which only the
+  // recording takes from again, and every block it takes is marked as the recording's. After
+  // it, the recording's blocks stay its own for as long as the returned handle lives: one
+  // given back returns to that list, never to the cache nor to the device, since replays write
+  // them with no host code in between. When the handle goes, the list's blocks return to the
+  // cache (to the device without caching). If `record` throws, nothing was recorded: its
+  // blocks return at once and the exception goes on. One recording at a time; blocks that were
+  // taken before `record` and kept after it must outlive the handle (they are the caller's).
+  std::shared_ptr<void> recording(const std::function<void()>& record);
+  size_t bytes_kept_for_recordings() const;
+
   size_t bytes_in_use() const;
   // The most bytes in use at once since the pool was made (blocks as served, size classes and
   // all): what a step needs, beside PyTorch's torch.cuda.max_memory_allocated.
@@ -76,14 +91,29 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
  private:
   DevicePool(std::unique_ptr<DeviceMemory> memory, bool caching)
       : memory_(std::move(memory)), caching_(caching) {}
+  // A recording's blocks (recording()): those it may take again, and every block it took or
+  // was given back while it ran.
+  struct Recorded {
+    std::multimap<size_t, void*> free;
+    std::unordered_set<void*> blocks;
+    size_t free_bytes = 0;
+    bool released = false;  // its handle went: its blocks are anyone's again
+  };
   void* take_cached(size_t wanted, size_t& size);
+  static void* take_from(std::multimap<size_t, void*>& list, size_t wanted, size_t& size);
   void* allocate_new(size_t size);
   void give_back(void* block, size_t size, size_t requested) noexcept;
+  void release_recorded(Recorded& recorded) noexcept;
+  // The live recording that holds `block`, else the one running (which takes it), else null.
+  std::shared_ptr<Recorded> recording_of(void* block);
 
   std::unique_ptr<DeviceMemory> memory_;
   bool caching_;
   mutable std::mutex mutex_;
-  std::multimap<size_t, void*> free_;  // cached blocks by size, for best fit
+  std::multimap<size_t, void*> free_;                // cached blocks by size, for best fit
+  std::shared_ptr<Recorded> recording_;              // while recording() runs
+  std::vector<std::weak_ptr<Recorded>> recordings_;  // those whose handles may live
+  size_t kept_for_recordings_ = 0;
   size_t in_use_ = 0, peak_in_use_ = 0, cached_ = 0, mallocs_ = 0;
   size_t requested_ = 0, peak_requested_ = 0;
 };

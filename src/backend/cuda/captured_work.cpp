@@ -1,0 +1,94 @@
+// captured_work.cpp — work queued on the compute stream recorded as one CUDA graph
+// (stream capture, instantiated once) and queued again by one cudaGraphLaunch: a training
+// step's hundreds of launches through cuDNN, cuBLAS and our kernels in one host call.
+#include "captured_work.hpp"
+
+#include "ringtrain/core/error.hpp"
+
+namespace ringtrain::backend::cuda {
+namespace {
+
+// Owns a graph from cudaStreamEndCapture (the executable copy does not need it after).
+class Graph {
+ public:
+  explicit Graph(cudaGraph_t g) : g_(g) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (g_ != nullptr) (void)cudaGraphDestroy(g_);
+  }
+  cudaGraph_t get() const { return g_; }
+
+ private:
+  cudaGraph_t g_;
+};
+
+class CudaGraphWork : public CapturedWork {
+ public:
+  CudaGraphWork(Context& ctx, cudaGraphExec_t exec, size_t operations, std::shared_ptr<void> memory,
+                std::vector<std::shared_ptr<void>> host_memory)
+      : ctx_(ctx),
+        exec_(exec),
+        operations_(operations),
+        memory_(std::move(memory)),
+        host_memory_(std::move(host_memory)) {}
+  CudaGraphWork(const CudaGraphWork&) = delete;
+  CudaGraphWork& operator=(const CudaGraphWork&) = delete;
+  // A launched graph still running is freed by CUDA once it ends; the memory kept for it goes
+  // back to the pool, whose next users queue on the same stream, after it.
+  ~CudaGraphWork() override {
+    (void)cudaSetDevice(ctx_.device());
+    (void)cudaGraphExecDestroy(exec_);
+  }
+
+  void replay() override {
+    ctx_.activate();
+    CUDA_CHECK(cudaGraphLaunch(exec_, ctx_.stream()));
+  }
+  size_t operations() const override { return operations_; }
+
+ private:
+  Context& ctx_;
+  cudaGraphExec_t exec_;
+  size_t operations_;
+  std::shared_ptr<void> memory_;                    // the pool's blocks kept for the replays
+  std::vector<std::shared_ptr<void>> host_memory_;  // pinned memory the graph's copies use
+};
+
+// Ends a capture that an op broke off (its own error is the one to report), discarding what
+// it recorded and the capture's error state, which is not sticky.
+void abandon_capture(cudaStream_t stream) noexcept {
+  cudaGraph_t partial = nullptr;
+  (void)cudaStreamEndCapture(stream, &partial);
+  if (partial != nullptr) (void)cudaGraphDestroy(partial);
+  (void)cudaGetLastError();
+}
+
+}  // namespace
+
+// Relaxed capture mode: the pool may still call cudaMalloc while the step records (a block of
+// a size the warm-up steps never asked for); every call that would wait for the stream fails.
+std::unique_ptr<CapturedWork> capture_work(Context& ctx, const std::function<void()>& work,
+                                           std::vector<std::shared_ptr<void>>& host_memory) {
+  ctx.activate();
+  cudaGraph_t recorded = nullptr;
+  std::shared_ptr<void> memory = ctx.pool().recording([&] {
+    CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
+    try {
+      work();
+    } catch (...) {
+      abandon_capture(ctx.stream());
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &recorded));
+  });
+  Graph graph(recorded);
+  size_t operations = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &operations));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+  return std::make_unique<CudaGraphWork>(ctx, exec, operations, std::move(memory),
+                                         std::move(host_memory));
+}
+
+}  // namespace ringtrain::backend::cuda
