@@ -225,6 +225,10 @@ int run(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   be->synchronize();
+  const backend::MemoryUse setup_memory = be->memory_use();
+  // The timed steps' own peak beside the whole run's; with --cuda-graph the recording's, as
+  // its replays take no memory of their own.
+  be->reset_memory_peak();
   // After the warm-up every algorithm is chosen and every tensor made: the step records whole.
   std::unique_ptr<backend::CapturedWork> graph;
   if (cuda_graph) {
@@ -236,8 +240,6 @@ int run(int argc, char** argv) {
     be->synchronize();
   }
   auto timed_step = [&] { graph ? graph->replay() : step(); };
-  const backend::MemoryUse setup_memory = be->memory_use();
-  be->reset_memory_peak();  // the timed steps' own peak beside the whole run's
   if (profile) profile->clear();
   std::vector<double> rates;
   const bench::OtherCpu others;
