@@ -273,6 +273,9 @@ class ProfiledBackend : public Backend {
   void sgd_update(Tensor& w, const Tensor& g, Tensor& buf, const SgdSpec& spec) override {
     r_.time(OpKind::kOptimizer, 0, [&] { be_->sgd_update(w, g, buf, spec); });
   }
+  void sgd_update_many(const std::vector<SgdTensors>& tensors, const SgdSpec& spec) override {
+    r_.time(OpKind::kOptimizer, 0, [&] { be_->sgd_update_many(tensors, spec); });
+  }
   void adaptive_update(Tensor& w, const Tensor& g, Tensor& m, Tensor* v,
                        const AdaptiveSpec& spec) override {
     r_.time(OpKind::kOptimizer, 0, [&] { be_->adaptive_update(w, g, m, v, spec); });

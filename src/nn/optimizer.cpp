@@ -38,10 +38,14 @@ OptimizerKind parse_optimizer(const std::string& name) {
 
 const char* optimizer_name(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kLars: return "lars";
-    case OptimizerKind::kLamb: return "lamb";
-    case OptimizerKind::kAdamW: break;
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kLars:
+      return "lars";
+    case OptimizerKind::kLamb:
+      return "lamb";
+    case OptimizerKind::kAdamW:
+      break;
   }
   return "adamw";
 }
@@ -64,20 +68,33 @@ Optimizer::Optimizer(std::vector<Parameter*> params, const OptimizerOptions& opt
   }
 }
 
+float Optimizer::decay_of(const Parameter& p) const {
+  const bool full = options_.decay_bn_and_bias || !p.no_weight_decay;
+  return full ? float(options_.weight_decay) : 0.0f;
+}
+
 bool Optimizer::uses_second_moment() const {
   return options_.kind == OptimizerKind::kLamb || options_.kind == OptimizerKind::kAdamW;
 }
 
 void Optimizer::step(double lr) {
   const OptimizerOptions& o = options_;
+  if (o.kind == OptimizerKind::kSgd) {
+    // Every tensor in one call: one launch on cuda.
+    std::vector<backend::SgdTensors> tensors;
+    tensors.reserve(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Parameter& p = *params_[i];
+      tensors.push_back({&p.value, &p.grad, &first_[i], decay_of(p)});
+    }
+    be_.sgd_update_many(tensors, {float(lr), float(o.momentum), 0.0f, o.nesterov});
+    ++steps_;
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     const bool full = o.decay_bn_and_bias || !p.no_weight_decay;
-    const float decay = full ? float(o.weight_decay) : 0.0f;
-    if (o.kind == OptimizerKind::kSgd) {
-      be_.sgd_update(p.value, p.grad, first_[i], {float(lr), float(o.momentum), decay, o.nesterov});
-      continue;
-    }
+    const float decay = decay_of(p);
     backend::AdaptiveSpec spec;
     spec.rule = o.kind == OptimizerKind::kLars   ? backend::UpdateRule::kLars
                 : o.kind == OptimizerKind::kLamb ? backend::UpdateRule::kLamb

@@ -57,6 +57,8 @@ class Optimizer {
 
  private:
   bool uses_second_moment() const;
+  // optimizer.weight_decay, or 0 for a batch-norm or bias parameter unless decay_bn_and_bias.
+  float decay_of(const Parameter& p) const;
 
   std::vector<Parameter*> params_;
   OptimizerOptions options_;

@@ -26,12 +26,12 @@ class Graph {
 class CudaGraphWork : public CapturedWork {
  public:
   CudaGraphWork(Context& ctx, cudaGraphExec_t exec, size_t operations, std::shared_ptr<void> memory,
-                std::vector<std::shared_ptr<void>> host_memory)
+                std::vector<std::shared_ptr<void>> kept)
       : ctx_(ctx),
         exec_(exec),
         operations_(operations),
         memory_(std::move(memory)),
-        host_memory_(std::move(host_memory)) {}
+        kept_(std::move(kept)) {}
   CudaGraphWork(const CudaGraphWork&) = delete;
   CudaGraphWork& operator=(const CudaGraphWork&) = delete;
   // A launched graph still running is freed by CUDA once it ends; the memory kept for it goes
@@ -51,8 +51,8 @@ class CudaGraphWork : public CapturedWork {
   Context& ctx_;
   cudaGraphExec_t exec_;
   size_t operations_;
-  std::shared_ptr<void> memory_;                    // the pool's blocks kept for the replays
-  std::vector<std::shared_ptr<void>> host_memory_;  // pinned memory the graph's copies use
+  std::shared_ptr<void> memory_;             // the pool's blocks kept for the replays
+  std::vector<std::shared_ptr<void>> kept_;  // what the work reads beyond its tensors
 };
 
 // Ends a capture that an op broke off (its own error is the one to report), discarding what
@@ -69,7 +69,7 @@ void abandon_capture(cudaStream_t stream) noexcept {
 // Relaxed capture mode: the pool may still call cudaMalloc while the step records (a block of
 // a size the warm-up steps never asked for); every call that would wait for the stream fails.
 std::unique_ptr<CapturedWork> capture_work(Context& ctx, const std::function<void()>& work,
-                                           std::vector<std::shared_ptr<void>>& host_memory) {
+                                           std::vector<std::shared_ptr<void>>& kept) {
   ctx.activate();
   cudaGraph_t recorded = nullptr;
   std::shared_ptr<void> memory = ctx.pool().recording([&] {
@@ -87,8 +87,7 @@ std::unique_ptr<CapturedWork> capture_work(Context& ctx, const std::function<voi
   CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &operations));
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
-  return std::make_unique<CudaGraphWork>(ctx, exec, operations, std::move(memory),
-                                         std::move(host_memory));
+  return std::make_unique<CudaGraphWork>(ctx, exec, operations, std::move(memory), std::move(kept));
 }
 
 }  // namespace ringtrain::backend::cuda

@@ -11,10 +11,10 @@ namespace ringtrain::backend::cuda {
 
 // Records what `work` queues on ctx's stream (nothing runs) as one graph, instantiated once;
 // the pool keeps the device memory the recording took and gave back for the replays, and the
-// graph keeps `host_memory` (what its copies read or write on the host, filled while `work`
-// runs). An op that cannot be recorded throws its own error (CUDA's capture errors carry a
-// hint); nothing is recorded then.
+// graph keeps `kept` (what the recorded work reads or writes beyond its tensors: staged host
+// copies, loss slots, tables; filled while `work` runs). An op that cannot be recorded throws
+// its own error (CUDA's capture errors carry a hint); nothing is recorded then.
 std::unique_ptr<CapturedWork> capture_work(Context& ctx, const std::function<void()>& work,
-                                           std::vector<std::shared_ptr<void>>& host_memory);
+                                           std::vector<std::shared_ptr<void>>& kept);
 
 }  // namespace ringtrain::backend::cuda

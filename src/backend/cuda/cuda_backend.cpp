@@ -2,6 +2,7 @@
 // stream (uploads through pinned, double-buffered staging), the loss (read later, through
 // pinned memory), SGD, elementwise ops and the non-finite check on our kernels; layer ops in
 // conv_linear.cpp and norm_pool.cpp.
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -69,6 +70,15 @@ struct TensorResults {
   PinnedBuffer host;
   Tensor f32;
 };
+
+bool same_table(const std::vector<kernels::SgdSegment>& a,
+                const std::vector<kernels::SgdSegment>& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
+           return x.w == y.w && x.g == y.g && x.buf == y.buf && x.count == y.count &&
+                  x.weight_decay == y.weight_decay;
+         });
+}
 
 void check_same_numel(const char* op, const Tensor& a, const Tensor& b) {
   RT_CHECK(a.numel() == b.numel(), op, ": tensors ", shape_str(a.shape()), " and ",
@@ -259,6 +269,44 @@ class CudaBackend : public Backend {
                         spec.weight_decay, spec.nesterov, ctx_.stream());
   }
 
+  // The tensors' table goes to the device only when it changes (the same parameters step
+  // after step); a recording gets a table of its own, kept with the graph.
+  void sgd_update_many(const std::vector<SgdTensors>& tensors, const SgdSpec& spec) override {
+    ctx_.activate();
+    std::vector<kernels::SgdSegment> table;
+    table.reserve(tensors.size());
+    int64_t most = 0;
+    for (const SgdTensors& t : tensors) {
+      check_same_numel("sgd", *t.w, *t.g);
+      check_same_numel("sgd", *t.w, *t.momentum_buf);
+      expect_f32(*t.w, "sgd weights");
+      expect_f32(*t.g, "sgd gradient");
+      expect_f32(*t.momentum_buf, "sgd momentum");
+      table.push_back(
+          {t.w->f32(), t.g->f32(), t.momentum_buf->f32(), t.w->numel(), t.weight_decay});
+      most = std::max(most, t.w->numel());
+    }
+    if (table.empty()) return;
+    const size_t bytes = table.size() * sizeof(kernels::SgdSegment);
+    const void* device_table = nullptr;
+    if (recorded_ != nullptr) {
+      std::shared_ptr<void> own = ctx_.pool().allocate(bytes);
+      upload_staging_.copy_to_device(table.data(), own.get(), bytes, ctx_.stream(), recorded_);
+      recorded_->push_back(own);
+      device_table = own.get();
+    } else {
+      void* block = sgd_table_.reserve(ctx_.pool(), bytes);
+      if (!same_table(table, sgd_table_host_)) {
+        upload_staging_.copy_to_device(table.data(), block, bytes, ctx_.stream(), nullptr);
+        sgd_table_host_ = table;
+      }
+      device_table = block;
+    }
+    kernels::sgd_update_segments(static_cast<const kernels::SgdSegment*>(device_table),
+                                 int(table.size()), most, spec.lr, spec.momentum, spec.nesterov,
+                                 ctx_.stream());
+  }
+
   void adaptive_update(Tensor& w, const Tensor& g, Tensor& m, Tensor* v,
                        const AdaptiveSpec& spec) override {
     ctx_.activate();
@@ -369,13 +417,14 @@ class CudaBackend : public Backend {
     kernels::axpby(a, x.f32(), b, y.f32(), y.numel(), ctx_.stream());
   }
 
-  // The host memory the recorded copies read or write (staging, loss slots) is the graph's.
+  // What the recorded work reads or writes beyond its tensors (staged host copies, loss slots,
+  // SGD's table) is the graph's.
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) override {
     RT_CHECK(recorded_ == nullptr, "cuda backend: capture() inside a capture");
-    std::vector<std::shared_ptr<void>> host_memory;
-    recorded_ = &host_memory;
+    std::vector<std::shared_ptr<void>> kept;
+    recorded_ = &kept;
     try {
-      auto captured = capture_work(ctx_, work, host_memory);
+      auto captured = capture_work(ctx_, work, kept);
       recorded_ = nullptr;
       return captured;
     } catch (...) {
@@ -449,6 +498,8 @@ class CudaBackend : public Backend {
   ScratchBlock loss_scratch_;    // totals, per-row losses, labels, correct flags
   ScratchBlock bce_scratch_;     // total, per-value losses, targets
   ScratchBlock update_scratch_;  // the update rules' and sum_of_squares' partial sums
+  ScratchBlock sgd_table_;       // sgd_update_many's tensors, as last uploaded
+  std::vector<kernels::SgdSegment> sgd_table_host_;
   std::vector<std::shared_ptr<LossSlot>> loss_slots_;
   std::vector<std::shared_ptr<void>>* recorded_ = nullptr;  // while capture() records
   std::mutex ready_mutex_;

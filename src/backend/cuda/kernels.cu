@@ -36,14 +36,25 @@ __global__ void divide_kernel(float* t, int64_t n, float divisor) {
   GRID_LOOP(i, n) t[i] /= divisor;
 }
 
+// One value's SGD step: both SGD kernels run this, so one tensor updated alone or among many
+// gets the same bits.
+__device__ __forceinline__ void sgd_value(float* w, const float* g, float* buf, int64_t i,
+                                          float lr, float mu, float wd, bool nesterov) {
+  float d = g[i] + wd * w[i];
+  float m = mu * buf[i] + d;
+  buf[i] = m;
+  w[i] -= lr * (nesterov ? d + mu * m : m);
+}
+
 __global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu,
                            float wd, bool nesterov) {
-  GRID_LOOP(i, n) {
-    float d = g[i] + wd * w[i];
-    float m = mu * buf[i] + d;
-    buf[i] = m;
-    w[i] -= lr * (nesterov ? d + mu * m : m);
-  }
+  GRID_LOOP(i, n) sgd_value(w, g, buf, i, lr, mu, wd, nesterov);
+}
+
+// blockIdx.y picks the tensor; the x dimension strides over its values.
+__global__ void sgd_segments_kernel(const SgdSegment* tensors, float lr, float mu, bool nesterov) {
+  const SgdSegment t = tensors[blockIdx.y];
+  GRID_LOOP(i, t.count) sgd_value(t.w, t.g, t.buf, i, lr, mu, t.weight_decay, nesterov);
 }
 
 __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, int64_t rows,
@@ -441,6 +452,17 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
   if (n == 0) return;
   sgd_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, buf, n, lr, momentum, weight_decay, nesterov);
   CUDA_CHECK(cudaGetLastError());
+}
+
+void sgd_update_segments(const SgdSegment* tensors, int n_tensors, int64_t max_count, float lr,
+                         float momentum, bool nesterov, cudaStream_t s) {
+  if (n_tensors == 0 || max_count == 0) return;
+  for (int first = 0; first < n_tensors; first += 65535) {  // gridDim.y's limit
+    const unsigned slice = unsigned(n_tensors - first < 65535 ? n_tensors - first : 65535);
+    dim3 grid(unsigned(blocks_for(max_count)), slice);
+    sgd_segments_kernel<<<grid, kThreads, 0, s>>>(tensors + first, lr, momentum, nesterov);
+    CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,

@@ -19,6 +19,17 @@ void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s
 // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, bool nesterov, cudaStream_t s);
+// sgd_update on many tensors in one launch (one row of blocks a tensor, as copy_segments): the
+// same arithmetic per value, so the same bits. `tensors` is device memory.
+struct SgdSegment {
+  float* w;
+  const float* g;
+  float* buf;
+  int64_t count;
+  float weight_decay;
+};
+void sgd_update_segments(const SgdSegment* tensors, int n_tensors, int64_t max_count, float lr,
+                         float momentum, bool nesterov, cudaStream_t s);
 
 // One thread per row: with t = (1 - smoothing) onehot + smoothing / classes, dlogits =
 // (softmax - t) / rows; row_loss[i] = -sum t log p, row_correct[i] = argmax == label. Labels
@@ -101,7 +112,9 @@ void copy_segments(const Segment* segments, int n_segments, int64_t max_count, f
 // Sums of squares are split where the host splits them (kSumChunk values a partial sum, fp64,
 // partials added in order by one block): the same bits in every run.
 constexpr int64_t kSumChunk = 1 << 14;
-inline int64_t sum_chunks(int64_t n) { return (n + kSumChunk - 1) / kSumChunk; }
+inline int64_t sum_chunks(int64_t n) {
+  return (n + kSumChunk - 1) / kSumChunk;
+}
 // *total = sum of x[i]^2; partials holds sum_chunks(n) doubles of scratch.
 void sum_of_squares(const float* x, int64_t n, double* partials, double* total, cudaStream_t s);
 
@@ -114,7 +127,9 @@ struct UpdateArgs {
 };
 // One update of n values (v null for LARS); scratch holds adaptive_scratch_doubles(n) doubles.
 // The trust ratio is computed on the device from the norms: no host wait.
-inline int64_t adaptive_scratch_doubles(int64_t n) { return sum_chunks(n) + 2; }
+inline int64_t adaptive_scratch_doubles(int64_t n) {
+  return sum_chunks(n) + 2;
+}
 void adaptive_update(float* w, const float* g, float* m, float* v, int64_t n,
                      const UpdateArgs& args, double* scratch, cudaStream_t s);
 
