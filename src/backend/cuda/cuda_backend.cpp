@@ -291,13 +291,13 @@ class CudaBackend : public Backend {
     const void* device_table = nullptr;
     if (recorded_ != nullptr) {
       std::shared_ptr<void> own = ctx_.pool().allocate(bytes);
-      upload_staging_.copy_to_device(table.data(), own.get(), bytes, ctx_.stream(), recorded_);
+      table_staging_.copy_to_device(table.data(), own.get(), bytes, ctx_.stream(), recorded_);
       recorded_->push_back(own);
       device_table = own.get();
     } else {
       void* block = sgd_table_.reserve(ctx_.pool(), bytes);
       if (!same_table(table, sgd_table_host_)) {
-        upload_staging_.copy_to_device(table.data(), block, bytes, ctx_.stream(), nullptr);
+        table_staging_.copy_to_device(table.data(), block, bytes, ctx_.stream(), nullptr);
         sgd_table_host_ = table;
       }
       device_table = block;
@@ -490,7 +490,7 @@ class CudaBackend : public Backend {
   }
 
   Context ctx_;
-  HostStaging upload_staging_, label_staging_;
+  HostStaging upload_staging_, label_staging_, table_staging_;
   Tensor upload_f32_, download_f32_, logits_f32_;  // conversion scratch
   Tensor bce_logits_f32_;        // its own: the class loss may still be reading logits_f32_
   TensorResults finite_flags_;   // first_nonfinite: a flag per tensor
