@@ -102,6 +102,53 @@ BOOST_DATA_TEST_CASE(conv_matches_reference, bdata::make(testable_backends()), n
   check_conv(name, {32, 64, 3, 1, 1, true, true}, {2, 32, 7, 7}, 16);
 }
 
+// backward_data reads forward's converted or reordered copy of the weights only when it is
+// handed the forward's own weights (ConvOp's contract); other weights are read afresh, and
+// either way dx has the same bits (cpu fp32 and bf16, cuda fp32, tf32 and bf16 deterministic
+// where a GPU is).
+BOOST_AUTO_TEST_CASE(conv_backward_data_reads_other_weights_afresh) {
+  std::vector<std::pair<std::string, Precision>> cases{{"cpu", Precision::kF32},
+                                                       {"cpu", Precision::kBF16}};
+  if (cuda_testable())
+    for (Precision p : {Precision::kF32, Precision::kTF32, Precision::kBF16})
+      cases.push_back({"cuda", p});
+  const ConvSpec spec{16, 32, 3, 1, 1, false, false};
+  for (const auto& [name, precision] : cases) {
+    std::unique_ptr<Backend> be;
+    try {
+      CudaOptions deterministic;  // the same algorithms for every op (none chosen by timing)
+      deterministic.deterministic = true;
+      deterministic.precision = precision;
+      be = name == "cuda" ? make_cuda_backend(deterministic) : make_backend(name, 2, precision);
+    } catch (const InputError& e) {
+      std::printf("conv backward_data, %s: skipped: %s\n", name.c_str(), e.what());
+      continue;
+    }
+    Tensor x = random_tensor(*be, {2, 16, 6, 6}, 41);
+    Tensor w1 = random_tensor(*be, {32, 16, 3, 3}, 42, -0.2f, 0.2f);
+    Tensor w2 = random_tensor(*be, {32, 16, 3, 3}, 43, -0.2f, 0.2f);
+    Tensor dy = random_tensor(*be, {2, 32, 6, 6}, 44);
+    auto dx_of = [&](const Tensor& forward_w, const Tensor& backward_w) {
+      auto op = be->make_conv(spec);
+      Tensor y, dx;
+      op->forward(x, forward_w, nullptr, y);
+      op->backward_data(dy, backward_w, dx);
+      return to_host(*be, dx);
+    };
+    const std::string what = name + " " + precision_name(precision);
+    // The forward's copy (w2 after w2, w1 after w1) against the weights read afresh (w2 after
+    // w1, w1 after w2): the same bits either way, and w1 and w2 give different dx.
+    const std::vector<float> w2_afresh = dx_of(w1, w2), w2_copy = dx_of(w2, w2);
+    const std::vector<float> w1_afresh = dx_of(w2, w1), w1_copy = dx_of(w1, w1);
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    BOOST_TEST(same(w2_afresh, w2_copy), what << ": backward_data with w2 read the forward's w1");
+    BOOST_TEST(same(w1_afresh, w1_copy), what << ": backward_data with w1 read the forward's w2");
+    BOOST_TEST(!same(w1_copy, w2_copy), what << ": w1 and w2 gave the same dx");
+  }
+}
+
 BOOST_DATA_TEST_CASE(linear_matches_reference, bdata::make(testable_backends()), name) {
   for (const Shape& x_shape : {Shape{5, 24}, Shape{3, 32, 2, 3}}) {
     std::printf("linear, x %s\n", shape_str(x_shape).c_str());

@@ -106,7 +106,9 @@ class Conv : public ConvOp {
     expect_f32(w, "conv w");
     Plan& p = current("conv backward_data", dy_in);
     const Tensor& dy = ctx_.as_act(dy_in, dy_cast_);
-    const Tensor& wa = weights(w);
+    // The forward's converted copy when w is the forward's (ConvOp's contract: unchanged
+    // since), so a step converts each filter once.
+    const Tensor& wa = krsc_ && cast_of_ == w.raw() ? w_cast_ : weights(w);
     ctx_.ensure_act(dx, p.x_shape);
     void* ws = use(p.bwd_data);
     CUDNN_CHECK(cudnnConvolutionBackwardData(ctx_.cudnn(), &kOne, w_desc_.get(), wa.raw(),
@@ -161,6 +163,7 @@ class Conv : public ConvOp {
     if (!krsc_) return w;
     ctx_.ensure_as(w_cast_, w.shape(), act_, true);
     ctx_.convert(w, w_cast_);
+    cast_of_ = w.raw();
     return w_cast_;
   }
 
@@ -265,6 +268,7 @@ class Conv : public ConvOp {
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
   Tensor x_cast_, dy_cast_, w_cast_, dw_cast_, bias_cast_;  // inputs in the product's form
+  const void* cast_of_ = nullptr;                           // the w whose copy w_cast_ holds
   Tensor sum_scratch_;                                      // the bias sums' partials
 };
 
