@@ -160,7 +160,10 @@ measure() {
   else
     local why="exit $status"
     if [ "$status" = 124 ] || [ "$status" = 137 ]; then why="timed out after $limit s"; fi
-    why="$why: $(grep -v "^[[:space:]]*$" "$err" | tail -1 | cut -c1-200 || true)"
+    # The tool's last "error:" line and what follows it (a hint line), else its last line.
+    why="$why: $(awk 'NF { $1 = $1; if (/: error: /) { text = $0; error = 1 }
+                          else if (error) text = text " " $0; else text = $0 }
+                      END { print text }' "$err" | cut -c1-400 || true)"
     echo "  $tool failed ($config): $why"
     "$PYTHON" -c 'import json, sys
 print(json.dumps({"tool": sys.argv[1], "model": sys.argv[2], "batch": int(sys.argv[3]),

@@ -77,7 +77,11 @@ SH
 cat >"$work/bin/rt-bench-compute" <<SH
 #!/usr/bin/env bash
 # --cuda-graph: a recorded step at 200 img/s, saying how many operations it recorded.
-if [[ " \$* " == *" --cuda-graph "* ]]; then
+if [[ " \$* " == *" --cuda-graph "* ]] && [ -n "\${GRAPH_FAILS:-}" ]; then
+  echo "rt-bench-compute: error: CUDA call cudaStreamSynchronize(s) failed: operation not permitted when stream is capturing" >&2
+  echo "  hint: an op waited for the GPU while a CUDA graph was being recorded" >&2
+  exit 1
+elif [[ " \$* " == *" --cuda-graph "* ]]; then
   source "$work/row.sh" ringtrain 200 "\$@" | sed 's/}\$/,"cuda_graph":{"operations":400}}/'
 else
   source "$work/row.sh" ringtrain 150 "\$@"
@@ -137,6 +141,13 @@ assert bf16["ringtrain_img_s"] == 150 and bf16["graph_img_s"] == 200, bf16
 assert bf16["graph_ratio"] == 2.0 and bf16["graph_ratio_compile"] == 1.667, bf16
 assert bf16["graph_vs_ringtrain"] == 1.333 and bf16["graph_operations"] == 400, bf16
 PY
+# A recording that fails is a failed cell whose reason keeps the error line and its hint.
+ARGS_LOG="$work/args-graph-fails" DEVICE=cuda ROUNDS=1 BIN="$work/bin" PYTHON="$work/python" \
+  COMPILE= GRAPH=bf16 GRAPH_FAILS=1 OUT_DIR="$work/bench-graph-fails" \
+  CONFIGS="resnet18_cifar:128:1:bf16" tools/bench-compute.sh >"$work/table-graph-fails.txt" 2>&1 ||
+  fail "bench-compute.sh GRAPH_FAILS=1: $(cat "$work/table-graph-fails.txt")"
+grep -qF '| graph failed | ringtrain-graph failed: exit 1: rt-bench-compute: error: CUDA call cudaStreamSynchronize(s) failed: operation not permitted when stream is capturing hint: an op waited for the GPU while a CUDA graph was being recorded' \
+  "$work/bench-graph-fails/compute.txt" || fail "failed graph cell: $(cat "$work/bench-graph-fails/compute.txt")"
 grep -q '^GPU: Fake GPU (host CPU: ' "$work/table.txt" || fail "no GPU line: $(cat "$work/table.txt")"
 grep -qE '^resnet18_cifar +128 +1 bf16 \| +150\.0 +100\.0 +1\.50x \| +1\.00x \| +75\.0 +- +- +- \|.* \| compile 120\.0 img/s, 1\.25x$' "$work/table.txt" ||
   fail "bf16 row: $(cat "$work/table.txt")"
