@@ -20,6 +20,7 @@ const char* op_kind_key(OpKind kind) {
                                              "relu",
                                              "pool",
                                              "add",
+                                             "reorder",
                                              "loss",
                                              "optimizer",
                                              "transfer",
@@ -44,13 +45,14 @@ class Recorder {
 
   template <typename F>
   auto time(OpKind kind, double flops, F&& f) {
+    const ReorderTime reorders = be_.reorder_time();
     const auto start = Clock::now();
     if constexpr (std::is_void_v<decltype(f())>) {
       f();
-      book(kind, flops, start);
+      book(kind, flops, start, reorders);
     } else {
       auto result = f();
-      book(kind, flops, start);
+      book(kind, flops, start, reorders);
       return result;
     }
   }
@@ -58,12 +60,18 @@ class Recorder {
  private:
   using Clock = std::chrono::steady_clock;
 
-  void book(OpKind kind, double flops, Clock::time_point start) {
+  // The reorders the call ran go to kReorder, the rest of its time to its kind.
+  void book(OpKind kind, double flops, Clock::time_point start, const ReorderTime& before) {
     be_.synchronize();
-    const int k = int(kind);
-    profile_->seconds[k] += std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const ReorderTime after = be_.reorder_time();
+    const double reordering = after.seconds - before.seconds;
+    const int k = int(kind), r = int(OpKind::kReorder);
+    profile_->seconds[k] += seconds - reordering;
     profile_->calls[k] += 1;
     profile_->flops[k] += flops;
+    profile_->seconds[r] += reordering;
+    profile_->calls[r] += after.calls - before.calls;
   }
 
   Backend& be_;
@@ -220,6 +228,7 @@ class ProfiledBackend : public Backend {
   std::string libraries() const override { return be_->libraries(); }
   std::string op_choices() const override { return be_->op_choices(); }
   MemoryUse memory_use() const override { return be_->memory_use(); }
+  ReorderTime reorder_time() const override { return be_->reorder_time(); }
   void reset_memory_peak() override { be_->reset_memory_peak(); }
   bool recycles_memory() const override { return be_->recycles_memory(); }
   bool fuses_conv_residual() const override { return be_->fuses_conv_residual(); }

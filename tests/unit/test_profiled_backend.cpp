@@ -1,6 +1,7 @@
 // test_profiled_backend.cpp — the per-op profile: every op of a training step booked under its
 // kind, the products' FLOPs the model's own count, and the numbers the same as unprofiled.
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <cstring>
 
 #include "nn_test_util.hpp"
@@ -99,6 +100,33 @@ BOOST_AUTO_TEST_CASE(a_training_step_is_booked_by_kind_and_unchanged) {
   BOOST_TEST(profile->total_seconds() == booked);
   BOOST_TEST(profile->seconds[size_t(OpKind::kConvForward)] > 0.0);
   BOOST_TEST(std::string(backend::op_kind_key(OpKind::kConvBackwardWeights)) == "conv_bwd_weights");
+}
+
+// On cpu the reorders inside the ops (into and out of oneDNN's blocked layouts) are booked
+// apart, all of them and once: the step's reorder calls are every one the backend ran, and the
+// kinds together take no more than the step's wall time.
+BOOST_AUTO_TEST_CASE(reorders_inside_ops_are_booked_apart) {
+  auto profile = std::make_shared<backend::OpProfile>();
+  auto profiled = backend::make_profiled_backend(backend::make_backend("cpu", 1), profile);
+  const auto start = std::chrono::steady_clock::now();
+  const StepResult got = one_step(*profiled);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const backend::ReorderTime ran = profiled->reorder_time();
+  std::printf("cpu step: %lld reorders, %.3f ms of %.3f ms booked\n",
+              static_cast<long long>(ran.calls), 1e3 * ran.seconds, 1e3 * profile->total_seconds());
+  BOOST_TEST(ran.calls > 0);  // cnn_small's weights go into oneDNN's blocked layouts
+  BOOST_TEST(profile->calls[size_t(OpKind::kReorder)] == ran.calls);
+  BOOST_TEST(profile->seconds[size_t(OpKind::kReorder)] == ran.seconds,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(profile->total_seconds() <= wall);
+  BOOST_TEST(std::string(backend::op_kind_key(OpKind::kReorder)) == "reorder");
+
+  auto ref_profile = std::make_shared<backend::OpProfile>();
+  auto ref = backend::make_profiled_backend(backend::make_backend("ref", 1), ref_profile);
+  one_step(*ref);
+  BOOST_TEST(ref_profile->calls[size_t(OpKind::kReorder)] == 0);
+  (void)got;
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -245,6 +245,13 @@ class CapturedWork {
   virtual size_t operations() const = 0;
 };
 
+// Time a backend spent inside its ops moving tensors between layouts (cpu: oneDNN's reorders
+// into and out of its blocked layouts), summed since it was made.
+struct ReorderTime {
+  double seconds = 0;
+  int64_t calls = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -267,6 +274,9 @@ class Backend {
   // (device = true); host backends: every tensor in host memory of the process (oneDNN's own
   // scratch is not counted).
   virtual MemoryUse memory_use() const { return {}; }
+  // The reorders inside ops so far, for the per-op profile to book apart from the ops that
+  // ran them; zero where there are none (ref) or they are not timed (cuda's conversions).
+  virtual ReorderTime reorder_time() const { return {}; }
   virtual void reset_memory_peak() {}
   // Whether memory given back is taken again cheaply (cuda's caching pool): training then drops
   // each activation gradient once it is used (Layer::set_transient_memory). Host backends keep

@@ -27,6 +27,7 @@ enum class OpKind {
   kRelu,
   kPool,
   kAdd,
+  kReorder,  // layout reorders inside the ops above (Backend::reorder_time), taken out of theirs
   kLoss,
   kOptimizer,  // sgd_update, adaptive_update, sum_of_squares (LARS/LAMB norms, clipping)
   kTransfer,   // upload, download, copy

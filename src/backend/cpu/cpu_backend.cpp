@@ -95,6 +95,7 @@ class CpuBackend : public HostBackend {
 
   void synchronize() override { ctx_.stream.wait(); }
 
+  ReorderTime reorder_time() const override { return ctx_.reorders; }
   std::string op_choices() const override {
     const WeightGradCount& n = ctx_.weight_grad_count;
     if (n.gemm + n.onednn == 0) return "";

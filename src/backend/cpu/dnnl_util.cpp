@@ -1,6 +1,8 @@
 // dnnl_util.cpp — layouts on Tensors, allocation and cached reorders for the oneDNN ops.
 #include "dnnl_util.hpp"
 
+#include <chrono>
+
 #include "../factories.hpp"
 
 namespace ringtrain::backend::cpu {
@@ -56,7 +58,11 @@ void CachedReorder::run(const Context& ctx, const memory& src, const memory& dst
     from_ = from;
     to_ = to;
   }
+  const auto start = std::chrono::steady_clock::now();
   prim_.execute(ctx.stream, const_cast<memory&>(src), const_cast<memory&>(dst));
+  ctx.reorders.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ctx.reorders.calls += 1;
 }
 
 memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want, Tensor& scratch,

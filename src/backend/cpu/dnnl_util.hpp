@@ -32,6 +32,7 @@ struct Context {
   dt act = dt::f32;
   ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
   mutable WeightGradCount weight_grad_count;  // the ops hold a const Context
+  mutable ReorderTime reorders;               // every CachedReorder's runs
 };
 
 dt to_dnnl(DType dtype);
@@ -62,7 +63,8 @@ memory mem_of(const Context& ctx, const Tensor& t);
 // (a view is never reallocated: its desc must already match).
 void ensure(Tensor& t, const Shape& shape, const memory::desc& md);
 
-// A reorder primitive rebuilt only when the descs change.
+// A reorder primitive rebuilt only when the descs change; each run is timed into
+// ctx.reorders (oneDNN's CPU stream runs it in the calling thread).
 class CachedReorder {
  public:
   void run(const Context& ctx, const memory& src, const memory& dst);
