@@ -313,6 +313,10 @@ class ProfiledBackend : public Backend {
   void axpby(float a, const Tensor& x, float b, Tensor& y) override {
     r_.time(OpKind::kOther, 0, [&] { be_->axpby(a, x, b, y); });
   }
+  void axpby_pair(float a, const Tensor& x, float b, Tensor& y, float c, const Tensor& u, float d,
+                  Tensor& v) override {
+    r_.time(OpKind::kOther, 0, [&] { be_->axpby_pair(a, x, b, y, c, u, d, v); });
+  }
   // The gradient-ready marks order the reduction thread against backward: passed through
   // untimed (a profile of one process has no reduction to wait for).
   void record_ready(size_t slot) override { be_->record_ready(slot); }

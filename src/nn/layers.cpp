@@ -125,8 +125,8 @@ const Tensor& BatchNorm2d::forward(const Tensor& x, bool training) {
                                        reducer_ ? &reducer_ : nullptr);
   // PyTorch's update: the running variance takes the unbiased batch variance.
   double unbias = batch_count_ > 1 ? batch_count_ / (batch_count_ - 1) : 1.0;
-  be_.axpby(momentum_, batch_mean_, 1.0f - momentum_, running_mean_);
-  be_.axpby(float(momentum_ * unbias), batch_var_, 1.0f - momentum_, running_var_);
+  be_.axpby_pair(momentum_, batch_mean_, 1.0f - momentum_, running_mean_, float(momentum_ * unbias),
+                 batch_var_, 1.0f - momentum_, running_var_);
   return y_;
 }
 

@@ -599,6 +599,32 @@ BOOST_AUTO_TEST_CASE(sgd_update_many_is_sgd_update_on_each_bitwise) {
   }
 }
 
+// axpby_pair is the two axpby calls, bitwise (cuda: one launch for both, of unequal sizes as
+// the test has them; a batch norm's running statistics are equal).
+BOOST_AUTO_TEST_CASE(axpby_pair_is_two_axpby_bitwise) {
+  std::vector<std::string> names = testable_backends();
+  names.push_back("ref");
+  for (const std::string& name : names) {
+    auto be = make_backend(name, 2);
+    const std::vector<float> x = random_values(300, 61), u = random_values(1025, 62);
+    const std::vector<float> y = random_values(300, 63), v = random_values(1025, 64);
+    Tensor xt = to_device(*be, {300}, x), ut = to_device(*be, {1025}, u);
+    Tensor y_pair = to_device(*be, {300}, y), v_pair = to_device(*be, {1025}, v);
+    Tensor y_each = to_device(*be, {300}, y), v_each = to_device(*be, {1025}, v);
+    be->axpby_pair(0.1f, xt, 0.9f, y_pair, 0.1f * 1.0039f, ut, 0.9f, v_pair);
+    be->axpby(0.1f, xt, 0.9f, y_each);
+    be->axpby(0.1f * 1.0039f, ut, 0.9f, v_each);
+    for (auto [got, want] : {std::pair{&y_pair, &y_each}, std::pair{&v_pair, &v_each}}) {
+      const std::vector<float> g = to_host(*be, *got), w = to_host(*be, *want);
+      BOOST_TEST(std::memcmp(g.data(), w.data(), w.size() * sizeof(float)) == 0,
+                 name << ": axpby_pair differs from axpby on " << w.size() << " values");
+    }
+    std::vector<float> want_v(1025);
+    for (size_t i = 0; i < want_v.size(); ++i) want_v[i] = 0.1f * 1.0039f * u[i] + 0.9f * v[i];
+    expect_close(name + " axpby_pair v", to_host(*be, v_pair), want_v, 1e-6);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fill_copy_scale_axpby_and_views) {
   std::vector<std::string> names = testable_backends();
   names.push_back("ref");

@@ -385,6 +385,13 @@ class Backend {
   }
   // y = a*x + b*y (plain, equal numel).
   virtual void axpby(float a, const Tensor& x, float b, Tensor& y) = 0;
+  // y = a*x + b*y and v = c*u + d*v (plain, each pair of equal numel) in one op: the same bits
+  // as the two axpby calls (a batch norm's running mean and variance in one launch on cuda).
+  virtual void axpby_pair(float a, const Tensor& x, float b, Tensor& y, float c, const Tensor& u,
+                          float d, Tensor& v) {
+    axpby(a, x, b, y);
+    axpby(c, u, d, v);
+  }
 
   // Records what `work` queues on this backend's device without running it, for replay() to
   // queue again in one call (on cuda one CUDA graph: a training step's hundreds of launches

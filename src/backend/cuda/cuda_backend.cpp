@@ -417,6 +417,17 @@ class CudaBackend : public Backend {
     kernels::axpby(a, x.f32(), b, y.f32(), y.numel(), ctx_.stream());
   }
 
+  void axpby_pair(float a, const Tensor& x, float b, Tensor& y, float c, const Tensor& u, float d,
+                  Tensor& v) override {
+    ctx_.activate();
+    check_same_numel("axpby", x, y);
+    check_same_numel("axpby", u, v);
+    for (const Tensor* t : {&x, &u}) expect_f32(*t, "axpby x");
+    for (const Tensor* t : {&y, &v}) expect_f32(*t, "axpby y");
+    kernels::axpby_pair({a, x.f32(), b, y.f32(), y.numel()}, {c, u.f32(), d, v.f32(), v.numel()},
+                        ctx_.stream());
+  }
+
   // What the recorded work reads or writes beyond its tensors (staged host copies, loss slots,
   // SGD's table) is the graph's.
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) override {

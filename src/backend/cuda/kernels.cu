@@ -28,8 +28,20 @@ __global__ void fill_kernel(float* t, int64_t n, float value) {
   GRID_LOOP(i, n) t[i] = value;
 }
 
+// One value of y = a*x + b*y (x null: y = b*y): both axpby kernels run this, so the same bits.
+__device__ __forceinline__ void axpby_value(float a, const float* x, float b, float* y,
+                                            int64_t i) {
+  y[i] = (x ? a * x[i] : 0.0f) + b * y[i];
+}
+
 __global__ void axpby_kernel(float a, const float* x, float b, float* y, int64_t n) {
-  GRID_LOOP(i, n) y[i] = (x ? a * x[i] : 0.0f) + b * y[i];
+  GRID_LOOP(i, n) axpby_value(a, x, b, y, i);
+}
+
+// blockIdx.y picks the pair's member.
+__global__ void axpby_pair_kernel(Axpby first, Axpby second) {
+  const Axpby& t = blockIdx.y == 0 ? first : second;
+  GRID_LOOP(i, t.n) axpby_value(t.a, t.x, t.b, t.y, i);
 }
 
 __global__ void divide_kernel(float* t, int64_t n, float divisor) {
@@ -432,6 +444,13 @@ void adaptive_update(float* w, const float* g, float* m, float* v, int64_t n,
 void fill(float* t, int64_t n, float value, cudaStream_t s) {
   if (n == 0) return;
   fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(t, n, value);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void axpby_pair(const Axpby& first, const Axpby& second, cudaStream_t s) {
+  const int64_t most = first.n > second.n ? first.n : second.n;
+  if (most == 0) return;
+  axpby_pair_kernel<<<dim3(unsigned(blocks_for(most)), 2), kThreads, 0, s>>>(first, second);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,6 +16,15 @@ namespace ringtrain::backend::cuda::kernels {
 void fill(float* t, int64_t n, float value, cudaStream_t s);
 // y = a*x + b*y; x may be null when a == 0.
 void axpby(float a, const float* x, float b, float* y, int64_t n, cudaStream_t s);
+// Two axpby in one launch, by value (no table to upload): the same bits as two axpby calls.
+struct Axpby {
+  float a;
+  const float* x;
+  float b;
+  float* y;
+  int64_t n;
+};
+void axpby_pair(const Axpby& first, const Axpby& second, cudaStream_t s);
 // w -= lr * (nesterov ? g' + m*buf : buf), buf = m*buf + g', g' = g + wd*w.
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, bool nesterov, cudaStream_t s);
