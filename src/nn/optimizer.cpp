@@ -38,14 +38,10 @@ OptimizerKind parse_optimizer(const std::string& name) {
 
 const char* optimizer_name(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kSgd:
-      return "sgd";
-    case OptimizerKind::kLars:
-      return "lars";
-    case OptimizerKind::kLamb:
-      return "lamb";
-    case OptimizerKind::kAdamW:
-      break;
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kLars: return "lars";
+    case OptimizerKind::kLamb: return "lamb";
+    case OptimizerKind::kAdamW: break;
   }
   return "adamw";
 }
