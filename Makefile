@@ -181,6 +181,10 @@ $(INFO_H): FORCE
 $(BUILD)/src/io/results.o: $(INFO_H)
 FORCE:
 
+# The test programs' own code at -O1: it compiles in a third less time (a quarter of make
+# test's build), and nothing in it is timed; the library they test stays -O3.
+$(BUILD)/tests/%.o: OPT_FLAGS := $(if $(filter 1,$(DEBUG)),$(OPT_FLAGS),-O1 -g1 -DNDEBUG $(ARCH_FLAGS))
+
 $(BUILD)/%.o: %.cpp $(CONFIG_H)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CXX   $<")
