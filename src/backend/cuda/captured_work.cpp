@@ -3,6 +3,8 @@
 // step's hundreds of launches through cuDNN, cuBLAS and our kernels in one host call.
 #include "captured_work.hpp"
 
+#include "device_scope.hpp"
+
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend::cuda {
@@ -37,7 +39,7 @@ class CudaGraphWork : public CapturedWork {
   // A launched graph still running is freed by CUDA once it ends; the memory kept for it goes
   // back to the pool, whose next users queue on the same stream, after it.
   ~CudaGraphWork() override {
-    (void)cudaSetDevice(ctx_.device());
+    DeviceScope on(ctx_.device());  // the caller's device back after
     (void)cudaGraphExecDestroy(exec_);
   }
 
