@@ -4,54 +4,36 @@
 #include "captured_work.hpp"
 
 #include "device_scope.hpp"
-
 #include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend::cuda {
 namespace {
 
-// Owns a graph from cudaStreamEndCapture (the executable copy does not need it after).
-class Graph {
- public:
-  explicit Graph(cudaGraph_t g) : g_(g) {}
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  ~Graph() {
-    if (g_ != nullptr) (void)cudaGraphDestroy(g_);
-  }
-  cudaGraph_t get() const { return g_; }
-
- private:
-  cudaGraph_t g_;
-};
-
 class CudaGraphWork : public CapturedWork {
  public:
-  CudaGraphWork(Context& ctx, cudaGraphExec_t exec, size_t operations, std::shared_ptr<void> memory,
+  CudaGraphWork(Context& ctx, GraphExecOwner exec, size_t operations, std::shared_ptr<void> memory,
                 std::vector<std::shared_ptr<void>> kept)
       : ctx_(ctx),
-        exec_(exec),
+        exec_(std::move(exec)),
         operations_(operations),
         memory_(std::move(memory)),
         kept_(std::move(kept)) {}
-  CudaGraphWork(const CudaGraphWork&) = delete;
-  CudaGraphWork& operator=(const CudaGraphWork&) = delete;
   // A launched graph still running is freed by CUDA once it ends; the memory kept for it goes
   // back to the pool, whose next users queue on the same stream, after it.
   ~CudaGraphWork() override {
     DeviceScope on(ctx_.device());  // the caller's device back after
-    (void)cudaGraphExecDestroy(exec_);
+    exec_.reset();
   }
 
   void replay() override {
     ctx_.activate();
-    CUDA_CHECK(cudaGraphLaunch(exec_, ctx_.stream()));
+    CUDA_CHECK(cudaGraphLaunch(exec_.get(), ctx_.stream()));
   }
   size_t operations() const override { return operations_; }
 
  private:
   Context& ctx_;
-  cudaGraphExec_t exec_;
+  GraphExecOwner exec_;
   size_t operations_;
   std::shared_ptr<void> memory_;             // the pool's blocks kept for the replays
   std::vector<std::shared_ptr<void>> kept_;  // what the work reads beyond its tensors
@@ -62,7 +44,7 @@ class CudaGraphWork : public CapturedWork {
 void abandon_capture(cudaStream_t stream) noexcept {
   cudaGraph_t partial = nullptr;
   (void)cudaStreamEndCapture(stream, &partial);
-  if (partial != nullptr) (void)cudaGraphDestroy(partial);
+  const GraphOwner discarded(partial);
   (void)cudaGetLastError();
 }
 
@@ -84,12 +66,13 @@ std::unique_ptr<CapturedWork> capture_work(Context& ctx, const std::function<voi
     }
     CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &recorded));
   });
-  Graph graph(recorded);
+  const GraphOwner graph(recorded);  // the executable form does not need it after
   size_t operations = 0;
   CUDA_CHECK(cudaGraphGetNodes(graph.get(), nullptr, &operations));
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
-  return std::make_unique<CudaGraphWork>(ctx, exec, operations, std::move(memory), std::move(kept));
+  return std::make_unique<CudaGraphWork>(ctx, GraphExecOwner(exec), operations, std::move(memory),
+                                         std::move(kept));
 }
 
 }  // namespace ringtrain::backend::cuda

@@ -1,5 +1,5 @@
-// handles.hpp — RAII owners of CUDA events, pinned host memory, the cuDNN and cuBLAS handles
-// and cuDNN descriptors (streams are in the public backend/cuda_runtime.hpp). Destructors
+// handles.hpp — RAII owners of CUDA events, graphs, pinned host memory, the cuDNN and cuBLAS
+// handles and cuDNN descriptors (streams are in the public backend/cuda_runtime.hpp). Destructors
 // never throw.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -61,6 +62,20 @@ using PoolDesc =
     Owned<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 using ActivationDesc = Owned<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
                              cudnnDestroyActivationDescriptor>;
+
+// Owns a handle a CUDA call handed out rather than one made here (a graph from stream capture,
+// its executable form), released by Destroy; empty until given one.
+template <auto Destroy>
+struct CallDestroy {
+  template <typename P>
+  void operator()(P* p) const noexcept {
+    (void)Destroy(p);
+  }
+};
+template <typename T, auto Destroy>
+using Adopted = std::unique_ptr<std::remove_pointer_t<T>, CallDestroy<Destroy>>;
+using GraphOwner = Adopted<cudaGraph_t, cudaGraphDestroy>;
+using GraphExecOwner = Adopted<cudaGraphExec_t, cudaGraphExecDestroy>;
 
 inline cudaError_t create_timing_event(cudaEvent_t* e) {
   return cudaEventCreateWithFlags(e, cudaEventDefault);
