@@ -19,6 +19,17 @@ int blocks_for(int64_t n) {
   return int(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
+// launch(grid, first) for a kernel with a row of blocks per segment (blockIdx.y picks it) and
+// enough in a row for `most` values: in slices of at most 65,535 segments, gridDim.y's limit.
+template <typename Launch>
+void launch_by_segment(int n_segments, int64_t most, Launch launch) {
+  for (int first = 0; first < n_segments; first += 65535) {
+    const unsigned slice = unsigned(n_segments - first < 65535 ? n_segments - first : 65535);
+    launch(dim3(unsigned(blocks_for(most)), slice), first);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
 // i runs over [0, n) across the whole grid.
 #define GRID_LOOP(i, n)                                                     \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
@@ -476,12 +487,9 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
 void sgd_update_segments(const SgdSegment* tensors, int n_tensors, int64_t max_count, float lr,
                          float momentum, bool nesterov, cudaStream_t s) {
   if (n_tensors == 0 || max_count == 0) return;
-  for (int first = 0; first < n_tensors; first += 65535) {  // gridDim.y's limit
-    const unsigned slice = unsigned(n_tensors - first < 65535 ? n_tensors - first : 65535);
-    dim3 grid(unsigned(blocks_for(max_count)), slice);
+  launch_by_segment(n_tensors, max_count, [&](dim3 grid, int first) {
     sgd_segments_kernel<<<grid, kThreads, 0, s>>>(tensors + first, lr, momentum, nesterov);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  });
 }
 
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows,
@@ -626,13 +634,9 @@ void digest_sum(const float* x, int64_t n, uint64_t* sum, cudaStream_t s) {
 void copy_segments(const Segment* segments, int n_segments, int64_t max_count, float scale,
                    cudaStream_t s) {
   if (n_segments == 0 || max_count == 0) return;
-  // gridDim.y is limited to 65535: launch in slices of segments.
-  for (int first = 0; first < n_segments; first += 65535) {
-    const unsigned slice = unsigned(n_segments - first < 65535 ? n_segments - first : 65535);
-    dim3 grid(unsigned(blocks_for(max_count)), slice);
+  launch_by_segment(n_segments, max_count, [&](dim3 grid, int first) {
     copy_segments_kernel<<<grid, kThreads, 0, s>>>(segments + first, scale);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  });
 }
 
 }  // namespace ringtrain::backend::cuda::kernels
