@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ inline std::vector<float> to_host(Backend& be, const Tensor& t) {
   std::vector<float> v(size_t(t.numel()));
   be.download(t, v.data());
   return v;
+}
+
+// The same values to the bit (NaN payloads and the sign of zero included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 struct Diff {

@@ -140,12 +140,11 @@ BOOST_AUTO_TEST_CASE(conv_backward_data_reads_other_weights_afresh) {
     // w1, w1 after w2): the same bits either way, and w1 and w2 give different dx.
     const std::vector<float> w2_afresh = dx_of(w1, w2), w2_copy = dx_of(w2, w2);
     const std::vector<float> w1_afresh = dx_of(w2, w1), w1_copy = dx_of(w1, w1);
-    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    BOOST_TEST(same(w2_afresh, w2_copy), what << ": backward_data with w2 read the forward's w1");
-    BOOST_TEST(same(w1_afresh, w1_copy), what << ": backward_data with w1 read the forward's w2");
-    BOOST_TEST(!same(w1_copy, w2_copy), what << ": w1 and w2 gave the same dx");
+    BOOST_TEST(same_bits(w2_afresh, w2_copy),
+               what << ": backward_data with w2 read the forward's w1");
+    BOOST_TEST(same_bits(w1_afresh, w1_copy),
+               what << ": backward_data with w1 read the forward's w2");
+    BOOST_TEST(!same_bits(w1_copy, w2_copy), what << ": w1 and w2 gave the same dx");
   }
 }
 
@@ -590,10 +589,8 @@ BOOST_AUTO_TEST_CASE(sgd_update_many_is_sgd_update_on_each_bitwise) {
             name + (nesterov ? " nesterov" : "") + " tensor " + std::to_string(i);
         const std::vector<float> w_many = to_host(*be, many.w[i]), w_each = to_host(*be, each.w[i]);
         const std::vector<float> m_many = to_host(*be, many.m[i]), m_each = to_host(*be, each.m[i]);
-        BOOST_TEST(std::memcmp(w_many.data(), w_each.data(), w_each.size() * sizeof(float)) == 0,
-                   what << ": weights differ");
-        BOOST_TEST(std::memcmp(m_many.data(), m_each.data(), m_each.size() * sizeof(float)) == 0,
-                   what << ": momentum differs");
+        BOOST_TEST(same_bits(w_many, w_each), what << ": weights differ");
+        BOOST_TEST(same_bits(m_many, m_each), what << ": momentum differs");
       }
     }
   }
@@ -616,7 +613,7 @@ BOOST_AUTO_TEST_CASE(axpby_pair_is_two_axpby_bitwise) {
     be->axpby(0.1f * 1.0039f, ut, 0.9f, v_each);
     for (auto [got, want] : {std::pair{&y_pair, &y_each}, std::pair{&v_pair, &v_each}}) {
       const std::vector<float> g = to_host(*be, *got), w = to_host(*be, *want);
-      BOOST_TEST(std::memcmp(g.data(), w.data(), w.size() * sizeof(float)) == 0,
+      BOOST_TEST(same_bits(g, w),
                  name << ": axpby_pair differs from axpby on " << w.size() << " values");
     }
     std::vector<float> want_v(1025);

@@ -3,7 +3,6 @@
 // loops, in fp32 and bf16, on inputs in oneDNN's blocked layouts; bitwise repeatable; measure
 // deciding once per convolution; the deck key's errors.
 #include <boost/test/unit_test.hpp>
-#include <cstring>
 
 #include "nn_test_util.hpp"
 #include "ringtrain/config/config.hpp"
@@ -69,10 +68,6 @@ std::vector<float> weight_gradient(Backend& be, const Case& c, uint64_t seed,
   return to_host(be, dw);
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(conv_weight_grad)
@@ -115,7 +110,7 @@ BOOST_AUTO_TEST_CASE(gemm_is_bitwise_repeatable) {
     if (!be) continue;
     for (const Case& c : kCases) {
       const std::vector<float> a = weight_gradient(*be, c, 51), b = weight_gradient(*be, c, 51);
-      BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+      BOOST_TEST(same_bits(a, b));
     }
   }
 }

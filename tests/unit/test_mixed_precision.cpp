@@ -32,10 +32,6 @@ std::unique_ptr<Backend> cuda_backend(Precision precision, bool deterministic = 
   return make_cuda_backend(options);
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Relative tolerances against fp32 (max |difference| / max |reference|), from each format's
 // unit roundoff on inputs of [-1, 1) and sums of at most 144 products accumulated in fp32:
 // bf16 (8-bit significand, u = 2^-9) 2e-2, fp16 (11-bit, u = 2^-12) 4e-3, tf32 (11-bit

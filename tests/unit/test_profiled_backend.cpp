@@ -15,10 +15,6 @@ using backend::OpKind;
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 struct StepResult {
   double loss = 0;
   std::vector<std::vector<float>> weights;
