@@ -64,9 +64,12 @@ Optimizer::Optimizer(std::vector<Parameter*> params, const OptimizerOptions& opt
   }
 }
 
+bool Optimizer::fully_decayed(const Parameter& p) const {
+  return options_.decay_bn_and_bias || !p.no_weight_decay;
+}
+
 float Optimizer::decay_of(const Parameter& p) const {
-  const bool full = options_.decay_bn_and_bias || !p.no_weight_decay;
-  return full ? float(options_.weight_decay) : 0.0f;
+  return fully_decayed(p) ? float(options_.weight_decay) : 0.0f;
 }
 
 bool Optimizer::uses_second_moment() const {
@@ -89,18 +92,16 @@ void Optimizer::step(double lr) {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
-    const bool full = o.decay_bn_and_bias || !p.no_weight_decay;
-    const float decay = decay_of(p);
     backend::AdaptiveSpec spec;
     spec.rule = o.kind == OptimizerKind::kLars   ? backend::UpdateRule::kLars
                 : o.kind == OptimizerKind::kLamb ? backend::UpdateRule::kLamb
                                                  : backend::UpdateRule::kAdamW;
     spec.lr = float(lr);
-    spec.weight_decay = decay;
+    spec.weight_decay = decay_of(p);
     spec.momentum = float(o.momentum);
     spec.beta1 = float(o.beta1), spec.beta2 = float(o.beta2), spec.eps = float(o.eps);
     spec.trust_coef = float(o.trust_coef);
-    spec.layer_adaptation = full;
+    spec.layer_adaptation = fully_decayed(p);
     spec.step = steps_ + 1;
     be_.adaptive_update(p.value, p.grad, first_[i], uses_second_moment() ? &second_[i] : nullptr,
                         spec);

@@ -57,7 +57,10 @@ class Optimizer {
 
  private:
   bool uses_second_moment() const;
-  // optimizer.weight_decay, or 0 for a batch-norm or bias parameter unless decay_bn_and_bias.
+  // Whether p takes the full treatment: weight decay (and LARS/LAMB's layer adaptation); a
+  // batch-norm or bias parameter does not unless decay_bn_and_bias.
+  bool fully_decayed(const Parameter& p) const;
+  // optimizer.weight_decay where fully_decayed, else 0.
   float decay_of(const Parameter& p) const;
 
   std::vector<Parameter*> params_;
