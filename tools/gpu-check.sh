@@ -65,7 +65,7 @@ BENCH_CONFIGS=${BENCH_CONFIGS:-"resnet18_cifar:256:1:bf16 resnet18_cifar:256:1:f
 resnet18_cifar:256:1:tf32 resnet18_cifar:256:1:fp16 resnet18_cifar:64:1:bf16 \
 resnet18_cifar:1024:1:bf16"}
 bench_schedule="" small_images=2000 images=7000 train_steps=20 fibernet_args=()
-ops_tests=backend_ops,nn_gradcheck,nn_model
+ops_tests=backend_ops,nn_gradcheck,nn_model,inference_plan
 if [ "$rehearse" = 1 ]; then
   backend=cpu
   export PATH=$PWD/tools/gpu-rehearsal:$PATH GPU_REHEARSAL_OUT=$OUT

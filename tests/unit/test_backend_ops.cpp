@@ -369,6 +369,65 @@ Tensor conv_output(Backend& be, const Shape& x_shape, int out_c, uint64_t seed) 
   return y;
 }
 
+// The fast backends in each precision they take: cpu in fp32 and bf16 (where make_backend
+// takes it), cuda in all four where a GPU is.
+std::vector<std::pair<std::string, Precision>> precision_cases() {
+  std::vector<std::pair<std::string, Precision>> cases{{"cpu", Precision::kF32},
+                                                       {"cpu", Precision::kBF16}};
+  if (cuda_testable())
+    for (Precision p : {Precision::kF32, Precision::kBF16, Precision::kF16, Precision::kTF32})
+      cases.push_back({"cuda", p});
+  return cases;
+}
+
+// A convolution that adds a residual (ConvSpec::accumulate: inference, the residual handed in
+// y in any layout) gives the convolution, then the addition and the ReLU, as the reference
+// computes them in fp32. The residual comes plain from the host, or as the backend lays out
+// its own conv outputs (blocked on oneDNN, channels last in 16 bits on cuda). Each op runs two
+// passes with different residuals, as predict runs batches (cuda keeps the last one).
+void check_conv_residual(Backend& be, Precision precision, bool bias, bool relu, bool own_layout) {
+  const Shape x_shape{2, 16, 7, 7};
+  const int out_c = 24;
+  ConvSpec s{16, out_c, 3, 1, 1, bias, relu};
+  s.inference = true;
+  s.accumulate = true;
+  auto ref = make_backend("ref", 1);
+  const double tol = precision == Precision::kBF16   ? 2e-2
+                     : precision == Precision::kF16  ? 4e-3
+                     : precision == Precision::kTF32 ? 2e-3
+                                                     : kTol;
+  const std::string what =
+      str(be.name(), " ", precision_name(precision), ", bias ", bias, ", relu ", relu,
+          own_layout ? ", residual in the backend's layout" : ", plain residual");
+  std::printf("conv + residual: %s\n", what.c_str());
+  const Shape w_shape{out_c, 16, 3, 3};
+  const std::vector<float> hx = random_values(size_t(shape_numel(x_shape)), 91);
+  const std::vector<float> hw = random_values(size_t(shape_numel(w_shape)), 92, -0.2f, 0.2f);
+  const std::vector<float> hb = random_values(size_t(out_c), 93);
+  Tensor x = to_device(be, x_shape, hx), w = to_device(be, w_shape, hw);
+  Tensor b = to_device(be, {out_c}, hb);
+  auto op = be.make_conv(s);
+  ConvSpec plain_spec{16, out_c, 3, 1, 1, bias, false};
+  Tensor rx = to_device(*ref, x_shape, hx), rw = to_device(*ref, w_shape, hw);
+  Tensor rb = to_device(*ref, {out_c}, hb), rconv;
+  ref->make_conv(plain_spec)->forward(rx, rw, bias ? &rb : nullptr, rconv);
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint64_t seed = 94 + 10 * uint64_t(pass);
+    Tensor y = own_layout ? conv_output(be, {2, 8, 7, 7}, out_c, seed)
+                          : random_tensor(be, {2, out_c, 7, 7}, seed);
+    const std::vector<float> residual = to_host(be, y);
+    op->forward(x, w, bias ? &b : nullptr, y);
+    Tensor want;
+    ref->make_add(relu)->forward(rconv, to_device(*ref, rconv.shape(), residual), want);
+    expect_close(what + ", pass " + std::to_string(pass + 1), be, y, *ref, want, tol);
+    if (!relu) continue;
+    const std::vector<float> out = to_host(*ref, want);
+    const size_t cut = size_t(std::count(out.begin(), out.end(), 0.0f));
+    BOOST_TEST((cut > out.size() / 5 && cut < out.size() * 4 / 5), what << ": ReLU cut " << cut);
+  }
+  std::printf("  %s\n", be.op_choices().c_str());
+}
+
 // Equal bits, or both zeros: which sign a masked gradient's zero has is each library's choice
 // (oneDNN multiplies dy by the 0 or 1 of the mask: -0 where dy < 0; the ref loops write +0).
 bool same_bits_or_zeros(float a, float b) {
@@ -420,6 +479,28 @@ BOOST_AUTO_TEST_CASE(relu_backward_of_a_sum_is_the_add_then_the_relu_backward_bi
     for (size_t i = 0; i < got.size(); ++i) apart += !same_bits_or_zeros(got[i], before[i]);
     BOOST_TEST(apart == 0u, name << ": fused and separate differ in " << apart << " values");
   }
+}
+
+BOOST_AUTO_TEST_CASE(conv_with_a_residual_is_the_conv_then_the_add) {
+  int ran = 0;
+  for (const auto& [name, precision] : precision_cases()) {
+    std::unique_ptr<Backend> be;
+    try {
+      be = make_backend(name, 2, precision);
+    } catch (const InputError& e) {
+      std::printf("conv + residual, %s: skipped: %s\n", name.c_str(), e.what());
+      continue;
+    }
+    BOOST_TEST_REQUIRE(be->fuses_conv_residual(), name);
+    for (bool own_layout : {false, true}) {
+      check_conv_residual(*be, precision, true, true, own_layout);
+      check_conv_residual(*be, precision, false, false, own_layout);
+    }
+    check_conv_residual(*be, precision, true, false, true);
+    check_conv_residual(*be, precision, false, true, true);
+    ++ran;
+  }
+  BOOST_TEST(ran >= 1);
 }
 
 BOOST_DATA_TEST_CASE(pools_match_reference, bdata::make(testable_backends()), name) {

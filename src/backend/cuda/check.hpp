@@ -12,6 +12,14 @@ namespace ringtrain::backend::cuda {
 
 const char* cublas_text(cublasStatus_t status);
 
+// Whether cuDNN refused a call for want of a kernel for its types, layouts or shapes (any
+// NOT_SUPPORTED code, or BAD_PARAM, which some fused calls answer instead): the caller can
+// run the same work unfused. Any other failure is an error.
+inline bool cudnn_unsupported(cudnnStatus_t status) {
+  const int category = int(status) / 1000 * 1000;  // CUDNN_STATUS_CATEGORY, cuDNN 9
+  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
+}
+
 }  // namespace ringtrain::backend::cuda
 
 #define CUDNN_CHECK(call)                                                                         \

@@ -4,6 +4,9 @@
 
 #include <cuda_profiler_api.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "../factories.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -184,6 +187,14 @@ void* Context::workspace(size_t bytes) {
     workspace_bytes_ = bytes;
   }
   return workspace_.get();
+}
+
+bool fusion_allowed(const char* variable) {
+  const char* setting = std::getenv(variable);
+  const std::string value = setting ? setting : "fused";
+  RT_REQUIRE_INPUT(value == "fused" || value == "separate", variable, "=", value,
+                   ": use fused (the default) or separate");
+  return value == "fused";
 }
 
 void expect_present(const Tensor& t, const char* what) {

@@ -54,14 +54,17 @@ class Context {
   size_t workspace_limit_mib() const { return workspace_limit_ >> 20; }
   Precision precision() const { return precision_; }
   bool deterministic() const { return deterministic_; }
-  // Batch norms with a ReLU whose first persistent forward ran it in cuDNN's kernel (fused)
-  // or on its own (separate), for Backend::op_choices.
-  struct BnReluCount {
+  // Layers whose first forward ran an op pair in one cuDNN kernel (fused) or as two
+  // (separate), for Backend::op_choices: batch norms with a ReLU, and convolutions with a bias
+  // and a ReLU (and an inference residual).
+  struct FusionCount {
     int fused = 0;
     int separate = 0;
   };
-  BnReluCount& bn_relu_count() { return bn_relu_count_; }
-  const BnReluCount& bn_relu_count() const { return bn_relu_count_; }
+  FusionCount& bn_relu_count() { return bn_relu_count_; }
+  const FusionCount& bn_relu_count() const { return bn_relu_count_; }
+  FusionCount& conv_relu_count() { return conv_relu_count_; }
+  const FusionCount& conv_relu_count() const { return conv_relu_count_; }
 
   // What activations are stored in: fp32 (fp32, tf32), bf16 or fp16; 4-D 16-bit ones NHWC.
   DType act_dtype() const;
@@ -114,8 +117,14 @@ class Context {
   bool deterministic_;
   std::shared_ptr<void> workspace_;
   size_t workspace_bytes_ = 0;
-  BnReluCount bn_relu_count_;
+  FusionCount bn_relu_count_;
+  FusionCount conv_relu_count_;
 };
+
+// Whether a cuDNN fusion may run: the environment variable `variable` unset or "fused";
+// "separate" keeps that fused kernel out (its ops run one after the other), to tell a fault of
+// the fused kernel from anything else with no rebuild. Any other value is an InputError.
+bool fusion_allowed(const char* variable);
 
 // Checks a tensor handed to a CUDA op: present, plain fp32.
 void expect_f32(const Tensor& t, const char* what);

@@ -79,23 +79,39 @@ class Conv : public ConvOp {
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
 
+  // y = relu(conv(x) + bias + z): with a bias and a ReLU in one cuDNN kernel
+  // (cudnnConvolutionBiasActivationForward, on the measured algorithm), else as up to four
+  // launches. z, an inference residual (ConvSpec::accumulate), arrives in y; y then gets
+  // memory of its own, as cuDNN reads z while it writes y.
   void forward(const Tensor& x_in, const Tensor& w, const Tensor* bias, Tensor& y) override {
     ctx_.activate();
     expect_f32(w, "conv w");
     const Tensor& x = ctx_.as_act(x_in, x_cast_);
     const Tensor& wa = weights(w);
     Plan& p = plan_for(x, wa);
+    const Tensor* z = s_.accumulate ? &take_residual(y, p) : nullptr;
     ctx_.ensure_act(y, p.y_shape);
+    const Tensor* b = nullptr;
+    if (s_.bias) {
+      RT_CHECK(bias != nullptr, "conv forward: the layer has a bias but none was passed");
+      b = &ctx_.as(*bias, act_, false, bias_cast_);
+    }
     void* ws = use(p.fwd);
+    if (b != nullptr && s_.fuse_relu) {
+      const bool fused = fusable_ && run_fused(p, x, wa, ws, z, *b, y);
+      if (!counted_) (fused ? ctx_.conv_relu_count().fused : ctx_.conv_relu_count().separate) += 1;
+      counted_ = true;
+      if (fused) return;
+    }
     CUDNN_CHECK(cudnnConvolutionForward(
         ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), w_desc_.get(), wa.raw(), conv_desc_.get(),
         cudnnConvolutionFwdAlgo_t(p.fwd.algo), ws, p.fwd.memory, &kZero, p.y_desc.get(), y.raw()));
-    if (s_.bias) {
-      RT_CHECK(bias != nullptr, "conv forward: the layer has a bias but none was passed");
-      const Tensor& b = ctx_.as(*bias, act_, false, bias_cast_);
-      CUDNN_CHECK(cudnnAddTensor(ctx_.cudnn(), &kOne, bias_desc_.get(), b.raw(), &kOne,
+    if (z != nullptr)
+      kernels::add_typed(y.raw(), z->raw(), y.raw(), elem_of(act_), y.numel(), false,
+                         ctx_.stream());
+    if (b != nullptr)
+      CUDNN_CHECK(cudnnAddTensor(ctx_.cudnn(), &kOne, bias_desc_.get(), b->raw(), &kOne,
                                  p.y_desc.get(), y.raw()));
-    }
     if (s_.fuse_relu)
       CUDNN_CHECK(cudnnActivationForward(ctx_.cudnn(), relu_desc_.get(), &kOne, p.y_desc.get(),
                                          y.raw(), &kZero, p.y_desc.get(), y.raw()));
@@ -165,6 +181,34 @@ class Conv : public ConvOp {
     ctx_.convert(w, w_cast_);
     cast_of_ = w.raw();
     return w_cast_;
+  }
+
+  // The residual y holds on entry, in the activation form, kept in residual_ (y's own memory
+  // where it has that form already, so nothing is copied); y is left empty. The last call's
+  // residual is let go first: its memory may hold another of the caller's values by now, so
+  // a conversion must not write there.
+  const Tensor& take_residual(Tensor& y, const Plan& p) {
+    check_shape(y, p.y_shape, "conv forward", "the residual in y");
+    residual_ = Tensor();
+    const Tensor& z = ctx_.as_act(y, residual_);
+    if (&z == &y) residual_ = y;
+    y = Tensor();
+    return residual_;
+  }
+
+  // The fused kernel; false (and never again for this layer) where cuDNN has none for its
+  // types or layouts, which the caller then runs op by op.
+  bool run_fused(const Plan& p, const Tensor& x, const Tensor& wa, void* ws, const Tensor* z,
+                 const Tensor& b, Tensor& y) {
+    const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
+        ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), w_desc_.get(), wa.raw(), conv_desc_.get(),
+        cudnnConvolutionFwdAlgo_t(p.fwd.algo), ws, p.fwd.memory, z ? &kOne : &kZero, p.y_desc.get(),
+        z ? z->raw() : y.raw(), bias_desc_.get(), b.raw(), relu_desc_.get(), p.y_desc.get(),
+        y.raw());
+    if (status == CUDNN_STATUS_SUCCESS) return true;
+    RT_CHECK(cudnn_unsupported(status), "conv forward (cudnnConvolutionBiasActivationForward",
+             " for input ", shape_str(p.x_shape), "): ", cudnnGetErrorString(status));
+    return fusable_ = false;
   }
 
   void* use(const Choice& c) {
@@ -265,11 +309,14 @@ class Conv : public ConvOp {
   ConvDesc conv_desc_;
   TensorDesc bias_desc_;
   ActivationDesc relu_desc_;
+  bool fusable_ = fusion_allowed("RINGTRAIN_CUDA_CONV_RELU");  // conv + bias + ReLU in one kernel
+  bool counted_ = false;                                       // in Context::conv_relu_count
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
   Tensor x_cast_, dy_cast_, w_cast_, dw_cast_, bias_cast_;  // inputs in the product's form
   const void* cast_of_ = nullptr;                           // the w whose copy w_cast_ holds
   Tensor sum_scratch_;                                      // the bias sums' partials
+  Tensor residual_;                                         // accumulate: the last z
 };
 
 cudaDataType_t cuda_type(DType dtype) {
@@ -360,8 +407,8 @@ class Linear : public LinearOp {
 }  // namespace
 
 std::unique_ptr<ConvOp> make_conv(Context& ctx, const ConvSpec& spec) {
-  RT_CHECK(!spec.accumulate,
-           "cuda conv: ConvSpec::accumulate is not fused here (fuses_conv_residual)");
+  RT_CHECK(!spec.accumulate || spec.inference,
+           "cuda conv: ConvSpec::accumulate is for inference (forward only)");
   return std::make_unique<Conv>(ctx, spec);
 }
 std::unique_ptr<LinearOp> make_linear(Context& ctx, const LinearSpec& spec) {

@@ -126,9 +126,15 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   std::string libraries() const override { return library_versions(ctx_.device()); }
   std::string op_choices() const override {
-    const Context::BnReluCount& n = ctx_.bn_relu_count();
-    if (n.fused + n.separate == 0) return "";
-    return str("batch norm + ReLU: fused ", n.fused, ", separate ", n.separate);
+    std::string choices;
+    auto say = [&](const char* what, const Context::FusionCount& n) {
+      if (n.fused + n.separate == 0) return;
+      choices +=
+          str(choices.empty() ? "" : "; ", what, ": fused ", n.fused, ", separate ", n.separate);
+    };
+    say("batch norm + ReLU", ctx_.bn_relu_count());
+    say("conv + bias + ReLU", ctx_.conv_relu_count());
+    return choices;
   }
   MemoryUse memory_use() const override {
     const DevicePool& pool = ctx_.pool();
@@ -137,6 +143,8 @@ class CudaBackend : public Backend {
   }
   void reset_memory_peak() override { ctx_.pool().reset_peak(); }
   bool recycles_memory() const override { return true; }
+  // cuDNN's conv + bias + activation kernel adds a residual (its z) in the same pass.
+  bool fuses_conv_residual() const override { return true; }
   int threads() const override { return 1; }
   Precision precision() const override { return ctx_.precision(); }
 

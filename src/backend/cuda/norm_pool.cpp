@@ -4,7 +4,6 @@
 // activations are channels last, fp32 parameters and statistics, as cuDNN takes them); ReLU,
 // pooling and add keep the form of their input.
 #include <cmath>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,19 +21,6 @@ const float kOne = 1.0f, kZero = 0.0f;
 const cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 const cudnnBatchNormOps_t kBnOnly = CUDNN_BATCHNORM_OPS_BN;
 const cudnnBatchNormOps_t kBnRelu = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
-
-// RINGTRAIN_CUDA_BN_RELU=separate keeps cuDNN's fused batch norm + ReLU out (the batch norm
-// and its ReLU run as two passes), to tell a fault of the fused kernel from anything else.
-bool bn_relu_fusion_allowed() {
-  static const bool allowed = [] {
-    const char* setting = std::getenv("RINGTRAIN_CUDA_BN_RELU");
-    const std::string value = setting ? setting : "fused";
-    RT_REQUIRE_INPUT(value == "fused" || value == "separate", "RINGTRAIN_CUDA_BN_RELU=", value,
-                     ": use fused (the default) or separate");
-    return value == "fused";
-  }();
-  return allowed;
-}
 
 void download_floats(Context& ctx, const float* device, float* host, size_t n) {
   CUDA_CHECK(
@@ -54,7 +40,7 @@ class BatchNorm : public BatchNormOp {
   BatchNorm(Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {
     RT_CHECK(s_.eps >= CUDNN_BN_MIN_EPSILON, "batch norm: eps ", s_.eps,
              " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
-    relu_fusable_ = bn_relu_fusion_allowed();
+    relu_fusable_ = fusion_allowed("RINGTRAIN_CUDA_BN_RELU");
     CUDNN_CHECK(cudnnSetActivationDescriptor(relu_.get(), CUDNN_ACTIVATION_RELU,
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
@@ -191,7 +177,7 @@ class BatchNorm : public BatchNormOp {
                           Tensor& mean, Tensor& var) {
     relu_fused_ = s_.fuse_relu && relu_fusable_;
     cudnnStatus_t status = run_forward_persistent(x, gamma, beta, y, mean, var);
-    if (relu_fused_ && unsupported(status)) {
+    if (relu_fused_ && cudnn_unsupported(status)) {
       relu_fusable_ = relu_fused_ = false;
       status = run_forward_persistent(x, gamma, beta, y, mean, var);
     }
@@ -202,7 +188,7 @@ class BatchNorm : public BatchNormOp {
       }
       return true;
     }
-    RT_CHECK(unsupported(status),
+    RT_CHECK(cudnn_unsupported(status),
              "cudnnBatchNormalizationForwardTrainingEx: ", cudnnGetErrorString(status));
     persistent_usable_ = false;
     static std::once_flag said;
@@ -212,10 +198,6 @@ class BatchNorm : public BatchNormOp {
                     "): the spatial kernels run, several times slower"));
     });
     return false;
-  }
-
-  static bool unsupported(cudnnStatus_t status) {
-    return status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM;
   }
 
   // The batch norm (and, with relu_fused_, its ReLU) of forward_persistent, once.
