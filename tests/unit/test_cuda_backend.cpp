@@ -384,6 +384,69 @@ BOOST_AUTO_TEST_CASE(pool_recording_that_throws_or_runs_without_caching) {
              boost::test_tools::per_element());
 }
 
+// A block taken before a recording ended (an op's scratch, the cuDNN workspace) may be one its
+// replays write; given back while the recording's handle lives (an eager step outgrew it), it
+// is held until no live recording that ended after it was taken remains. Blocks taken later
+// are the cache's as before. Without caching, a held block is freed only then.
+BOOST_AUTO_TEST_CASE(pool_holds_older_blocks_while_a_recording_may_address_them) {
+  FakePool f;
+  auto old = f.pool->allocate(1000);  // before both recordings
+  void* old_block = old.get();
+  auto first = f.pool->recording([] {});
+  auto between = f.pool->allocate(3000);  // after the first, before the second
+  void* between_block = between.get();
+  auto second = f.pool->recording([] {});
+  auto young = f.pool->allocate(20000);  // after both
+  void* young_block = young.get();
+  old.reset();
+  between.reset();
+  young.reset();
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 1024u + 4096u);
+  BOOST_TEST(f.pool->bytes_cached() == 32768u);
+  auto other_small = f.pool->allocate(1000), other_mid = f.pool->allocate(3000);
+  BOOST_TEST(other_small.get() != old_block);
+  BOOST_TEST(other_mid.get() != between_block);
+  BOOST_TEST(f.pool->allocate(20000).get() == young_block);
+  f.pool->release_cached();  // frees nothing held
+  BOOST_TEST(f.state->live.count(old_block) == 1u);
+  second.reset();  // the first may still address the oldest block, no one the middle one
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 1024u);
+  BOOST_TEST(f.pool->allocate(3000).get() == between_block);
+  BOOST_TEST(f.pool->allocate(1000).get() != old_block);  // a new block, given back at once
+  first.reset();
+  BOOST_TEST(f.pool->bytes_kept_for_recordings() == 0u);
+  auto a = f.pool->allocate(1000), b = f.pool->allocate(1000);  // the two cached 1 KiB blocks
+  BOOST_TEST((a.get() == old_block || b.get() == old_block));
+
+  FakePool off(false);
+  auto scratch = off.pool->allocate(1000);
+  auto graph = off.pool->recording([] {});
+  scratch.reset();
+  BOOST_TEST(off.state->log == std::vector<std::string>({"malloc 1024"}),
+             boost::test_tools::per_element());
+  graph.reset();
+  BOOST_TEST(off.state->log == std::vector<std::string>({"malloc 1024", "free 1024"}),
+             boost::test_tools::per_element());
+}
+
+// Out of device memory while recording: a plain error naming the recording, not the capture's
+// "invalidated" (freeing the cache would wait for the device, which a capture forbids).
+BOOST_AUTO_TEST_CASE(pool_out_of_memory_while_recording_says_so) {
+  FakePool f;
+  f.state->capacity = 100 * kMiB;
+  f.pool->allocate(60 * kMiB);  // given back at once: cached
+  std::string error = "(no Error)";
+  try {
+    f.pool->recording([&] { f.pool->allocate(80 * kMiB); });
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  BOOST_TEST(error.find("cuda backend: out of device memory for 83886080 bytes while recording "
+                        "a CUDA graph") != std::string::npos,
+             error);
+  BOOST_TEST(f.pool->bytes_cached() == 64 * kMiB);  // nothing freed: no device wait
+}
+
 BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPresent())) {
   auto pool = cuda::DevicePool::create(0, true);  // caching, whatever RINGTRAIN_CUDA_POOL says
   void* first = pool->allocate(1000).get();       // given back at once

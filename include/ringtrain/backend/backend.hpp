@@ -400,7 +400,9 @@ class Backend {
   // not record, throws, naming it, and nothing is recorded); host values it passes by value
   // (a learning rate, labels copied up) are replayed as they were recorded. The tensors it
   // reads and writes must outlive the CapturedWork; memory it took and gave back is kept for
-  // its replays until the CapturedWork goes.
+  // its replays until the CapturedWork goes, and so is the backend's own scratch taken before
+  // that eager ops give back meanwhile. A loss the work computed cannot be read (its get()
+  // throws): time the replays, and run a step whose loss is wanted eagerly.
   virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) {
     (void)work;
     return nullptr;

@@ -18,10 +18,12 @@ class CudaGraphWork : public CapturedWork {
         operations_(operations),
         memory_(std::move(memory)),
         kept_(std::move(kept)) {}
-  // A launched graph still running is freed by CUDA once it ends; the memory kept for it goes
-  // back to the pool, whose next users queue on the same stream, after it.
+  // Waits for launched replays first: the pinned host memory in kept_ is freed at once, and
+  // CUDA promises no wait in cudaFreeHost (the pool's blocks would be safe without it: their
+  // next users queue on the same stream).
   ~CudaGraphWork() override {
     DeviceScope on(ctx_.device());  // the caller's device back after
+    (void)cudaStreamSynchronize(ctx_.stream());
     exec_.reset();
   }
 

@@ -229,6 +229,13 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(slot->totals.get(), totals, 2 * sizeof(double),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
     CUDA_CHECK(cudaEventRecord(slot->copied.get(), ctx_.stream()));
+    // An event recorded in a capture cannot be waited for, and the replays do not record it.
+    if (recorded_)
+      return PendingLoss([]() -> LossResult {
+        throw Error(
+            "cuda backend: the loss of a recorded step is not read back (Backend::capture); "
+            "time the replays, or run the steps whose loss is wanted eagerly");
+      });
     return PendingLoss([slot, n] {
       CUDA_CHECK(cudaEventSynchronize(slot->copied.get()));
       const auto* host = static_cast<const double*>(slot->totals.get());

@@ -106,6 +106,13 @@ void* DevicePool::take_cached(size_t wanted, size_t& size) {
 void* DevicePool::allocate_new(size_t size) {
   void* block = memory_->allocate(size);
   if (block == nullptr) {
+    {
+      // Freeing the cache waits for the device, which a stream being recorded forbids.
+      std::lock_guard<std::mutex> lock(mutex_);
+      RT_CHECK(!recording_, "cuda backend: out of device memory for ", size,
+               " bytes while recording a CUDA graph (", in_use_, " in use, ", cached_,
+               " cached); HINT: a smaller batch, or run the step eagerly");
+    }
     const size_t freed = bytes_cached();
     release_cached();
     block = memory_->allocate(size);
@@ -129,8 +136,10 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   }
   if (block == nullptr) block = allocate_new(size);
   const size_t requested = (bytes + 511) / 512 * 512;
+  size_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    epoch = recordings_ended_;
     if (recording_) recording_->blocks.insert(block);
     in_use_ += size;
     peak_in_use_ = std::max(peak_in_use_, in_use_);
@@ -138,12 +147,14 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
     peak_requested_ = std::max(peak_requested_, requested_);
   }
   std::shared_ptr<DevicePool> self = shared_from_this();
-  return std::shared_ptr<void>(
-      block, [self, size, requested](void* p) { self->give_back(p, size, requested); });
+  return std::shared_ptr<void>(block, [self, size, requested, epoch](void* p) {
+    self->give_back(p, size, requested, epoch);
+  });
 }
 
-void DevicePool::give_back(void* block, size_t size, size_t requested) noexcept {
+void DevicePool::give_back(void* block, size_t size, size_t requested, size_t epoch) noexcept {
   std::shared_ptr<Recorded> keeper;  // dropped after the lock: it may be the last reference
+  bool kept = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
@@ -154,12 +165,44 @@ void DevicePool::give_back(void* block, size_t size, size_t requested) noexcept 
       keeper->free.emplace(size, block);
       keeper->free_bytes += size;
       kept_for_recordings_ += size;
+    } else if (addressed_by_a_recording(epoch)) {
+      held_.push_back({epoch, size, block});
+      kept_for_recordings_ += size;
     } else if (caching_) {
       free_.emplace(size, block);
       cached_ += size;
+    } else {
+      kept = false;
     }
   }
-  if (!keeper && !caching_) memory_->free(block);
+  if (!kept) memory_->free(block);
+}
+
+bool DevicePool::addressed_by_a_recording(size_t epoch) {
+  bool addressed = false;
+  for (auto it = recordings_.begin(); it != recordings_.end();) {
+    std::shared_ptr<Recorded> r = it->lock();
+    if (!r || r->released) {
+      it = recordings_.erase(it);
+      continue;
+    }
+    addressed = addressed || epoch < r->ended;
+    ++it;
+  }
+  return addressed;
+}
+
+void DevicePool::to_cache_or(std::multimap<size_t, void*>& blocks,
+                             std::multimap<size_t, void*>& to_free) {
+  for (const auto& [size, block] : blocks) {
+    if (caching_) {
+      free_.emplace(size, block);
+      cached_ += size;
+    } else {
+      to_free.emplace(size, block);
+    }
+  }
+  blocks.clear();
 }
 
 std::shared_ptr<DevicePool::Recorded> DevicePool::recording_of(void* block) {
@@ -196,12 +239,14 @@ std::shared_ptr<void> DevicePool::recording(const std::function<void()>& record)
   {
     std::lock_guard<std::mutex> lock(mutex_);
     recording_.reset();
+    recorded->ended = ++recordings_ended_;
   }
   std::shared_ptr<DevicePool> self = shared_from_this();
   return std::shared_ptr<void>(recorded.get(),
                                [self, recorded](void*) { self->release_recorded(*recorded); });
 }
 
+// The recording's blocks, and the held ones no live recording may address any more, go back.
 void DevicePool::release_recorded(Recorded& recorded) noexcept {
   std::multimap<size_t, void*> to_free;
   {
@@ -211,15 +256,17 @@ void DevicePool::release_recorded(Recorded& recorded) noexcept {
     recorded.blocks.clear();
     kept_for_recordings_ -= recorded.free_bytes;
     recorded.free_bytes = 0;
-    if (caching_) {
-      for (const auto& [size, block] : recorded.free) {
-        free_.emplace(size, block);
-        cached_ += size;
-      }
-      recorded.free.clear();
-      return;
+    to_cache_or(recorded.free, to_free);
+    std::multimap<size_t, void*> unheld;
+    auto still = std::stable_partition(held_.begin(), held_.end(), [&](const Held& h) {
+      return addressed_by_a_recording(h.epoch);
+    });
+    for (auto it = still; it != held_.end(); ++it) {
+      unheld.emplace(it->size, it->block);
+      kept_for_recordings_ -= it->size;
     }
-    to_free.swap(recorded.free);
+    held_.erase(still, held_.end());
+    to_cache_or(unheld, to_free);
   }
   for (const auto& [size, block] : to_free) memory_->free(block);
 }

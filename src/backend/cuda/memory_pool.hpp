@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,8 +60,10 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   // given back returns to that list, never to the cache nor to the device, since replays write
   // them with no host code in between. When the handle goes, the list's blocks return to the
   // cache (to the device without caching). If `record` throws, nothing was recorded: its
-  // blocks return at once and the exception goes on. One recording at a time; blocks that were
-  // taken before `record` and kept after it must outlive the handle (they are the caller's).
+  // blocks return at once and the exception goes on. One recording at a time. A block taken
+  // before a recording ended may be one its replays address (an op's scratch or the cuDNN
+  // workspace, taken by an earlier step and kept): given back while that recording's handle
+  // lives, it is held, handed to no one, until no live recording ended after it was taken.
   std::shared_ptr<void> recording(const std::function<void()>& record);
   size_t bytes_kept_for_recordings() const;
 
@@ -97,13 +100,25 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
     std::multimap<size_t, void*> free;
     std::unordered_set<void*> blocks;
     size_t free_bytes = 0;
-    bool released = false;  // its handle went: its blocks are anyone's again
+    size_t ended = SIZE_MAX;  // recordings ended once this one had (SIZE_MAX while it runs)
+    bool released = false;    // its handle went: its blocks are anyone's again
+  };
+  // A block given back while a live recording may address it (allocate's `epoch`: the
+  // recordings ended when it was taken).
+  struct Held {
+    size_t epoch, size;
+    void* block;
   };
   void* take_cached(size_t wanted, size_t& size);
   static void* take_from(std::multimap<size_t, void*>& list, size_t wanted, size_t& size);
   void* allocate_new(size_t size);
-  void give_back(void* block, size_t size, size_t requested) noexcept;
+  void give_back(void* block, size_t size, size_t requested, size_t epoch) noexcept;
   void release_recorded(Recorded& recorded) noexcept;
+  // Whether a live recording ended after a block of this epoch was taken (its replays may
+  // address the block); drops the weak references of recordings gone. Under mutex_.
+  bool addressed_by_a_recording(size_t epoch);
+  // Blocks into the cache (caching) or onto `to_free` (not). Under mutex_.
+  void to_cache_or(std::multimap<size_t, void*>& blocks, std::multimap<size_t, void*>& to_free);
   // The live recording that holds `block`, else the one running (which takes it), else null.
   std::shared_ptr<Recorded> recording_of(void* block);
 
@@ -113,6 +128,8 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   std::multimap<size_t, void*> free_;                // cached blocks by size, for best fit
   std::shared_ptr<Recorded> recording_;              // while recording() runs
   std::vector<std::weak_ptr<Recorded>> recordings_;  // those whose handles may live
+  std::vector<Held> held_;                           // older blocks a live recording may address
+  size_t recordings_ended_ = 0;
   size_t kept_for_recordings_ = 0;
   size_t in_use_ = 0, peak_in_use_ = 0, cached_ = 0, mallocs_ = 0;
   size_t requested_ = 0, peak_requested_ = 0;
