@@ -164,94 +164,57 @@ for i in "${!names[@]}"; do
   fi
 done
 
-# ---- MPI tests: on this machine, and across 2 emulated nodes ------------------------------------
-# Each suite writes one line a run to a results file (name, exit status, log, seconds, the
-# command by hand), reported by mpi_report. Beside end-to-end scripts a suite runs as one of
-# their lanes (the local one with the others, the one across nodes with the scripts that bring
-# up nodes or a Slurm): a suite alone keeps about 1.2 of the 2 cores busy.
-mpi_local=() mpi_nodes=()
+# ---- MPI tests on this machine ------------------------------------------------------------------
+header=""
 for i in "${!names[@]}"; do
-  runs "$i" || continue
-  case ${names[$i]} in
-    *" np="*) mpi_local+=("${names[$i]}") ;;
-    *" nodes="*) mpi_nodes+=("${names[$i]}") ;;
-  esac
+  [[ "${names[$i]}" == *" np="* ]] && runs "$i" || continue
+  [ -n "$header" ] || { header=1; echo "== MPI tests"; }
+  name=${names[$i]% np=*} np=${names[$i]#* np=}
+  log="$LOG_DIR/${name}_np$np.log"
+  timed
+  timeout -k 10 600 $MPIRUN -np "$np" "$BIN/tests/$name" --report_level=short >"$log" 2>&1
+  record "${names[$i]}" $? "$log" "$mpi_env$MPIRUN -np $np $BIN/tests/$name"
 done
-mpi_result() {  # mpi_result FILE NAME STATUS LOG SECONDS-SINCE [DIRECT-COMMAND]
-  local secs
-  secs=$(awk -v a="$5" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  printf '%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$secs" "${6:-}" >>"$1"
+
+# ---- the MPI suite across emulated nodes: every node a network namespace with its own hostname ---
+multinode=()
+for i in "${!names[@]}"; do
+  [[ "${names[$i]}" == *" nodes="* ]] && runs "$i" && multinode+=("${names[$i]}")
+done
+cluster_prefix=rtt$(($$ % 100000))
+cluster_up=""
+cluster_down() {
+  [ -z "$cluster_up" ] || jobs/local/cluster.sh down --prefix "$cluster_prefix" >/dev/null 2>&1
+  cluster_up=""
 }
-mpi_local_suite() {  # mpi_local_suite FILE
-  local test name np log t0
-  for test in "${mpi_local[@]}"; do
-    name=${test% np=*} np=${test#* np=}
-    log="$LOG_DIR/${name}_np$np.log"
-    t0=$(date +%s.%N)
-    timeout -k 10 600 $MPIRUN -np "$np" "$BIN/tests/$name" --report_level=short >"$log" 2>&1
-    mpi_result "$1" "$test" $? "$log" "$t0" "$mpi_env$MPIRUN -np $np $BIN/tests/$name"
-  done
-}
-# Every node a network namespace with its own hostname (jobs/local/cluster.sh), brought up
-# before the runs and removed after; where namespaces are not permitted, one SKIP line.
-mpi_nodes_suite() {  # mpi_nodes_suite FILE
-  local prefix=rtt$(($$ % 100000)) log up_status=0 test name shape per_node np t0
+trap cluster_down EXIT
+trap 'cluster_down; exit 130' INT TERM
+if [ ${#multinode[@]} -gt 0 ]; then
+  echo "== MPI tests across 2 emulated nodes"
   log="$LOG_DIR/cluster_up.log"
-  t0=$(date +%s.%N)
-  trap "jobs/local/cluster.sh down --prefix $prefix >/dev/null 2>&1" EXIT  # $prefix: now
-  trap 'exit 130' INT TERM
-  jobs/local/cluster.sh up --nodes 2 --slots 2 --prefix "$prefix" >"$log" 2>&1 || up_status=$?
+  timed
+  up_status=0
+  jobs/local/cluster.sh up --nodes 2 --slots 2 --prefix "$cluster_prefix" >"$log" 2>&1 || up_status=$?
   if [ "$up_status" = 2 ] && ! grep -q "error:" "$log"; then
-    printf 'SKIP\t%s\n' "$(head -1 "$log")" >>"$1"
-    return
+    printf '  SKIP  MPI tests across nodes: %s\n' "$(head -1 "$log")"
   elif [ "$up_status" != 0 ]; then
-    mpi_result "$1" "cluster.sh up --nodes 2" "$up_status" "$log" "$t0"
-    return
-  fi
-  # shellcheck disable=SC1090
-  source "/run/ringtrain-cluster/$prefix/mpirun.env"
-  for test in "${mpi_nodes[@]}"; do
-    name=${test% nodes=*} shape=${test#* nodes=}
-    per_node=${shape#*x}
-    np=$(( ${shape%x*} * per_node ))
-    log="$LOG_DIR/${name}_nodes$shape.log"
-    t0=$(date +%s.%N)
-    timeout -k 10 600 $MPIRUN $RT_CLUSTER_MPIRUN_ARGS --map-by "ppr:$per_node:node" -np "$np" \
-      "$BIN/tests/$name" --report_level=short >"$log" 2>&1
-    mpi_result "$1" "$test" $? "$log" "$t0"
-  done
-}
-mpi_report() {  # mpi_report FILE HEADER: a result line for each run the file holds
-  local name status log secs direct
-  echo "== $2"
-  while IFS=$'\t' read -r name status log secs direct; do
-    if [ "$name" = SKIP ]; then
-      printf '  SKIP  %s: %s\n' "$2" "$status"
-      continue
-    fi
-    step_start=$(awk -v b="$(date +%s.%N)" -v s="$secs" 'BEGIN { printf "%.6f", b - s }')
-    record "$name" "$status" "$log" "$direct"
-  done <"$1"
-}
-mpi_title() { [ "$1" = local ] && echo "MPI tests" || echo "MPI tests across 2 emulated nodes"; }
-mpi_run_suite() {  # mpi_run_suite local|nodes: in a subshell, its results in a file of its own
-  rm -f "$LOG_DIR/mpi_$1.results"
-  touch "$LOG_DIR/mpi_$1.results"
-  ("mpi_$1_suite" "$LOG_DIR/mpi_$1.results")
-}
-e2e_count=0
-for i in "${!names[@]}"; do [[ "${names[$i]}" != e2e/* ]] || ! runs "$i" || e2e_count=$((e2e_count + 1)); done
-E2E_LANES=${E2E_LANES:-2}
-mpi_in_lanes=0
-[ "$e2e_count" = 0 ] || [ "$E2E_LANES" -lt 2 ] || mpi_in_lanes=1
-if [ "$mpi_in_lanes" = 0 ]; then
-  if [ ${#mpi_local[@]} -gt 0 ]; then
-    mpi_run_suite local
-    mpi_report "$LOG_DIR/mpi_local.results" "$(mpi_title local)"
-  fi
-  if [ ${#mpi_nodes[@]} -gt 0 ]; then
-    mpi_run_suite nodes
-    mpi_report "$LOG_DIR/mpi_nodes.results" "$(mpi_title nodes)"
+    record "cluster.sh up --nodes 2" "$up_status" "$log"
+    jobs/local/cluster.sh down --prefix "$cluster_prefix" >/dev/null 2>&1
+  else
+    cluster_up=1
+    # shellcheck disable=SC1090
+    source "/run/ringtrain-cluster/$cluster_prefix/mpirun.env"
+    for test in "${multinode[@]}"; do
+      name=${test% nodes=*} shape=${test#* nodes=}
+      per_node=${shape#*x}
+      np=$(( ${shape%x*} * per_node ))
+      log="$LOG_DIR/${name}_nodes$shape.log"
+      timed
+      timeout -k 10 600 $MPIRUN $RT_CLUSTER_MPIRUN_ARGS --map-by "ppr:$per_node:node" -np "$np" \
+        "$BIN/tests/$name" --report_level=short >"$log" 2>&1
+      record "$test" $? "$log"
+    done
+    cluster_down
   fi
 fi
 
@@ -259,7 +222,7 @@ fi
 # The e2e scripts' tiny dataset, generated once for all of them (tests/e2e/lib/e2e.sh).
 RT_E2E_DATA_CACHE=$(mktemp -d /tmp/rt-e2e-data.XXXXXX)
 export RT_E2E_DATA_CACHE
-trap 'rm -rf "$RT_E2E_DATA_CACHE"' EXIT
+trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 # E2E_LANES scripts at a time (default 2): most of a script's time is start-ups and waits for a
 # timeout, which overlap well. Three kinds run apart:
 #   E2E_ALONE   with nothing beside them, first, one after another: those whose property is a
@@ -271,8 +234,7 @@ trap 'rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 #               interface, so a bridge that comes and goes beside them is never one they use;
 #   E2E_LONG    the slowest of a 2-core run, slowest first, before the rest (a long script
 #               started last runs beside an idle lane).
-# The MPI suites take lanes too (mpi_in_lanes): the one on this machine first among the
-# others, the one across emulated nodes first among the serial ones.
+E2E_LANES=${E2E_LANES:-2}
 E2E_ALONE=${E2E_ALONE:-"stall_phases stall_no_progress fusion_stall"}
 E2E_SERIAL=${E2E_SERIAL:-"slurm_jobs multinode_faults multinode_train"}
 E2E_LONG=${E2E_LONG:-"gpu_rehearsal checkpoint_faults bundle train predict checkpoint optimizers \
@@ -288,14 +250,9 @@ e2e_start() {  # e2e_start NAME [MCA-ENV...]: the script in the background, its 
   e2e_started[$name]=$(date +%s.%N)
   sessions=$(mktemp -d /tmp/rt-ompi.XXXXXX)
   (
-    if [[ "$name" == mpi-* ]]; then  # an MPI suite (its results in its own file)
-      export "$@" OMPI_MCA_orte_tmpdir_base="$sessions"
-      mpi_run_suite "${name#mpi-}"
-    else
-      env "$@" OMPI_MCA_orte_tmpdir_base="$sessions" BIN="$BIN" MPIRUN="$MPIRUN" timeout -k 10 900 \
-        bash "tests/e2e/$name.sh" >"$LOG_DIR/e2e_$name.log" 2>&1
-      echo $? >"$LOG_DIR/e2e_$name.status"
-    fi
+    env "$@" OMPI_MCA_orte_tmpdir_base="$sessions" BIN="$BIN" MPIRUN="$MPIRUN" timeout -k 10 900 \
+      bash "tests/e2e/$name.sh" >"$LOG_DIR/e2e_$name.log" 2>&1
+    echo $? >"$LOG_DIR/e2e_$name.status"
     rm -rf "$sessions"
   ) &
   e2e_pid_name[$!]=$name
@@ -308,11 +265,6 @@ e2e_reap() {  # waits for one script to end, prints its result and names it in e
   unset "e2e_pid_name[$pid]"
   e2e_reaped=$name
   step_start=${e2e_started[$name]}
-  if [[ "$name" == mpi-* ]]; then
-    mpi_report "$LOG_DIR/mpi_${name#mpi-}.results" "$(mpi_title "${name#mpi-}")"
-    echo "== end-to-end tests, continued"
-    return
-  fi
   record "e2e/$name" "$(cat "$LOG_DIR/e2e_$name.status" 2>/dev/null || echo 1)" \
     "$LOG_DIR/e2e_$name.log" "BIN=$BIN bash tests/e2e/$name.sh"
 }
@@ -330,14 +282,9 @@ for i in "${!names[@]}"; do  # in the order of names: alphabetical
   elif ! in_list "$name" "$E2E_LONG"; then e2e_rest+=("$name"); fi
 done
 e2e_others=()
-if [ "$mpi_in_lanes" = 1 ]; then
-  [ ${#mpi_nodes[@]} = 0 ] || e2e_serial=(mpi-nodes "${e2e_serial[@]}")
-  [ ${#mpi_local[@]} = 0 ] || e2e_others+=(mpi-local)
-fi
 for name in $E2E_LONG; do [ -z "${e2e_selected[$name]:-}" ] || e2e_others+=("$name"); done
 e2e_others+=("${e2e_rest[@]}")
-[ ${#e2e_selected[@]} = 0 ] || echo "== end-to-end tests ($E2E_LANES at a time$([ "$mpi_in_lanes" = 0 ] ||
-  echo ", the MPI suites in lanes beside them"))"
+[ ${#e2e_selected[@]} = 0 ] || echo "== end-to-end tests ($E2E_LANES at a time)"
 for name in "${e2e_alone[@]}"; do
   e2e_start "$name"
   e2e_reap
