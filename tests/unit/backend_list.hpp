@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/devices.hpp"
 #include "ringtrain/build_config.hpp"
+#include "ringtrain/core/error.hpp"
 
 namespace rt_test {
 
@@ -30,6 +33,27 @@ inline std::vector<std::string> testable_backends() {
   std::vector<std::string> names{"cpu"};
   if (cuda_testable()) names.push_back("cuda");
   return names;
+}
+
+// Backend `name` (2 threads) in `precision`, or null where it refuses that precision here
+// (cpu bf16 without AVX512-BF16 or AMX), with "<what>, <name>: skipped: <why>" printed.
+// deterministic: cuda chooses its algorithms by cuDNN's heuristic order, not by timing (the
+// other backends have no such choice).
+inline std::unique_ptr<ringtrain::backend::Backend> backend_or_skip(
+    const std::string& what, const std::string& name, ringtrain::backend::Precision precision,
+    bool deterministic = false) {
+  try {
+    if (name == "cuda" && deterministic) {
+      ringtrain::backend::CudaOptions options;
+      options.deterministic = true;
+      options.precision = precision;
+      return ringtrain::backend::make_cuda_backend(options);
+    }
+    return ringtrain::backend::make_backend(name, 2, precision);
+  } catch (const ringtrain::InputError& e) {
+    std::printf("%s, %s: skipped: %s\n", what.c_str(), name.c_str(), e.what());
+    return nullptr;
+  }
 }
 
 // The backends the finite-difference gradient checks run on: ref, and cuda when testable.

@@ -114,16 +114,9 @@ BOOST_AUTO_TEST_CASE(conv_backward_data_reads_other_weights_afresh) {
       cases.push_back({"cuda", p});
   const ConvSpec spec{16, 32, 3, 1, 1, false, false};
   for (const auto& [name, precision] : cases) {
-    std::unique_ptr<Backend> be;
-    try {
-      CudaOptions deterministic;  // the same algorithms for every op (none chosen by timing)
-      deterministic.deterministic = true;
-      deterministic.precision = precision;
-      be = name == "cuda" ? make_cuda_backend(deterministic) : make_backend(name, 2, precision);
-    } catch (const InputError& e) {
-      std::printf("conv backward_data, %s: skipped: %s\n", name.c_str(), e.what());
-      continue;
-    }
+    // Deterministic: the same algorithms for every op (none chosen by timing).
+    auto be = backend_or_skip("conv backward_data", name, precision, true);
+    if (!be) continue;
     Tensor x = random_tensor(*be, {2, 16, 6, 6}, 41);
     Tensor w1 = random_tensor(*be, {32, 16, 3, 3}, 42, -0.2f, 0.2f);
     Tensor w2 = random_tensor(*be, {32, 16, 3, 3}, 43, -0.2f, 0.2f);
@@ -447,13 +440,8 @@ BOOST_AUTO_TEST_CASE(relu_backward_of_a_sum_is_the_add_then_the_relu_backward_bi
   }
   const Shape x_shape{2, 5, 6, 6};
   for (const auto& [name, precision] : cases) {
-    std::unique_ptr<Backend> be;
-    try {
-      be = make_backend(name, 2, precision);
-    } catch (const InputError& e) {
-      std::printf("relu backward of a sum, %s: skipped: %s\n", name.c_str(), e.what());
-      continue;
-    }
+    auto be = backend_or_skip("relu backward of a sum", name, precision);
+    if (!be) continue;
     const bool bf16 = precision == Precision::kBF16;
     Tensor z = conv_output(*be, x_shape, 24, 81), a = conv_output(*be, x_shape, 24, 83);
     Tensor b = random_tensor(*be, z.shape(), 85), y, sum, unfused, fused;
@@ -484,13 +472,8 @@ BOOST_AUTO_TEST_CASE(relu_backward_of_a_sum_is_the_add_then_the_relu_backward_bi
 BOOST_AUTO_TEST_CASE(conv_with_a_residual_is_the_conv_then_the_add) {
   int ran = 0;
   for (const auto& [name, precision] : precision_cases()) {
-    std::unique_ptr<Backend> be;
-    try {
-      be = make_backend(name, 2, precision);
-    } catch (const InputError& e) {
-      std::printf("conv + residual, %s: skipped: %s\n", name.c_str(), e.what());
-      continue;
-    }
+    auto be = backend_or_skip("conv + residual", name, precision);
+    if (!be) continue;
     BOOST_TEST_REQUIRE(be->fuses_conv_residual(), name);
     for (bool own_layout : {false, true}) {
       check_conv_residual(*be, precision, true, true, own_layout);

@@ -415,17 +415,9 @@ BOOST_AUTO_TEST_CASE(folded_relu_backward_changes_no_number) {
     backends.push_back({"cuda", backend::Precision::kBF16});
   }
   for (const auto& [name, precision] : backends) {
-    std::unique_ptr<Backend> be;
-    try {
-      backend::CudaOptions deterministic;  // algorithms not chosen by timing (see above)
-      deterministic.deterministic = true;
-      deterministic.precision = precision;
-      be = name == "cuda" ? backend::make_cuda_backend(deterministic)
-                          : backend::make_backend(name, 2, precision);
-    } catch (const InputError& e) {
-      std::printf("folded relu backward, %s: skipped: %s\n", name.c_str(), e.what());
-      continue;
-    }
+    // Deterministic: algorithms not chosen by timing (see above).
+    auto be = backend_or_skip("folded relu backward", name, precision, true);
+    if (!be) continue;
     for (const char* model : {"resnet18_cifar", "fibernet"}) {
       const ModelInput in =
           std::string(model) == "fibernet" ? ModelInput{1, 16, 16} : ModelInput{3, 8, 8};
