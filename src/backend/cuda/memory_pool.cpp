@@ -179,17 +179,20 @@ void DevicePool::give_back(void* block, size_t size, size_t requested, size_t ep
 }
 
 bool DevicePool::addressed_by_a_recording(size_t epoch) {
-  bool addressed = false;
-  for (auto it = recordings_.begin(); it != recordings_.end();) {
-    std::shared_ptr<Recorded> r = it->lock();
-    if (!r || r->released) {
-      it = recordings_.erase(it);
-      continue;
-    }
-    addressed = addressed || epoch < r->ended;
-    ++it;
-  }
-  return addressed;
+  forget_gone_recordings();
+  for (const auto& weak : recordings_)
+    if (std::shared_ptr<Recorded> r = weak.lock(); r && !r->released && epoch < r->ended)
+      return true;
+  return false;
+}
+
+void DevicePool::forget_gone_recordings() {
+  recordings_.erase(std::remove_if(recordings_.begin(), recordings_.end(),
+                                   [](const std::weak_ptr<Recorded>& weak) {
+                                     std::shared_ptr<Recorded> r = weak.lock();
+                                     return !r || r->released;
+                                   }),
+                    recordings_.end());
 }
 
 void DevicePool::to_cache_or(std::multimap<size_t, void*>& blocks,
@@ -206,15 +209,10 @@ void DevicePool::to_cache_or(std::multimap<size_t, void*>& blocks,
 }
 
 std::shared_ptr<DevicePool::Recorded> DevicePool::recording_of(void* block) {
-  for (auto it = recordings_.begin(); it != recordings_.end();) {
-    std::shared_ptr<Recorded> r = it->lock();
-    if (!r || r->released) {
-      it = recordings_.erase(it);
-      continue;
-    }
-    if (r->blocks.count(block) != 0) return r;
-    ++it;
-  }
+  forget_gone_recordings();
+  for (const auto& weak : recordings_)
+    if (std::shared_ptr<Recorded> r = weak.lock(); r && !r->released && r->blocks.count(block))
+      return r;
   return recording_;
 }
 

@@ -115,8 +115,10 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   void give_back(void* block, size_t size, size_t requested, size_t epoch) noexcept;
   void release_recorded(Recorded& recorded) noexcept;
   // Whether a live recording ended after a block of this epoch was taken (its replays may
-  // address the block); drops the weak references of recordings gone. Under mutex_.
+  // address the block). Under mutex_.
   bool addressed_by_a_recording(size_t epoch);
+  // Drops the references to recordings whose handles went. Under mutex_.
+  void forget_gone_recordings();
   // Blocks into the cache (caching) or onto `to_free` (not). Under mutex_.
   void to_cache_or(std::multimap<size_t, void*>& blocks, std::multimap<size_t, void*>& to_free);
   // The live recording that holds `block`, else the one running (which takes it), else null.
