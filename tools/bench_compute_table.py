@@ -84,7 +84,7 @@ def read_rows(raw_path):
         if r["tool"] == "ringtrain-wgrad":
             row["wgrad_path"] = r.get("conv_weight_grad")
             row["wgrad_choices"] = r.get("op_choices")
-            row["wgrad_ms"] = r.get("weight_grad_ms")  # per convolution: [oneDNN, matmul] ms
+            row["wgrad_ms"] = r.get("weight_grad_ms")  # per convolution: [dW oneDNN, matmul, dx oneDNN, forward] ms
         if r["tool"] == "ringtrain":
             row["gflop"] = r["gflop_per_image"]
             row["isa"] = r.get("isa", "")

@@ -104,19 +104,28 @@ std::string print_profile(const backend::OpProfile& p, int64_t steps, double wal
 }
 
 // What train.conv_weight_grad = measure timed for each convolution, as a JSON object
-// {"name": [oneDNN ms, matmul ms], ...} (null when nothing was timed), and as a table on stderr.
+// {"name": [weight gradient by oneDNN ms, by matmul ms, input gradient by oneDNN's backward-data
+// kernel ms, by the forward kernel ms], ...} (0 where a path was not timed; null when nothing
+// was), and as a table on stderr.
 std::string weight_grad_times_json(nn::Model& model) {
   const auto times = model.weight_grad_times();
   if (times.empty()) return "null";
+  auto faster = [](double a, double b, const char* a_name, const char* b_name) {
+    return a > 0 && b > 0 ? (a < b ? a_name : b_name) : "-";
+  };
   std::ostringstream json;
-  std::fprintf(stderr, "weight gradient, ms a pass (measure's medians):\n%-28s %9s %9s  %s\n",
-               "convolution", "oneDNN", "matmul", "took");
+  std::fprintf(stderr,
+               "backward paths, ms a pass (measure's medians):\n%-28s %9s %9s %-7s %9s %9s  %s\n",
+               "convolution", "dW oneDNN", "matmul", "took", "dx oneDNN", "forward", "took");
   for (size_t i = 0; i < times.size(); ++i) {
     const auto& [name, t] = times[i];
-    std::fprintf(stderr, "%-28s %9.3f %9.3f  %s\n", name.c_str(), t.onednn_ms, t.gemm_ms,
-                 t.onednn_ms < t.gemm_ms ? "oneDNN" : "matmul");
+    std::fprintf(stderr, "%-28s %9.3f %9.3f %-7s %9.3f %9.3f  %s\n", name.c_str(), t.onednn_ms,
+                 t.gemm_ms, faster(t.onednn_ms, t.gemm_ms, "oneDNN", "matmul"), t.data_onednn_ms,
+                 t.data_forward_ms,
+                 faster(t.data_onednn_ms, t.data_forward_ms, "oneDNN", "forward"));
     json << (i ? "," : "{") << "\"" << name << "\":[" << str_fixed(t.onednn_ms, 4) << ","
-         << str_fixed(t.gemm_ms, 4) << "]";
+         << str_fixed(t.gemm_ms, 4) << "," << str_fixed(t.data_onednn_ms, 4) << ","
+         << str_fixed(t.data_forward_ms, 4) << "]";
   }
   json << "}";
   return json.str();

@@ -90,11 +90,14 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.conv_weight_grad", &c.train.conv_weight_grad,
        "cpu: a convolution's weight gradient from oneDNN's kernel (onednn), as one matmul over "
        "the unfolded input (gemm), or per convolution the faster of the two, timed at its "
-       "first backward pass (measure)",
+       "first backward pass (measure; which also times the input gradient of a stride-1 "
+       "same-size convolution by oneDNN's backward-data kernel against its forward kernel over "
+       "dy with the filter flipped, and keeps the faster)",
        {"onednn", "gemm", "measure"}},
       {"train.conv_weight_grad_choices", &c.train.conv_weight_grad_choices,
        "cpu, with train.conv_weight_grad = measure: paths chosen beforehand, "
-       "name=gemm|onednn,... (a run's checkpoint attribute conv_weight_grad_choices); the "
+       "name=gemm|onednn[+forward],... (+forward: the input gradient by the forward kernel; a "
+       "run's checkpoint attribute conv_weight_grad_choices); the "
        "convolutions named are not timed, so runs that name them all repeat bitwise",
        {}},
       {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
@@ -487,7 +490,7 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     throw InputError(
         "train.conv_weight_grad = measure chooses by timing, so two runs may differ; with "
         "train.deterministic = true choose onednn or gemm");
-  // measure's paths given beforehand: name=gemm|onednn items, and only beside measure.
+  // measure's paths given beforehand: name=gemm|onednn[+forward] items, and only beside measure.
   if (!t.conv_weight_grad_choices.empty()) {
     if (t.conv_weight_grad != "measure")
       throw InputError(str(src.of("train.conv_weight_grad_choices"),
@@ -497,9 +500,14 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     std::istringstream items(t.conv_weight_grad_choices);
     for (std::string item; std::getline(items, item, ',');) {
       const size_t eq = item.find('=');
-      const std::string path = eq == std::string::npos ? "" : item.substr(eq + 1);
+      std::string path = eq == std::string::npos ? "" : item.substr(eq + 1);
+      const std::string suffix = "+forward";
+      if (path.size() > suffix.size() &&
+          path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0)
+        path.resize(path.size() - suffix.size());
       require(eq != std::string::npos && eq > 0 && (path == "gemm" || path == "onednn"),
-              "train.conv_weight_grad_choices", item, "name=gemm or name=onednn, comma-separated");
+              "train.conv_weight_grad_choices", item,
+              "name=gemm or name=onednn, either with +forward, comma-separated");
     }
   }
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");

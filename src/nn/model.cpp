@@ -119,7 +119,8 @@ std::vector<std::pair<std::string, backend::ConvOp::WeightGradTimes>> Model::wei
   std::vector<std::pair<std::string, backend::ConvOp::WeightGradTimes>> out;
   for (const auto& [name, conv] : convolutions(*net_)) {
     const backend::ConvOp::WeightGradTimes t = conv->op().weight_grad_times();
-    if (t.onednn_ms > 0 || t.gemm_ms > 0) out.emplace_back(name, t);
+    if (t.onednn_ms > 0 || t.gemm_ms > 0 || t.data_onednn_ms > 0 || t.data_forward_ms > 0)
+      out.emplace_back(name, t);
   }
   return out;
 }

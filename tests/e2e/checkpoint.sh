@@ -75,7 +75,7 @@ items = dict(i.split("=") for i in f.attrs["conv_weight_grad_choices"].split(","
 convs = []
 f["params"].visititems(lambda n, o: convs.append(n[:-len(".weight")]) if isinstance(o, h5py.Dataset) and o.ndim == 4 else None)
 assert sorted(items) == sorted(convs), (sorted(items), sorted(convs))
-assert set(items.values()) <= {"gemm", "onednn"}, items
+assert set(items.values()) <= {"gemm", "onednn", "gemm+forward", "onednn+forward"}, items
 print(",".join(f"{name}=gemm" for name in sorted(items)))
 PY
 ) || fail "measured probe checkpoint: $pins"
@@ -86,9 +86,11 @@ run --output.name=parts_m "${m[@]}" --train.conv_weight_grad_choices="$pins" --t
 run --output.name=parts_m "${m[@]}" --train.max_steps=8 --resume >"$work/m2.log" 2>&1 \
   || { cat "$work/m2.log"; fail "resume, measure"; }
 n=$(echo "$pins" | tr ',' '\n' | wc -l)
-grep -q "rank 0: conv weight gradients: gemm $n, oneDNN 0 (measure), as the deck gave them" \
+# (every pin without +forward: each input gradient oneDNN's, none timed)
+pinned="rank 0: conv weight gradients: gemm $n, oneDNN 0 (measure); input gradients: forward kernel 0, oneDNN [0-9]*"
+grep -q "$pinned, as the deck gave them" \
   "$work/whole_m.log" || fail "measure pinned: $(grep -i 'conv weight' "$work/whole_m.log")"
-grep -q "rank 0: conv weight gradients: gemm $n, oneDNN 0 (measure), as the checkpoint had them" \
+grep -q "$pinned, as the checkpoint had them" \
   "$work/m2.log" || fail "measure resume: $(grep -i 'conv weight' "$work/m2.log")"
 compare "$work/out/whole_m.ckpt.h5" "$work/out/parts_m.ckpt.h5"
 run --output.name=bad_m "${m[@]}" --train.conv_weight_grad_choices=conv9=gemm --train.max_steps=1 \

@@ -164,9 +164,10 @@ class ConvOp {
   virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
   // dw (plain, possibly a view) and dbias are overwritten, not accumulated.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;
-  // The weight-gradient path this convolution chose by timing (ConvWeightGrad::kMeasure):
-  // "gemm" or "onednn" once its first backward pass decided, "" before that and where no
-  // choice is timed. preset_weight_grad makes the choice without timing, or replaces the one
+  // The backward paths this convolution chose by timing (ConvWeightGrad::kMeasure): "gemm" or
+  // "onednn" for the weight gradient, then "+forward" where the input gradient runs on the
+  // forward kernel, once its first backward pass decided; "" before that and where no choice
+  // is timed. preset_weight_grad makes the choice without timing, or replaces the one
   // made (rank 0's, a checkpoint's), so that ranks and resumed runs compute alike; "" and
   // ops without the choice ignore it.
   virtual std::string weight_grad_choice() const { return ""; }
@@ -175,6 +176,7 @@ class ConvOp {
   // path by the key, a preset, not yet decided).
   struct WeightGradTimes {
     double onednn_ms = 0, gemm_ms = 0;
+    double data_onednn_ms = 0, data_forward_ms = 0;  // the input gradient's two paths
   };
   virtual WeightGradTimes weight_grad_times() const { return {}; }
 };

@@ -7,7 +7,10 @@
 // into bf16 for each pass; weight and bias gradients come out in fp32 (oneDNN accumulates
 // in fp32), straight into their fusion buckets. Linear writes fp32 logits for the loss.
 // A convolution's weight gradient comes from oneDNN's kernel or from one matmul over the
-// unfolded input (conv_weight_gemm.hpp), as Context::weight_grad says.
+// unfolded input (conv_weight_gemm.hpp), as Context::weight_grad says. With measure, the input
+// gradient of a stride-1 same-size convolution may come from oneDNN's forward kernel run over
+// dy with the filter transposed and flipped (the forward kernel is the faster one on some
+// shapes and ISAs), else from its backward-data kernel.
 #include <algorithm>
 #include <chrono>
 
@@ -63,14 +66,8 @@ class Conv : public ConvOp {
 
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     Plan& p = current("conv backward_data", dy);
-    if (!p.bwd_data) build_backward_data(p);
-    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
-    memory wts = as_layout(ctx_, weights_for_backward(w, p), w_shape(),
-                           p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
-    ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
-    p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
-                                     {DNNL_ARG_WEIGHTS, wts},
-                                     {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}});
+    if (data_ == DataPath::kUndecided) decide_data_path(p, dy, w, dx);
+    run_backward_data(p, data_, dy, w, dx);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
@@ -82,32 +79,70 @@ class Conv : public ConvOp {
     run_weight_grad(p, weight_grad_, x, dy, dw, dbias);
   }
 
+  // "gemm" or "onednn" (the weight gradient's path; "onednn" where a bias keeps it oneDNN's),
+  // then "+forward" where the input gradient runs on the forward kernel.
   std::string weight_grad_choice() const override {
-    if (!timed_choice()) return "";
-    return weight_grad_ == Path::kGemm ? "gemm" : weight_grad_ == Path::kOnednn ? "onednn" : "";
+    if ((!timed_weight_grad() && !timed_data()) || weight_grad_ == Path::kUndecided) return "";
+    return std::string(weight_grad_ == Path::kGemm ? "gemm" : "onednn") +
+           (data_ == DataPath::kForward ? "+forward" : "");
   }
 
   WeightGradTimes weight_grad_times() const override { return times_; }
 
   void preset_weight_grad(const std::string& choice) override {
-    if (!timed_choice() || choice.empty()) return;
-    RT_REQUIRE_INPUT(choice == "gemm" || choice == "onednn", "conv weight gradient: unknown path '",
-                     choice, "' (gemm or onednn)");
-    const Path path = choice == "gemm" ? Path::kGemm : Path::kOnednn;
+    if ((!timed_weight_grad() && !timed_data()) || choice.empty()) return;
+    const size_t plus = choice.find('+');
+    const std::string weights = choice.substr(0, plus);
+    const std::string data = plus == std::string::npos ? "" : choice.substr(plus + 1);
+    RT_REQUIRE_INPUT(
+        (weights == "gemm" || weights == "onednn") && (data.empty() || data == "forward"),
+        "conv backward: unknown paths '", choice,
+        "' (gemm or onednn, then +forward for the input gradient by the forward kernel)");
+    RT_REQUIRE_INPUT(weights == "onednn" || timed_weight_grad(), "conv backward: '", choice,
+                     "' for a convolution with a bias, whose weight gradient is oneDNN's (onednn)");
+    RT_REQUIRE_INPUT(
+        data.empty() || timed_data(), "conv backward: '", choice, "' for a ", s_.kernel, "x",
+        s_.kernel, " convolution of stride ", s_.stride, " and padding ", s_.padding,
+        "; the forward kernel gives input gradients at stride 1 and padding (kernel - 1) / 2");
+    set_weight_grad(weights == "gemm" ? Path::kGemm : Path::kOnednn);
+    if (timed_data()) set_data_path(data.empty() ? DataPath::kOnednn : DataPath::kForward);
+  }
+
+ private:
+  enum class Path { kUndecided, kOnednn, kGemm };
+  enum class DataPath { kUndecided, kOnednn, kForward };
+
+  // The weight-gradient path is measure's to choose: measure asked for, and no bias (its
+  // gradient is oneDNN's).
+  bool timed_weight_grad() const {
+    return ctx_.weight_grad == ConvWeightGrad::kMeasure && !s_.bias;
+  }
+  // The input-gradient path is measure's to choose where the forward kernel can give it: stride
+  // 1 and an output of the input's size (dx is then dy convolved with the flipped filter).
+  bool timed_data() const {
+    return ctx_.weight_grad == ConvWeightGrad::kMeasure && s_.stride == 1 &&
+           2 * s_.padding == s_.kernel - 1;
+  }
+
+  int& count(Path path) const {
+    return path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn;
+  }
+  int& count(DataPath path) const {
+    return path == DataPath::kForward ? ctx_.weight_grad_count.data_forward
+                                      : ctx_.weight_grad_count.data_onednn;
+  }
+
+  void set_weight_grad(Path path) {
     if (path == weight_grad_) return;
     if (weight_grad_ != Path::kUndecided) count(weight_grad_) -= 1;
     count(path) += 1;
     weight_grad_ = path;
   }
-
- private:
-  enum class Path { kUndecided, kOnednn, kGemm };
-
-  // The path is measure's to choose: measure asked for, and no bias (its gradient is oneDNN's).
-  bool timed_choice() const { return ctx_.weight_grad == ConvWeightGrad::kMeasure && !s_.bias; }
-
-  int& count(Path path) const {
-    return path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn;
+  void set_data_path(DataPath path) {
+    if (path == data_) return;
+    if (data_ != DataPath::kUndecided) count(data_) -= 1;
+    count(path) += 1;
+    data_ = path;
   }
 
   struct Plan {
@@ -120,6 +155,8 @@ class Conv : public ConvOp {
     conv_bwd_weights::primitive_desc bwd_weights_pd;
     conv_bwd_weights bwd_weights;
     std::unique_ptr<ConvWeightGemm> gemm;  // made when the gemm path first runs on this shape
+    conv_fwd::primitive_desc data_fwd_pd;  // dx = conv(dy, flipped w): the forward data path
+    conv_fwd data_fwd;
   };
 
   Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
@@ -139,25 +176,99 @@ class Conv : public ConvOp {
         if (times_.onednn_ms < times_.gemm_ms) path = Path::kOnednn;
       }
     }
-    weight_grad_ = path;
     if (path != Path::kGemm) p.gemm.reset();
-    count(path) += 1;
+    set_weight_grad(path);
   }
 
   // Median milliseconds of one weight-gradient pass by `path`, after one untimed run.
   double measured_ms(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                      Path path) {
+    return median_ms([&] { run_weight_grad(p, path, x, dy, dw, dbias); });
+  }
+
+  // Median milliseconds of `run` over 5 runs after one untimed run.
+  template <typename Run>
+  double median_ms(Run&& run) {
     constexpr int kRuns = 5;
     double ms[kRuns + 1];
     for (double& t : ms) {
       auto start = std::chrono::steady_clock::now();
-      run_weight_grad(p, path, x, dy, dw, dbias);
+      run();
       dnnl::stream(ctx_.stream).wait();  // a handle copy: the ops hold a const Context
       t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
     }
     std::sort(ms + 1, ms + kRuns + 1);
     return ms[1 + kRuns / 2];
+  }
+
+  // The input-gradient path, once, at the first backward pass, as the weight gradient's: with
+  // measure the faster of oneDNN's backward-data kernel and the forward kernel over these
+  // tensors (dx is overwritten by the call that follows), else oneDNN's.
+  void decide_data_path(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+    DataPath path = DataPath::kOnednn;
+    if (timed_data()) {
+      times_.data_onednn_ms =
+          median_ms([&] { run_backward_data(p, DataPath::kOnednn, dy, w, dx); });
+      times_.data_forward_ms =
+          median_ms([&] { run_backward_data(p, DataPath::kForward, dy, w, dx); });
+      if (times_.data_forward_ms < times_.data_onednn_ms) path = DataPath::kForward;
+    }
+    if (path != DataPath::kForward) {  // the timing's flipped filter is not needed again
+      std::vector<float>().swap(flipped_);
+      wf_scratch_ = Tensor();
+    }
+    set_data_path(path);
+  }
+
+  void run_backward_data(Plan& p, DataPath path, const Tensor& dy, const Tensor& w, Tensor& dx) {
+    if (path == DataPath::kForward)
+      backward_data_by_forward(p, dy, w, dx);
+    else
+      onednn_backward_data(p, dy, w, dx);
+  }
+
+  void onednn_backward_data(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+    if (!p.bwd_data) build_backward_data(p);
+    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory wts = as_layout(ctx_, weights_for_backward(w, p), w_shape(),
+                           p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
+    ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
+    p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
+                                     {DNNL_ARG_WEIGHTS, wts},
+                                     {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}});
+  }
+
+  // dx[n, i] = sum over o of dy[n, o] convolved with w[o, i] turned by 180 degrees, at the same
+  // padding: a forward convolution from O channels to I with the filter wt[i, o, kh, kw] =
+  // w[o, i, K-1-kh, K-1-kw], made from the plain fp32 weights and reordered (and rounded to bf16
+  // in bf16 runs, as every weight reorder is) into the kernel's layout.
+  void backward_data_by_forward(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+    if (!p.data_fwd) build_data_forward(p);
+    memory src = as_layout(ctx_, dy, p.data_fwd_pd.src_desc(), dy_scratch_, dy_reorder_);
+    const Shape wt_shape{s_.in_channels, s_.out_channels, s_.kernel, s_.kernel};
+    flip_filter(static_cast<const float*>(w.raw()), wt_shape);
+    memory wts = as_layout(ctx_, memory(plain_desc(wt_shape), ctx_.engine, flipped_.data()),
+                           wt_shape, p.data_fwd_pd.weights_desc(), wf_scratch_, wf_reorder_);
+    ensure(dx, p.x_shape, p.data_fwd_pd.dst_desc());
+    p.data_fwd.execute(
+        ctx_.stream,
+        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, dx)}});
+  }
+
+  // flipped_ = w[o, i] turned by 180 degrees, stored [i, o]: read in runs of 16 input channels
+  // of one output channel, each tap written to its place.
+  void flip_filter(const float* w, const Shape& wt_shape) {
+    const int64_t out = s_.out_channels, in = s_.in_channels, taps = int64_t(s_.kernel) * s_.kernel;
+    flipped_.resize(size_t(shape_numel(wt_shape)));
+    float* wt = flipped_.data();
+    constexpr int64_t kRun = 16;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t i0 = 0; i0 < in; i0 += kRun)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = i0; i < std::min(i0 + kRun, in); ++i)
+          for (int64_t t = 0; t < taps; ++t)
+            wt[(i * out + o) * taps + t] = w[(o * in + i) * taps + (taps - 1 - t)];
   }
 
   void run_weight_grad(Plan& p, Path path, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -217,8 +328,12 @@ class Conv : public ConvOp {
     y = residual_scratch_;
   }
 
-  memory::dims strides() const { return {s_.stride, s_.stride}; }
-  memory::dims pads() const { return {s_.padding, s_.padding}; }
+  memory::dims strides() const {
+    return {s_.stride, s_.stride};
+  }
+  memory::dims pads() const {
+    return {s_.padding, s_.padding};
+  }
 
   Plan& plan_for(const Tensor& x) {
     memory::desc x_md = desc_of(x);
@@ -285,15 +400,30 @@ class Conv : public ConvOp {
     p.bwd_weights = conv_bwd_weights(p.bwd_weights_pd);
   }
 
+  // dy in the layout forward wrote y, dx in the layout forward read x: no activation reorder.
+  void build_data_forward(Plan& p) {
+    auto d = conv_fwd::desc(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.fwd_pd.dst_desc(),
+        any_desc({s_.in_channels, s_.out_channels, s_.kernel, s_.kernel}, ctx_.act), memory::desc(),
+        p.fwd_pd.src_desc(), strides(), pads(), pads());
+    p.data_fwd_pd = dnnl_try("conv backward data by the forward kernel",
+                             [&] { return conv_fwd::primitive_desc(d, ctx_.engine); });
+    p.data_fwd = conv_fwd(p.data_fwd_pd);
+  }
+
   const Context& ctx_;
   ConvSpec s_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
-  Tensor x_scratch_, w_scratch_, wb_scratch_, dy_scratch_, dw_scratch_, residual_scratch_;
-  CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_, residual_reorder_;
+  Tensor x_scratch_, w_scratch_, wb_scratch_, wf_scratch_, dy_scratch_, dw_scratch_,
+      residual_scratch_;
+  CachedReorder x_reorder_, w_reorder_, wb_reorder_, wf_reorder_, dy_reorder_, dw_reorder_,
+      residual_reorder_;
+  std::vector<float> flipped_;  // the forward data path's filter, plain [in, out, k, k]
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution
+  DataPath data_ = DataPath::kUndecided;   // likewise
   const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
   WeightGradTimes times_;                  // what measure timed, when it did
 };

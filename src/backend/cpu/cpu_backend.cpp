@@ -99,8 +99,11 @@ class CpuBackend : public HostBackend {
   std::string op_choices() const override {
     const WeightGradCount& n = ctx_.weight_grad_count;
     if (n.gemm + n.onednn == 0) return "";
-    return str("conv weight gradients: gemm ", n.gemm, ", oneDNN ", n.onednn, " (",
-               conv_weight_grad_name(ctx_.weight_grad), ")");
+    const std::string weights = str("conv weight gradients: gemm ", n.gemm, ", oneDNN ", n.onednn,
+                                    " (", conv_weight_grad_name(ctx_.weight_grad), ")");
+    if (ctx_.weight_grad != ConvWeightGrad::kMeasure) return weights;
+    return str(weights, "; input gradients: forward kernel ", n.data_forward, ", oneDNN ",
+               n.data_onednn);
   }
 
   bool fuses_conv_residual() const override { return true; }

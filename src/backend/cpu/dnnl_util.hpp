@@ -16,11 +16,13 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// How many convolutions compute their weight gradient each way (counted at each one's first
-// backward pass, which decides it).
+// How many convolutions compute their weight gradient each way, and (where measure chose)
+// their input gradient (counted at each one's first backward pass, which decides it).
 struct WeightGradCount {
   int gemm = 0;
   int onednn = 0;
+  int data_forward = 0;
+  int data_onednn = 0;
 };
 
 // The engine and stream every op of one backend uses, what activations are stored in (f32, or
