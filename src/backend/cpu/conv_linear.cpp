@@ -44,6 +44,18 @@ memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memo
   return mem_of(ctx, scratch);
 }
 
+// wt[i, o] = w[o, i] turned by 180 degrees (both plain, `taps` values a filter): read in runs
+// of 16 input channels of one output channel, each tap written to its place.
+void flip_filter(const float* w, int64_t out, int64_t in, int64_t taps, float* wt) {
+  constexpr int64_t kRun = 16;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i0 = 0; i0 < in; i0 += kRun)
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = i0; i < std::min(i0 + kRun, in); ++i)
+        for (int64_t t = 0; t < taps; ++t)
+          wt[(i * out + o) * taps + t] = w[(o * in + i) * taps + (taps - 1 - t)];
+}
+
 class Conv : public ConvOp {
  public:
   Conv(const Context& ctx, const ConvSpec& spec) : ctx_(ctx), s_(spec) {}
@@ -247,28 +259,15 @@ class Conv : public ConvOp {
     if (!p.data_fwd) build_data_forward(p);
     memory src = as_layout(ctx_, dy, p.data_fwd_pd.src_desc(), dy_scratch_, dy_reorder_);
     const Shape wt_shape{s_.in_channels, s_.out_channels, s_.kernel, s_.kernel};
-    flip_filter(static_cast<const float*>(w.raw()), wt_shape);
+    flipped_.resize(size_t(shape_numel(wt_shape)));
+    flip_filter(static_cast<const float*>(w.raw()), s_.out_channels, s_.in_channels,
+                int64_t(s_.kernel) * s_.kernel, flipped_.data());
     memory wts = as_layout(ctx_, memory(plain_desc(wt_shape), ctx_.engine, flipped_.data()),
                            wt_shape, p.data_fwd_pd.weights_desc(), wf_scratch_, wf_reorder_);
     ensure(dx, p.x_shape, p.data_fwd_pd.dst_desc());
     p.data_fwd.execute(
         ctx_.stream,
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, dx)}});
-  }
-
-  // flipped_ = w[o, i] turned by 180 degrees, stored [i, o]: read in runs of 16 input channels
-  // of one output channel, each tap written to its place.
-  void flip_filter(const float* w, const Shape& wt_shape) {
-    const int64_t out = s_.out_channels, in = s_.in_channels, taps = int64_t(s_.kernel) * s_.kernel;
-    flipped_.resize(size_t(shape_numel(wt_shape)));
-    float* wt = flipped_.data();
-    constexpr int64_t kRun = 16;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t i0 = 0; i0 < in; i0 += kRun)
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = i0; i < std::min(i0 + kRun, in); ++i)
-          for (int64_t t = 0; t < taps; ++t)
-            wt[(i * out + o) * taps + t] = w[(o * in + i) * taps + (taps - 1 - t)];
   }
 
   void run_weight_grad(Plan& p, Path path, const Tensor& x, const Tensor& dy, Tensor& dw,
@@ -328,12 +327,8 @@ class Conv : public ConvOp {
     y = residual_scratch_;
   }
 
-  memory::dims strides() const {
-    return {s_.stride, s_.stride};
-  }
-  memory::dims pads() const {
-    return {s_.padding, s_.padding};
-  }
+  memory::dims strides() const { return {s_.stride, s_.stride}; }
+  memory::dims pads() const { return {s_.padding, s_.padding}; }
 
   Plan& plan_for(const Tensor& x) {
     memory::desc x_md = desc_of(x);
