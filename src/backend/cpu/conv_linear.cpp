@@ -44,16 +44,12 @@ memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memo
   return mem_of(ctx, scratch);
 }
 
-// wt[i, o] = w[o, i] turned by 180 degrees (both plain, `taps` values a filter): read in runs
-// of 16 input channels of one output channel, each tap written to its place.
-void flip_filter(const float* w, int64_t out, int64_t in, int64_t taps, float* wt) {
-  constexpr int64_t kRun = 16;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t i0 = 0; i0 < in; i0 += kRun)
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = i0; i < std::min(i0 + kRun, in); ++i)
-        for (int64_t t = 0; t < taps; ++t)
-          wt[(i * out + o) * taps + t] = w[(o * in + i) * taps + (taps - 1 - t)];
+// wt = w with each of its `filters` filters of `taps` values turned by 180 degrees, in place
+// order (the tap at (kh, kw) of a KxK filter is t = kh * K + kw; turned, K*K-1-t).
+void turn_filters(const float* w, int64_t filters, int64_t taps, float* wt) {
+#pragma omp parallel for schedule(static)
+  for (int64_t f = 0; f < filters; ++f)
+    for (int64_t t = 0; t < taps; ++t) wt[f * taps + t] = w[f * taps + (taps - 1 - t)];
 }
 
 class Conv : public ConvOp {
@@ -253,17 +249,19 @@ class Conv : public ConvOp {
 
   // dx[n, i] = sum over o of dy[n, o] convolved with w[o, i] turned by 180 degrees, at the same
   // padding: a forward convolution from O channels to I with the filter wt[i, o, kh, kw] =
-  // w[o, i, K-1-kh, K-1-kw], made from the plain fp32 weights and reordered (and rounded to bf16
-  // in bf16 runs, as every weight reorder is) into the kernel's layout.
+  // w[o, i, K-1-kh, K-1-kw]. The plain fp32 filters are turned in place order, and the reorder
+  // into the kernel's layout (rounding to bf16 in bf16 runs, as every weight reorder does)
+  // reads them as [i, o, k, k] through strides, which swaps the channels: a third faster than
+  // writing the swap ourselves for a 512x512 filter (docs/TUNING.md).
   void backward_data_by_forward(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
     if (!p.data_fwd) build_data_forward(p);
     memory src = as_layout(ctx_, dy, p.data_fwd_pd.src_desc(), dy_scratch_, dy_reorder_);
-    const Shape wt_shape{s_.in_channels, s_.out_channels, s_.kernel, s_.kernel};
-    flipped_.resize(size_t(shape_numel(wt_shape)));
-    flip_filter(static_cast<const float*>(w.raw()), s_.out_channels, s_.in_channels,
-                int64_t(s_.kernel) * s_.kernel, flipped_.data());
-    memory wts = as_layout(ctx_, memory(plain_desc(wt_shape), ctx_.engine, flipped_.data()),
-                           wt_shape, p.data_fwd_pd.weights_desc(), wf_scratch_, wf_reorder_);
+    const int64_t in = s_.in_channels, out = s_.out_channels, k = s_.kernel, taps = k * k;
+    flipped_.resize(size_t(out * in * taps));
+    turn_filters(static_cast<const float*>(w.raw()), out * in, taps, flipped_.data());
+    const memory::desc swapped({in, out, k, k}, dt::f32, memory::dims{taps, in * taps, k, 1});
+    memory wts = as_layout(ctx_, memory(swapped, ctx_.engine, flipped_.data()), {in, out, k, k},
+                           p.data_fwd_pd.weights_desc(), wf_scratch_, wf_reorder_);
     ensure(dx, p.x_shape, p.data_fwd_pd.dst_desc());
     p.data_fwd.execute(
         ctx_.stream,
@@ -414,7 +412,7 @@ class Conv : public ConvOp {
       residual_scratch_;
   CachedReorder x_reorder_, w_reorder_, wb_reorder_, wf_reorder_, dy_reorder_, dw_reorder_,
       residual_reorder_;
-  std::vector<float> flipped_;  // the forward data path's filter, plain [in, out, k, k]
+  std::vector<float> flipped_;  // the forward data path's filters, turned, plain [out, in, k, k]
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution
