@@ -153,7 +153,8 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_where_the_forward_kernel_applies) {
 }
 
 // Presets: "+forward" where it cannot apply, a gemm weight gradient beside a bias, an unknown
-// word: one-line errors; outside measure presets are ignored and oneDNN's kernel runs.
+// word: one-line errors; the counts follow what ran; outside measure presets are ignored and
+// oneDNN's kernel runs.
 BOOST_AUTO_TEST_CASE(presets_and_their_errors) {
   auto measure = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
   auto strided = measure->make_conv({8, 16, 3, 2, 1, false, false});
@@ -171,6 +172,22 @@ BOOST_AUTO_TEST_CASE(presets_and_their_errors) {
   BOOST_TEST(error_of([&] { with_bias->preset_weight_grad("onednn+winograd"); }) ==
              "conv backward: unknown paths 'onednn+winograd' (gemm or onednn, then +forward for "
              "the input gradient by the forward kernel)");
+
+  // Counted once an input gradient ran; a preset after that moves the count with the path.
+  auto counted = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  std::unique_ptr<ConvOp> ran;
+  input_gradient(*counted, kCases[0], 52, "onednn+forward", &ran);
+  BOOST_TEST(counted->op_choices() ==
+             "conv weight gradients: gemm 0, oneDNN 1 (measure); input gradients: forward kernel "
+             "1, oneDNN 0");
+  ran->preset_weight_grad("onednn");
+  BOOST_TEST(counted->op_choices() ==
+             "conv weight gradients: gemm 0, oneDNN 1 (measure); input gradients: forward kernel "
+             "0, oneDNN 1");
+  counted->make_conv(kCases[0].spec)->preset_weight_grad("onednn+forward");  // never runs
+  BOOST_TEST(counted->op_choices() ==
+             "conv weight gradients: gemm 0, oneDNN 2 (measure); input gradients: forward kernel "
+             "0, oneDNN 1");
 
   auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
   std::unique_ptr<ConvOp> op;

@@ -75,6 +75,8 @@ class Conv : public ConvOp {
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     Plan& p = current("conv backward_data", dy);
     if (data_ == DataPath::kUndecided) decide_data_path(p, dy, w, dx);
+    if (!data_ran_) count(data_) += 1;  // counted once it runs: a stem's never does
+    data_ran_ = true;
     run_backward_data(p, data_, dy, w, dx);
   }
 
@@ -148,8 +150,7 @@ class Conv : public ConvOp {
   }
   void set_data_path(DataPath path) {
     if (path == data_) return;
-    if (data_ != DataPath::kUndecided) count(data_) -= 1;
-    count(path) += 1;
+    if (data_ran_) count(data_) -= 1, count(path) += 1;
     data_ = path;
   }
 
@@ -417,6 +418,7 @@ class Conv : public ConvOp {
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution
   DataPath data_ = DataPath::kUndecided;   // likewise
+  bool data_ran_ = false;                  // an input gradient was computed (and counted)
   const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
   WeightGradTimes times_;                  // what measure timed, when it did
 };

@@ -16,8 +16,8 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-// How many convolutions compute their weight gradient each way, and (where measure chose)
-// their input gradient (counted at each one's first backward pass, which decides it).
+// How many convolutions compute their weight gradient each way, and their input gradient
+// (counted at each one's first backward pass of that kind, which decides it).
 struct WeightGradCount {
   int gemm = 0;
   int onednn = 0;
