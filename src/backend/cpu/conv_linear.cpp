@@ -13,6 +13,8 @@
 // shapes and ISAs), else from its backward-data kernel.
 #include <algorithm>
 #include <chrono>
+#include <tuple>
+#include <utility>
 
 #include "conv_weight_gemm.hpp"
 #include "ops.hpp"
@@ -180,8 +182,9 @@ class Conv : public ConvOp {
       p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
       path = Path::kGemm;
       if (ctx_.weight_grad == ConvWeightGrad::kMeasure) {
-        times_.onednn_ms = measured_ms(p, x, dy, dw, dbias, Path::kOnednn);
-        times_.gemm_ms = measured_ms(p, x, dy, dw, dbias, Path::kGemm);
+        std::tie(times_.onednn_ms, times_.gemm_ms) =
+            interleaved_medians_ms([&] { run_weight_grad(p, Path::kOnednn, x, dy, dw, dbias); },
+                                   [&] { run_weight_grad(p, Path::kGemm, x, dy, dw, dbias); });
         if (times_.onednn_ms < times_.gemm_ms) path = Path::kOnednn;
       }
     }
@@ -189,38 +192,39 @@ class Conv : public ConvOp {
     set_weight_grad(path);
   }
 
-  // Median milliseconds of one weight-gradient pass by `path`, after one untimed run.
-  double measured_ms(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
-                     Path path) {
-    return median_ms([&] { run_weight_grad(p, path, x, dy, dw, dbias); });
+  // The median milliseconds of `a` and of `b` over 5 runs each, taken in turns (a, b, a, b,
+  // ...) after one untimed run of each, so that a change in the machine's load weighs on both.
+  template <typename RunA, typename RunB>
+  std::pair<double, double> interleaved_medians_ms(RunA&& a, RunB&& b) {
+    constexpr int kRuns = 5;
+    double ms_a[kRuns + 1], ms_b[kRuns + 1];
+    for (int r = 0; r <= kRuns; ++r) {
+      ms_a[r] = timed_ms(a);
+      ms_b[r] = timed_ms(b);
+    }
+    std::sort(ms_a + 1, ms_a + kRuns + 1);
+    std::sort(ms_b + 1, ms_b + kRuns + 1);
+    return {ms_a[1 + kRuns / 2], ms_b[1 + kRuns / 2]};
   }
 
-  // Median milliseconds of `run` over 5 runs after one untimed run.
   template <typename Run>
-  double median_ms(Run&& run) {
-    constexpr int kRuns = 5;
-    double ms[kRuns + 1];
-    for (double& t : ms) {
-      auto start = std::chrono::steady_clock::now();
-      run();
-      dnnl::stream(ctx_.stream).wait();  // a handle copy: the ops hold a const Context
-      t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
-    }
-    std::sort(ms + 1, ms + kRuns + 1);
-    return ms[1 + kRuns / 2];
+  double timed_ms(Run& run) {
+    auto start = std::chrono::steady_clock::now();
+    run();
+    dnnl::stream(ctx_.stream).wait();  // a handle copy: the ops hold a const Context
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
   }
 
   // The input-gradient path, once, at the first backward pass, as the weight gradient's: with
-  // measure the faster of oneDNN's backward-data kernel and the forward kernel over these
-  // tensors (dx is overwritten by the call that follows), else oneDNN's.
+  // measure the faster of oneDNN's backward-data kernel and the forward kernel over a few
+  // interleaved runs on these tensors (dx is overwritten by the call that follows), else oneDNN's.
   void decide_data_path(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
     DataPath path = DataPath::kOnednn;
     if (timed_data()) {
-      times_.data_onednn_ms =
-          median_ms([&] { run_backward_data(p, DataPath::kOnednn, dy, w, dx); });
-      times_.data_forward_ms =
-          median_ms([&] { run_backward_data(p, DataPath::kForward, dy, w, dx); });
+      std::tie(times_.data_onednn_ms, times_.data_forward_ms) =
+          interleaved_medians_ms([&] { run_backward_data(p, DataPath::kOnednn, dy, w, dx); },
+                                 [&] { run_backward_data(p, DataPath::kForward, dy, w, dx); });
       if (times_.data_forward_ms < times_.data_onednn_ms) path = DataPath::kForward;
     }
     if (path != DataPath::kForward) {  // the timing's flipped filter is not needed again
