@@ -12,12 +12,12 @@
 // dy with the filter transposed and flipped (the forward kernel is the faster one on some
 // shapes and ISAs), else from its backward-data kernel.
 #include <algorithm>
-#include <chrono>
 #include <tuple>
 #include <utility>
 
 #include "conv_weight_gemm.hpp"
 #include "ops.hpp"
+#include "ringtrain/core/timer.hpp"
 
 namespace ringtrain::backend::cpu {
 namespace {
@@ -197,23 +197,21 @@ class Conv : public ConvOp {
   template <typename RunA, typename RunB>
   std::pair<double, double> interleaved_medians_ms(RunA&& a, RunB&& b) {
     constexpr int kRuns = 5;
-    double ms_a[kRuns + 1], ms_b[kRuns + 1];
-    for (int r = 0; r <= kRuns; ++r) {
-      ms_a[r] = timed_ms(a);
-      ms_b[r] = timed_ms(b);
+    timed_ms(a), timed_ms(b);
+    std::vector<double> ms_a, ms_b;
+    for (int r = 0; r < kRuns; ++r) {
+      ms_a.push_back(timed_ms(a));
+      ms_b.push_back(timed_ms(b));
     }
-    std::sort(ms_a + 1, ms_a + kRuns + 1);
-    std::sort(ms_b + 1, ms_b + kRuns + 1);
-    return {ms_a[1 + kRuns / 2], ms_b[1 + kRuns / 2]};
+    return {median(ms_a), median(ms_b)};  // core/timer.hpp
   }
 
   template <typename Run>
   double timed_ms(Run& run) {
-    auto start = std::chrono::steady_clock::now();
+    Stopwatch watch;
     run();
     dnnl::stream(ctx_.stream).wait();  // a handle copy: the ops hold a const Context
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
+    return 1e3 * watch.seconds();
   }
 
   // The input-gradient path, once, at the first backward pass, as the weight gradient's: with
