@@ -143,6 +143,13 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_where_the_forward_kernel_applies) {
   input_gradient(*measure, strided, 42, "", &strided_op);
   BOOST_TEST(strided_op->weight_grad_times().data_onednn_ms == 0.0);
   BOOST_TEST(strided_op->weight_grad_times().data_forward_ms == 0.0);
+  // Only input gradients ran (the strided one alone, on a backend of its own): op_choices
+  // says so, whichever way the timing above went.
+  auto only_data = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  input_gradient(*only_data, strided, 43);
+  BOOST_TEST(only_data->op_choices() ==
+             "conv weight gradients: gemm 0, oneDNN 0 (measure); input gradients: forward kernel "
+             "0, oneDNN 1");
   // The timed op, the strided one (oneDNN's, untimed) and, where the forward kernel won, the
   // preset op beside them (its preset names oneDNN's weight gradient).
   BOOST_TEST(measure->op_choices() ==
