@@ -5,6 +5,7 @@
 // it applies (stride 1, an output of the input's size); presets and their errors.
 #include <boost/test/unit_test.hpp>
 
+#include "conv_case.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -14,15 +15,10 @@ using namespace rt_test;
 
 namespace {
 
-struct Case {
-  ConvSpec spec;
-  Shape x_shape;
-};
-
 // Convolutions the forward kernel can take: 3x3 padded (channels off oneDNN's blocks of 16, and
 // 64 on a 4x4 image as in resnet18's last stage), 1x1, a 5x5 on odd sizes, a 1-row image, and
 // one with a bias and a fused ReLU (its dy is the ReLU's input gradient: the kernel ignores both).
-const Case kCases[] = {
+const ConvCase kCases[] = {
     {{8, 16, 3, 1, 1, false, false}, {3, 8, 12, 12}},
     {{16, 32, 3, 1, 1, false, false}, {2, 16, 9, 9}},
     {{32, 48, 1, 1, 0, false, false}, {2, 32, 5, 5}},
@@ -32,42 +28,23 @@ const Case kCases[] = {
     {{6, 12, 3, 1, 1, true, true}, {2, 6, 7, 7}},
 };
 
-std::unique_ptr<Backend> cpu(Precision precision, ConvWeightGrad path) {
-  try {
-    return make_backend("cpu", 2, precision, path);
-  } catch (const InputError& e) {
-    std::printf("skipped: %s\n", e.what());
-    return nullptr;
-  }
-}
-
 // dx of one convolution whose input comes out of a 1x1 convolution before it and whose dy is
 // its own output: both in the layouts oneDNN chose, as in training. preset, when given, goes to
 // the op before its first pass; *op_out keeps the op for the caller's questions.
-std::vector<float> input_gradient(Backend& be, const Case& c, uint64_t seed,
+std::vector<float> input_gradient(Backend& be, const ConvCase& c, uint64_t seed,
                                   const std::string& preset = "",
                                   std::unique_ptr<ConvOp>* op_out = nullptr) {
   const ConvSpec& s = c.spec;
-  const int in = s.in_channels;
-  auto first = be.make_conv({in, in, 1, 1, 0, false, false});
-  Tensor x0 = random_tensor(be, c.x_shape, seed);
-  Tensor w0 = random_tensor(be, {in, in, 1, 1}, seed + 1, -0.5f, 0.5f);
-  Tensor x, w = random_tensor(be, {s.out_channels, in, s.kernel, s.kernel}, seed + 2, -0.3f, 0.3f);
+  ConvInputs in = conv_inputs_as_in_training(be, c, seed);
   Tensor bias = random_tensor(be, {s.out_channels}, seed + 3);
-  first->forward(x0, w0, nullptr, x);
   auto op = be.make_conv(s);
   if (!preset.empty()) op->preset_weight_grad(preset);
   Tensor y, dx;
-  op->forward(x, w, s.bias ? &bias : nullptr, y);
-  op->backward_data(y, w, dx);
+  op->forward(in.x, in.w, s.bias ? &bias : nullptr, y);
+  op->backward_data(y, in.w, dx);
   std::vector<float> out = to_host(be, dx);
   if (op_out) *op_out = std::move(op);
   return out;
-}
-
-void print_case(const char* precision, const Case& c) {
-  std::printf("%s conv %d->%d k%d p%d, x %s\n", precision, c.spec.in_channels, c.spec.out_channels,
-              c.spec.kernel, c.spec.padding, shape_str(c.x_shape).c_str());
 }
 
 }  // namespace
@@ -78,11 +55,11 @@ BOOST_AUTO_TEST_SUITE(conv_input_grad)
 // (a few ulps of different summation orders), and not the same bits as oneDNN's on a 5x5 (so the
 // comparisons below tell the two paths apart).
 BOOST_AUTO_TEST_CASE(forward_kernel_matches_onednn_and_the_reference_in_fp32) {
-  auto measure = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
-  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+  auto measure = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto onednn = cpu_or_skip(Precision::kF32, ConvWeightGrad::kOnednn);
   auto ref = make_backend("ref", 2);
-  for (const Case& c : kCases) {
-    print_case("fp32", c);
+  for (const ConvCase& c : kCases) {
+    print_conv_case("fp32", c);
     const std::vector<float> got = input_gradient(*measure, c, 11, "onednn+forward");
     expect_close("forward kernel vs oneDNN", got, input_gradient(*onednn, c, 11), 2e-5);
     expect_close("forward kernel vs ref", got, input_gradient(*ref, c, 11), 2e-5);
@@ -99,11 +76,11 @@ BOOST_AUTO_TEST_CASE(forward_kernel_matches_onednn_and_the_reference_in_fp32) {
 // values only) and accumulate in fp32; dx is rounded to bf16, so a sum on either side of a
 // rounding boundary may land one bf16 step apart.
 BOOST_AUTO_TEST_CASE(forward_kernel_matches_onednn_in_bf16) {
-  auto measure = cpu(Precision::kBF16, ConvWeightGrad::kMeasure);
-  auto onednn = cpu(Precision::kBF16, ConvWeightGrad::kOnednn);
+  auto measure = cpu_or_skip(Precision::kBF16, ConvWeightGrad::kMeasure);
+  auto onednn = cpu_or_skip(Precision::kBF16, ConvWeightGrad::kOnednn);
   if (!measure) return;
-  for (const Case& c : kCases) {
-    print_case("bf16", c);
+  for (const ConvCase& c : kCases) {
+    print_conv_case("bf16", c);
     expect_close("forward kernel vs oneDNN", input_gradient(*measure, c, 21, "onednn+forward"),
                  input_gradient(*onednn, c, 21), 4e-3);
   }
@@ -112,9 +89,9 @@ BOOST_AUTO_TEST_CASE(forward_kernel_matches_onednn_in_bf16) {
 // The same inputs twice through the forward kernel: the same bits.
 BOOST_AUTO_TEST_CASE(forward_kernel_is_bitwise_repeatable) {
   for (Precision precision : {Precision::kF32, Precision::kBF16}) {
-    auto be = cpu(precision, ConvWeightGrad::kMeasure);
+    auto be = cpu_or_skip(precision, ConvWeightGrad::kMeasure);
     if (!be) continue;
-    for (const Case& c : kCases)
+    for (const ConvCase& c : kCases)
       BOOST_TEST(same_bits(input_gradient(*be, c, 31, "onednn+forward"),
                            input_gradient(*be, c, 31, "onednn+forward")));
   }
@@ -123,9 +100,9 @@ BOOST_AUTO_TEST_CASE(forward_kernel_is_bitwise_repeatable) {
 // measure times both paths at the first backward pass and keeps the faster; its choice then
 // gives that path's bits. A strided convolution has oneDNN's kernel alone: nothing timed.
 BOOST_AUTO_TEST_CASE(measure_decides_once_where_the_forward_kernel_applies) {
-  auto measure = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
-  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
-  const Case& c = kCases[3];
+  auto measure = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto onednn = cpu_or_skip(Precision::kF32, ConvWeightGrad::kOnednn);
+  const ConvCase& c = kCases[3];
   std::unique_ptr<ConvOp> op;
   const std::vector<float> got = input_gradient(*measure, c, 41, "", &op);
   const ConvOp::WeightGradTimes t = op->weight_grad_times();
@@ -138,14 +115,14 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_where_the_forward_kernel_applies) {
       forward ? input_gradient(*measure, c, 41, "onednn+forward") : input_gradient(*onednn, c, 41);
   BOOST_TEST(same_bits(got, by_path));
 
-  const Case strided{{8, 16, 3, 2, 1, false, false}, {2, 8, 9, 9}};
+  const ConvCase strided{{8, 16, 3, 2, 1, false, false}, {2, 8, 9, 9}};
   std::unique_ptr<ConvOp> strided_op;
   input_gradient(*measure, strided, 42, "", &strided_op);
   BOOST_TEST(strided_op->weight_grad_times().data_onednn_ms == 0.0);
   BOOST_TEST(strided_op->weight_grad_times().data_forward_ms == 0.0);
   // Only input gradients ran (the strided one alone, on a backend of its own): op_choices
   // says so, whichever way the timing above went.
-  auto only_data = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto only_data = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
   input_gradient(*only_data, strided, 43);
   BOOST_TEST(only_data->op_choices() ==
              "conv weight gradients: gemm 0, oneDNN 0 (measure); input gradients: forward kernel "
@@ -163,7 +140,7 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_where_the_forward_kernel_applies) {
 // word: one-line errors; the counts follow what ran; outside measure presets are ignored and
 // oneDNN's kernel runs.
 BOOST_AUTO_TEST_CASE(presets_and_their_errors) {
-  auto measure = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto measure = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
   auto strided = measure->make_conv({8, 16, 3, 2, 1, false, false});
   BOOST_TEST(error_of([&] { strided->preset_weight_grad("gemm+forward"); }) ==
              "conv backward: 'gemm+forward' for a 3x3 convolution of stride 2 and padding 1; the "
@@ -181,7 +158,7 @@ BOOST_AUTO_TEST_CASE(presets_and_their_errors) {
              "the input gradient by the forward kernel)");
 
   // Counted once an input gradient ran; a preset after that moves the count with the path.
-  auto counted = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto counted = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
   std::unique_ptr<ConvOp> ran;
   input_gradient(*counted, kCases[0], 52, "onednn+forward", &ran);
   BOOST_TEST(counted->op_choices() ==
@@ -196,7 +173,7 @@ BOOST_AUTO_TEST_CASE(presets_and_their_errors) {
              "conv weight gradients: gemm 0, oneDNN 2 (measure); input gradients: forward kernel "
              "0, oneDNN 1");
 
-  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+  auto onednn = cpu_or_skip(Precision::kF32, ConvWeightGrad::kOnednn);
   std::unique_ptr<ConvOp> op;
   const std::vector<float> got = input_gradient(*onednn, kCases[3], 51, "onednn+forward", &op);
   BOOST_TEST(op->weight_grad_choice() == "");

@@ -4,6 +4,7 @@
 // deciding once per convolution; the deck key's errors.
 #include <boost/test/unit_test.hpp>
 
+#include "conv_case.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/config/config.hpp"
 #include "ringtrain/core/error.hpp"
@@ -14,17 +15,12 @@ using namespace rt_test;
 
 namespace {
 
-struct Case {
-  ConvSpec spec;
-  Shape x_shape;
-};
-
 // Both orientations of the gemm path: the same-size stride-1 convolutions (3x3 padded, 1x1, a
 // 5x5 on odd sizes, a 4x4 image) and the rest (strided, 1x1 strided, a 3x3 without padding, a
 // 1-wide image whose last tap at stride 2 lies right of it); channel counts off oneDNN's
 // blocks of 16, and 1-row images, whose taps read past neighbouring planes. 32x32 images run
 // the first orientation in chunks (4 images of the 5, then the last alone).
-const Case kCases[] = {
+const ConvCase kCases[] = {
     {{8, 16, 3, 1, 1, false, false}, {5, 8, 32, 32}},
     {{16, 32, 3, 1, 1, false, false}, {2, 16, 9, 9}},
     {{16, 32, 3, 2, 1, false, false}, {3, 16, 9, 9}},
@@ -37,33 +33,18 @@ const Case kCases[] = {
     {{4, 4, 3, 1, 1, false, false}, {3, 4, 1, 5}},
 };
 
-// The backend, or null (reason printed) where bf16 is refused on this CPU.
-std::unique_ptr<Backend> cpu(Precision precision, ConvWeightGrad path) {
-  try {
-    return make_backend("cpu", 2, precision, path);
-  } catch (const InputError& e) {
-    std::printf("skipped: %s\n", e.what());
-    return nullptr;
-  }
-}
-
 // dw of one convolution whose input comes out of a 1x1 convolution before it and whose dy is
 // the output of its own forward pass: both in the layouts oneDNN chose, as in training.
 // preset, when given, goes to the op before its first pass; *choice gets its choice after.
-std::vector<float> weight_gradient(Backend& be, const Case& c, uint64_t seed,
+std::vector<float> weight_gradient(Backend& be, const ConvCase& c, uint64_t seed,
                                    const std::string& preset = "", std::string* choice = nullptr) {
   const ConvSpec& s = c.spec;
-  const int in = s.in_channels;
-  auto first = be.make_conv({in, in, 1, 1, 0, false, false});
-  Tensor x0 = random_tensor(be, c.x_shape, seed);
-  Tensor w0 = random_tensor(be, {in, in, 1, 1}, seed + 1, -0.5f, 0.5f);
-  Tensor x, w = random_tensor(be, {s.out_channels, in, s.kernel, s.kernel}, seed + 2, -0.3f, 0.3f);
-  first->forward(x0, w0, nullptr, x);
+  ConvInputs in = conv_inputs_as_in_training(be, c, seed);
   auto op = be.make_conv(s);
   if (!preset.empty()) op->preset_weight_grad(preset);
-  Tensor y, dw = be.alloc({s.out_channels, in, s.kernel, s.kernel});
-  op->forward(x, w, nullptr, y);
-  op->backward_weights(x, y, dw, nullptr);
+  Tensor y, dw = be.alloc({s.out_channels, s.in_channels, s.kernel, s.kernel});
+  op->forward(in.x, in.w, nullptr, y);
+  op->backward_weights(in.x, y, dw, nullptr);
   if (choice) *choice = op->weight_grad_choice();
   return to_host(be, dw);
 }
@@ -75,12 +56,11 @@ BOOST_AUTO_TEST_SUITE(conv_weight_grad)
 // fp32: the matmul path against oneDNN's kernel and the reference loops (a few ulps of
 // different summation orders).
 BOOST_AUTO_TEST_CASE(gemm_matches_onednn_and_the_reference_in_fp32) {
-  auto gemm = cpu(Precision::kF32, ConvWeightGrad::kGemm);
-  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+  auto gemm = cpu_or_skip(Precision::kF32, ConvWeightGrad::kGemm);
+  auto onednn = cpu_or_skip(Precision::kF32, ConvWeightGrad::kOnednn);
   auto ref = make_backend("ref", 2);
-  for (const Case& c : kCases) {
-    std::printf("fp32 conv %d->%d k%d s%d p%d, x %s\n", c.spec.in_channels, c.spec.out_channels,
-                c.spec.kernel, c.spec.stride, c.spec.padding, shape_str(c.x_shape).c_str());
+  for (const ConvCase& c : kCases) {
+    print_conv_case("fp32", c);
     const std::vector<float> got = weight_gradient(*gemm, c, 31);
     expect_close("gemm vs oneDNN", got, weight_gradient(*onednn, c, 31), 2e-5);
     expect_close("gemm vs ref", got, weight_gradient(*ref, c, 31), 2e-5);
@@ -92,12 +72,11 @@ BOOST_AUTO_TEST_CASE(gemm_matches_onednn_and_the_reference_in_fp32) {
 // bf16: both paths multiply the same bf16 values and accumulate in fp32, so they differ only
 // by summation order, as in fp32 (not by bf16 rounding).
 BOOST_AUTO_TEST_CASE(gemm_matches_onednn_in_bf16) {
-  auto gemm = cpu(Precision::kBF16, ConvWeightGrad::kGemm);
-  auto onednn = cpu(Precision::kBF16, ConvWeightGrad::kOnednn);
+  auto gemm = cpu_or_skip(Precision::kBF16, ConvWeightGrad::kGemm);
+  auto onednn = cpu_or_skip(Precision::kBF16, ConvWeightGrad::kOnednn);
   if (!gemm) return;
-  for (const Case& c : kCases) {
-    std::printf("bf16 conv %d->%d k%d s%d p%d, x %s\n", c.spec.in_channels, c.spec.out_channels,
-                c.spec.kernel, c.spec.stride, c.spec.padding, shape_str(c.x_shape).c_str());
+  for (const ConvCase& c : kCases) {
+    print_conv_case("bf16", c);
     expect_close("gemm vs oneDNN", weight_gradient(*gemm, c, 41), weight_gradient(*onednn, c, 41),
                  2e-5);
   }
@@ -106,9 +85,9 @@ BOOST_AUTO_TEST_CASE(gemm_matches_onednn_in_bf16) {
 // The same inputs twice through the matmul path: the same bits.
 BOOST_AUTO_TEST_CASE(gemm_is_bitwise_repeatable) {
   for (Precision precision : {Precision::kF32, Precision::kBF16}) {
-    auto be = cpu(precision, ConvWeightGrad::kGemm);
+    auto be = cpu_or_skip(precision, ConvWeightGrad::kGemm);
     if (!be) continue;
-    for (const Case& c : kCases) {
+    for (const ConvCase& c : kCases) {
       const std::vector<float> a = weight_gradient(*be, c, 51), b = weight_gradient(*be, c, 51);
       BOOST_TEST(same_bits(a, b));
     }
@@ -118,10 +97,10 @@ BOOST_AUTO_TEST_CASE(gemm_is_bitwise_repeatable) {
 // measure decides each convolution once, at its first backward pass, whichever way; a
 // convolution with a bias takes oneDNN's kernel (the bias gradient is its alone).
 BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
-  auto be = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
-  for (const Case& c : kCases) {
+  auto be = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
+  for (const ConvCase& c : kCases) {
     const std::vector<float> got = weight_gradient(*be, c, 61);
-    auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
+    auto onednn = cpu_or_skip(Precision::kF32, ConvWeightGrad::kOnednn);
     expect_close("measure vs oneDNN", got, weight_gradient(*onednn, c, 61), 2e-5);
   }
   // Each case made two convolutions (the 1x1 before it has no backward): ten decided.
@@ -133,7 +112,7 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
   BOOST_TEST(gemm + onednn == 10);
   BOOST_TEST(choices.find("(measure)") != std::string::npos);
 
-  auto with_bias = cpu(Precision::kF32, ConvWeightGrad::kGemm);
+  auto with_bias = cpu_or_skip(Precision::kF32, ConvWeightGrad::kGemm);
   auto op = with_bias->make_conv({3, 4, 3, 1, 1, true, false});
   Tensor x = random_tensor(*with_bias, {1, 3, 5, 5}, 71), y,
          w = random_tensor(*with_bias, {4, 3, 3, 3}, 72);
@@ -148,10 +127,10 @@ BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {
 // presetting over a timed choice replaces it, and op_choices counts what each holds now. Only
 // measure has choices: elsewhere the path is the key's and presets are ignored.
 BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
-  auto measure = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
-  auto gemm = cpu(Precision::kF32, ConvWeightGrad::kGemm);
-  auto onednn = cpu(Precision::kF32, ConvWeightGrad::kOnednn);
-  const Case& c = kCases[4];  // a 5x5 kernel on 11x7 images: the two paths' sums differ
+  auto measure = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto gemm = cpu_or_skip(Precision::kF32, ConvWeightGrad::kGemm);
+  auto onednn = cpu_or_skip(Precision::kF32, ConvWeightGrad::kOnednn);
+  const ConvCase& c = kCases[4];  // a 5x5 kernel on 11x7 images: the two paths' sums differ
   const std::vector<float> by_gemm = weight_gradient(*gemm, c, 81);
   const std::vector<float> by_onednn = weight_gradient(*onednn, c, 81);
   BOOST_TEST(!same_bits(by_gemm, by_onednn));  // the two paths are told apart by their bits
@@ -166,7 +145,7 @@ BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
              "gradients: forward kernel 0, oneDNN 0");
 
   // Timed first, then the other path preset: the next pass runs it, the counts move.
-  auto again = cpu(Precision::kF32, ConvWeightGrad::kMeasure);
+  auto again = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);
   auto op = again->make_conv(c.spec);
   BOOST_TEST(op->weight_grad_choice() == "");  // undecided
   BOOST_TEST(op->weight_grad_times().onednn_ms == 0.0);
@@ -189,8 +168,8 @@ BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
                                             ? "conv weight gradients: gemm 1, oneDNN 0 (measure)"
                                             : "conv weight gradients: gemm 0, oneDNN 1 (measure)",
                                         "; input gradients: forward kernel 0, oneDNN 0"));
-  auto reference =
-      cpu(Precision::kF32, other == "gemm" ? ConvWeightGrad::kGemm : ConvWeightGrad::kOnednn);
+  auto reference = cpu_or_skip(Precision::kF32,
+                               other == "gemm" ? ConvWeightGrad::kGemm : ConvWeightGrad::kOnednn);
   auto ref_op = reference->make_conv(c.spec);
   Tensor ry, rdw = reference->alloc(w_shape);
   Tensor rx = random_tensor(*reference, c.x_shape, 82);
