@@ -137,11 +137,11 @@ class Conv : public ConvOp {
   }
 
   int& count(Path path) const {
-    return path == Path::kGemm ? ctx_.weight_grad_count.gemm : ctx_.weight_grad_count.onednn;
+    return path == Path::kGemm ? ctx_.conv_path_count.gemm : ctx_.conv_path_count.onednn;
   }
   int& count(DataPath path) const {
-    return path == DataPath::kForward ? ctx_.weight_grad_count.data_forward
-                                      : ctx_.weight_grad_count.data_onednn;
+    return path == DataPath::kForward ? ctx_.conv_path_count.data_forward
+                                      : ctx_.conv_path_count.data_onednn;
   }
 
   void set_weight_grad(Path path) {

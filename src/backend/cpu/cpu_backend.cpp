@@ -97,7 +97,7 @@ class CpuBackend : public HostBackend {
 
   ReorderTime reorder_time() const override { return ctx_.reorders; }
   std::string op_choices() const override {
-    const WeightGradCount& n = ctx_.weight_grad_count;
+    const ConvPathCount& n = ctx_.conv_path_count;
     if (n.gemm + n.onednn + n.data_forward + n.data_onednn == 0) return "";
     const std::string weights = str("conv weight gradients: gemm ", n.gemm, ", oneDNN ", n.onednn,
                                     " (", conv_weight_grad_name(ctx_.weight_grad), ")");

@@ -18,7 +18,7 @@ using dt = dnnl::memory::data_type;
 
 // How many convolutions compute their weight gradient each way, and their input gradient
 // (counted at each one's first backward pass of that kind, which decides it).
-struct WeightGradCount {
+struct ConvPathCount {
   int gemm = 0;
   int onednn = 0;
   int data_forward = 0;
@@ -33,8 +33,8 @@ struct Context {
   dnnl::stream stream{engine};
   dt act = dt::f32;
   ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
-  mutable WeightGradCount weight_grad_count;  // the ops hold a const Context
-  mutable ReorderTime reorders;               // every CachedReorder's runs
+  mutable ConvPathCount conv_path_count;  // the ops hold a const Context
+  mutable ReorderTime reorders;           // every CachedReorder's runs
 };
 
 dt to_dnnl(DType dtype);
