@@ -170,6 +170,28 @@ class ProfiledBatchNorm : public BatchNormOp {
   std::unique_ptr<BatchNormOp> op_;
 };
 
+// Booked as batch norm: on the cpu its passes are the batch norm's, the pool rides along.
+class ProfiledNormReluMaxPool : public NormReluMaxPoolOp {
+ public:
+  ProfiledNormReluMaxPool(Recorder& r, std::unique_ptr<NormReluMaxPoolOp> op)
+      : r_(r), op_(std::move(op)) {}
+  double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                          Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+    return r_.time(OpKind::kBatchNormForward, 0,
+                   [&] { return op_->forward_training(x, gamma, beta, y, mean, var, reducer); });
+  }
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                const StatReducer* reducer) override {
+    r_.time(OpKind::kBatchNormBackward, 0,
+            [&] { op_->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer); });
+  }
+
+ private:
+  Recorder& r_;
+  std::unique_ptr<NormReluMaxPoolOp> op_;
+};
+
 class ProfiledRelu : public ReluOp {
  public:
   ProfiledRelu(Recorder& r, std::unique_ptr<ReluOp> op) : r_(r), op_(std::move(op)) {}
@@ -250,6 +272,10 @@ class ProfiledBackend : public Backend {
   }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) override {
     return std::make_unique<ProfiledBatchNorm>(r_, be_->make_batch_norm(s));
+  }
+  std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
+      const NormReluMaxPoolSpec& s) override {
+    return std::make_unique<ProfiledNormReluMaxPool>(r_, be_->make_norm_relu_max_pool(s));
   }
   std::unique_ptr<ReluOp> make_relu() override {
     return std::make_unique<ProfiledRelu>(r_, be_->make_relu());

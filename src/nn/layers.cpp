@@ -121,13 +121,17 @@ const Tensor& BatchNorm2d::forward(const Tensor& x, bool training) {
     return y_;
   }
   x_ = x;
-  batch_count_ = op_->forward_training(x, gamma_.value, beta_.value, y_, batch_mean_, batch_var_,
-                                       reducer_ ? &reducer_ : nullptr);
-  // PyTorch's update: the running variance takes the unbiased batch variance.
-  double unbias = batch_count_ > 1 ? batch_count_ / (batch_count_ - 1) : 1.0;
-  be_.axpby_pair(momentum_, batch_mean_, 1.0f - momentum_, running_mean_, float(momentum_ * unbias),
-                 batch_var_, 1.0f - momentum_, running_var_);
+  const double count = op_->forward_training(x, gamma_.value, beta_.value, y_, batch_mean_,
+                                             batch_var_, reducer_ ? &reducer_ : nullptr);
+  update_running_statistics(batch_mean_, batch_var_, count);
   return y_;
+}
+
+void BatchNorm2d::update_running_statistics(const Tensor& mean, const Tensor& var, double count) {
+  // PyTorch's update: the running variance takes the unbiased batch variance.
+  double unbias = count > 1 ? count / (count - 1) : 1.0;
+  be_.axpby_pair(momentum_, mean, 1.0f - momentum_, running_mean_, float(momentum_ * unbias), var,
+                 1.0f - momentum_, running_var_);
 }
 
 const Tensor& BatchNorm2d::backward(const Tensor& dy, const GradReady& ready) {
@@ -206,6 +210,45 @@ std::unique_ptr<Layer> avg_pool2d(std::string name, Backend& be, int kernel, int
 std::unique_ptr<Layer> global_avg_pool(std::string name, Backend& be) {
   return std::make_unique<Pool2d>(std::move(name), be,
                                   backend::PoolSpec{backend::PoolKind::kAvg, 1, 1, 0, true});
+}
+
+// ---- batch norm + ReLU + max pool ------------------------------------------------------
+
+BatchNormReluMaxPool::BatchNormReluMaxPool(const std::string& norm_name,
+                                           const std::string& pool_name, Backend& be, int channels,
+                                           int window)
+    : Layer(norm_name + "+" + pool_name),
+      norm_(norm_name, be, channels, true),
+      pool_(pool_name, be, backend::PoolSpec{backend::PoolKind::kMax, window, window, 0, false}),
+      op_(be.make_norm_relu_max_pool({channels, 1e-5f, window})) {}
+
+const Tensor& BatchNormReluMaxPool::forward(const Tensor& x, bool training) {
+  if (!training) return pool_.forward(norm_.forward(x, false), false);
+  x_ = x;
+  const double count = op_->forward_training(x, norm_.gamma().value, norm_.beta().value, y_,
+                                             batch_mean_, batch_var_, norm_.stat_reducer());
+  norm_.update_running_statistics(batch_mean_, batch_var_, count);
+  return y_;
+}
+
+const Tensor& BatchNormReluMaxPool::backward(const Tensor& dy, const GradReady& ready) {
+  Parameter& gamma = norm_.gamma();
+  Parameter& beta = norm_.beta();
+  op_->backward(x_, dy, gamma.value, batch_mean_, batch_var_, dx_, gamma.grad_target(),
+                beta.grad_target(), norm_.stat_reducer());
+  ready(gamma);
+  ready(beta);
+  return dx_;
+}
+
+// What the two layers keep: the normalised input and its gradient besides the pooled output
+// and the input's gradient (a backend that fuses them keeps only the last two).
+int64_t BatchNormReluMaxPool::activation_floats(const Shape& in) const {
+  return Layer::activation_floats(in) + 2 * backend::shape_numel(in);
+}
+
+std::string BatchNormReluMaxPool::trace(Graph& graph, const std::string& input) const {
+  return pool_.trace(graph, norm_.trace(graph, input));
 }
 
 // ---- Flatten, Linear ------------------------------------------------------------------

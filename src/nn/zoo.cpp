@@ -70,8 +70,7 @@ std::unique_ptr<Sequential> fibernet(const ModelInput& in, int classes, Backend&
                    "model fibernet needs H and W of at least 16; the data is ", chw(in));
   auto net = std::make_unique<Sequential>("");
   net->add(std::make_unique<Conv2d>("conv1", be, in.channels, 16, 3, 1, 1, false));
-  net->add(std::make_unique<BatchNorm2d>("bn1", be, 16, true));  // with the ReLU
-  net->add(max_pool2d("maxpool", be, 2, 2));
+  net->add(std::make_unique<BatchNormReluMaxPool>("bn1", "maxpool", be, 16, 2));
   add_stages(*net, be, 16, {16, 32, 64, 128}, {1, 1, 1, 1});
   add_head(*net, be, 128, classes);
   return net;

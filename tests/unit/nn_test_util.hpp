@@ -2,6 +2,7 @@
 // comparison that prints the max absolute and relative difference.
 #pragma once
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +44,43 @@ inline std::vector<float> to_host(Backend& be, const Tensor& t) {
   std::vector<float> v(size_t(t.numel()));
   be.download(t, v.data());
   return v;
+}
+
+// Values of an [n, c, h, w] tensor (plain order) for a max pool over window x window tiles
+// without near-ties: each tile holds a random base plus 0, 1, ..., window^2 - 1 times `step`,
+// shuffled, so that no rounding (bf16's included) changes which value is a tile's largest.
+// Rows and columns past the last whole tile get random values.
+inline std::vector<float> tiles_without_ties(const Shape& shape, int window, uint64_t seed,
+                                             float step = 0.25f) {
+  const int64_t n = shape[0] * shape[1], h = shape[2], w = shape[3], k = window;
+  std::vector<float> v = random_values(size_t(n * h * w), seed, -2, 2);
+  std::mt19937_64 rng(seed + 1);
+  std::vector<int> rank(size_t(k * k));
+  for (int64_t plane = 0; plane < n; ++plane)
+    for (int64_t oh = 0; oh < h / k; ++oh)
+      for (int64_t ow = 0; ow < w / k; ++ow) {
+        for (size_t r = 0; r < rank.size(); ++r) rank[r] = int(r);
+        std::shuffle(rank.begin(), rank.end(), rng);
+        const float base = v[size_t((plane * h + oh * k) * w + ow * k)];
+        for (int64_t i = 0; i < k; ++i)
+          for (int64_t j = 0; j < k; ++j)
+            v[size_t((plane * h + oh * k + i) * w + ow * k + j)] =
+                base + step * float(rank[size_t(i * k + j)]);
+      }
+  return v;
+}
+
+// `host` (plain order) as a convolution writes it: through a 1x1 convolution with the identity
+// filter, so in the layout the backend chose for that output (cpu: channel-blocked), holding
+// exactly `host` (rounded to bf16 on a backend that stores activations in bf16).
+inline Tensor as_conv_output(Backend& be, const Shape& shape, const std::vector<float>& host) {
+  const int c = int(shape[1]);
+  std::vector<float> identity(size_t(c * c), 0.0f);
+  for (int i = 0; i < c; ++i) identity[size_t(i * c + i)] = 1.0f;
+  auto conv = be.make_conv({c, c, 1, 1, 0, false, false});
+  Tensor x = to_device(be, shape, host), w = to_device(be, {c, c, 1, 1}, identity), y;
+  conv->forward(x, w, nullptr, y);
+  return y;
 }
 
 // The same values to the bit (NaN payloads and the sign of zero included).

@@ -14,6 +14,7 @@
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/core/bf16.hpp"
 #include "ringtrain/core/error.hpp"
+#include "two_rank_reducer.hpp"
 
 #if RINGTRAIN_HAS_CUDA
 #include <cuda_runtime_api.h>  // the reader in ready_marks_* copies device memory itself
@@ -235,37 +236,6 @@ BOOST_DATA_TEST_CASE(batch_norm_matches_reference, bdata::make(testable_backends
 }
 
 namespace {
-
-// Two "ranks" as threads: the reducer sums each call's values across both, like an
-// allreduce, with a barrier so that every call meets its partner.
-class TwoRankReducer {
- public:
-  StatReducer for_rank(int r) {
-    return [this, r](float* v, size_t n) { reduce(r, v, n); };
-  }
-
- private:
-  void reduce(int r, float* v, size_t n) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    slot_[r].assign(v, v + n);
-    ++arrived_;
-    int gen = generation_;
-    if (arrived_ == 2) {
-      sum_.assign(n, 0.0f);
-      for (size_t i = 0; i < n; ++i) sum_[i] = slot_[0][i] + slot_[1][i];
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != gen; });
-    }
-    std::copy(sum_.begin(), sum_.end(), v);
-  }
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<float> slot_[2], sum_;
-  int arrived_ = 0, generation_ = 0;
-};
 
 // Synchronized BN over two half batches equals plain BN over the whole batch.
 void check_sync_batch_norm(const std::string& backend_name, bool relu) {

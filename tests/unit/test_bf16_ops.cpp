@@ -197,6 +197,31 @@ BOOST_AUTO_TEST_CASE(batch_norm_matches_the_bf16_reference) {
   }
 }
 
+// The cpu's fused loops (x in the blocked layout a convolution writes) against the references'
+// batch norm then max pool; the tiles have no near-ties, so every backend pools the same values.
+BOOST_AUTO_TEST_CASE(batch_norm_relu_max_pool_matches_the_bf16_reference) {
+  Trio t;
+  if (!t.ok()) return;
+  const Shape shape{4, 16, 9, 8};
+  std::vector<float> xv = tiles_without_ties(shape, 2, 56);
+  for (float& v : xv) v = round_to_bf16(v);
+  std::vector<std::vector<Tensor>> out(3);
+  for (int i = 0; i < 3; ++i) {
+    Backend& be = *t.be[i];
+    Tensor x = i == 0 ? as_conv_output(be, shape, xv) : to_device(be, shape, xv);
+    Tensor gamma = random_tensor(be, {16}, 57, 0.5f, 1.5f), beta = random_tensor(be, {16}, 58);
+    Tensor y, mean, var, dx;
+    auto op = be.make_norm_relu_max_pool({16, 1e-5f, 2});
+    op->forward_training(x, gamma, beta, y, mean, var, nullptr);
+    Tensor dy = activation(be, y.shape(), 59);
+    Tensor dgamma = be.alloc({16}), dbeta = be.alloc({16});
+    op->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, nullptr);
+    out[i] = {y, mean, var, dx, dgamma, dbeta};
+  }
+  BOOST_TEST(t.be[0]->op_choices() == "batch norm + ReLU + max pool: fused 1, oneDNN 0");
+  compare("batch norm + relu + max pool", t, {"y", "mean", "var", "dx", "dgamma", "dbeta"}, out);
+}
+
 BOOST_AUTO_TEST_CASE(relu_pool_and_add_match_the_bf16_reference) {
   Trio t;
   if (!t.ok()) return;

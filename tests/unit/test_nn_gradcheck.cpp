@@ -167,6 +167,10 @@ BOOST_DATA_TEST_CASE(batch_norm_training, bdata::make(gradcheck_backends()), bac
   randomize(bn_relu, *be, 9);
   grad_check("batch norm + fused relu", bn_relu, *be, {3, 3, 3, 3}, random_values(81, 10, -1, 2),
              {1e-3, 2e-3, 1e-2});
+  BatchNormReluMaxPool stem("bn", "pool", *be, 3, 2);
+  randomize(stem, *be, 9);
+  grad_check("batch norm + relu + max pool", stem, *be, {2, 3, 4, 4}, distinct(96, 12),
+             {1e-3, 2e-3, 1e-2});
 }
 
 BOOST_DATA_TEST_CASE(relu_and_pools, bdata::make(gradcheck_backends()), backend_name) {

@@ -208,6 +208,32 @@ class BatchNormOp {
                         const StatReducer* reducer) = 0;
 };
 
+// Batch norm, its ReLU and a max pool over non-overlapping window x window tiles (stride =
+// window, no padding; rows and columns past the last whole tile are dropped, as pooling
+// drops them) in one op: y = maxpool(relu(bn(x))), a stem's three layers. A backend may fuse
+// them so that the full-size normalised tensor is never written; Backend's default runs the
+// BatchNormOp and PoolOp it makes.
+struct NormReluMaxPoolSpec {
+  int channels = 0;
+  float eps = 1e-5f;
+  int window = 2;
+};
+
+class NormReluMaxPoolOp {
+ public:
+  virtual ~NormReluMaxPoolOp() = default;
+  // As BatchNormOp::forward_training, with y the pooled output.
+  virtual double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  Tensor& y, Tensor& mean, Tensor& var,
+                                  const StatReducer* reducer) = 0;
+  // dy is the pooled output's gradient, for the x of the last forward_training; otherwise as
+  // BatchNormOp::backward. Each tile's gradient goes to the first of its largest values, and
+  // to none where relu cut them all to 0.
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                        const StatReducer* reducer) = 0;
+};
+
 class ReluOp {
  public:
   virtual ~ReluOp() = default;
@@ -303,6 +329,9 @@ class Backend {
   virtual std::unique_ptr<ReluOp> make_relu() = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolSpec& spec) = 0;
   virtual std::unique_ptr<AddOp> make_add(bool fuse_relu) = 0;
+  // This default runs make_batch_norm's op (with its ReLU), then make_pool's max pool.
+  virtual std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
+      const NormReluMaxPoolSpec& spec);
 
   // Softmax cross-entropy of plain [N, classes] logits against host labels, with the targets
   // smoothed to t = (1 - smoothing) onehot + smoothing / classes (0: plain one-hot): the loss

@@ -22,7 +22,7 @@ enum class OpKind {
   kMatmulForward,
   kMatmulBackwardData,
   kMatmulBackwardWeights,
-  kBatchNormForward,
+  kBatchNormForward,  // a fused batch norm + ReLU + max pool (a stem) included
   kBatchNormBackward,
   kRelu,
   kPool,

@@ -135,6 +135,13 @@ class BatchNorm2d : public Layer {
   Tensor& running_mean() { return running_mean_; }
   Tensor& running_var() { return running_var_; }
   std::string trace(Graph& graph, const std::string& input) const override;
+  // For a layer that normalises through another op with this layer's parameters
+  // (BatchNormReluMaxPool): gamma, beta, the reducer (null: per-rank BN), and the running
+  // statistics' update from a batch's statistics over count values per channel.
+  Parameter& gamma() { return gamma_; }
+  Parameter& beta() { return beta_; }
+  const backend::StatReducer* stat_reducer() const { return reducer_ ? &reducer_ : nullptr; }
+  void update_running_statistics(const Tensor& mean, const Tensor& var, double count);
 
  private:
   Backend& be_;
@@ -145,7 +152,6 @@ class BatchNorm2d : public Layer {
   std::unique_ptr<backend::BatchNormOp> op_;
   Parameter gamma_, beta_;
   Tensor running_mean_, running_var_, batch_mean_, batch_var_;
-  double batch_count_ = 0;
   backend::StatReducer reducer_;
   Tensor x_;
   Tensor y_, dx_;
@@ -183,6 +189,33 @@ class Pool2d : public Layer {
 };
 std::unique_ptr<Layer> max_pool2d(std::string name, Backend& be, int kernel, int stride,
                                   int padding = 0);
+
+// BatchNorm2d with its ReLU, then a window x window max pool of stride window: two layers (a
+// stem's) that train through one NormReluMaxPoolOp, so that a backend may fuse them. Their
+// parameters, names, inference and trace are the two layers'.
+class BatchNormReluMaxPool : public Layer {
+ public:
+  BatchNormReluMaxPool(const std::string& norm_name, const std::string& pool_name, Backend& be,
+                       int channels, int window);
+  Shape output_shape(const Shape& in) const override { return pool_.output_shape(in); }
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
+  int64_t activation_floats(const Shape& in) const override;
+  void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override {
+    norm_.collect(params, buffers);
+  }
+  void set_stat_reducer(const backend::StatReducer& reducer) override {
+    norm_.set_stat_reducer(reducer);
+  }
+  std::string trace(Graph& graph, const std::string& input) const override;
+
+ private:
+  BatchNorm2d norm_;
+  Pool2d pool_;
+  std::unique_ptr<backend::NormReluMaxPoolOp> op_;
+  Tensor x_, y_, dx_, batch_mean_, batch_var_;
+};
 std::unique_ptr<Layer> avg_pool2d(std::string name, Backend& be, int kernel, int stride,
                                   int padding = 0);
 std::unique_ptr<Layer> global_avg_pool(std::string name, Backend& be);

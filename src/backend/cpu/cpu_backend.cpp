@@ -97,13 +97,8 @@ class CpuBackend : public HostBackend {
 
   ReorderTime reorder_time() const override { return ctx_.reorders; }
   std::string op_choices() const override {
-    const ConvPathCount& n = ctx_.conv_path_count;
-    if (n.gemm + n.onednn + n.data_forward + n.data_onednn == 0) return "";
-    const std::string weights = str("conv weight gradients: gemm ", n.gemm, ", oneDNN ", n.onednn,
-                                    " (", conv_weight_grad_name(ctx_.weight_grad), ")");
-    if (ctx_.weight_grad != ConvWeightGrad::kMeasure) return weights;
-    return str(weights, "; input gradients: forward kernel ", n.data_forward, ", oneDNN ",
-               n.data_onednn);
+    const std::string convs = conv_choices(), stems = norm_pool_choices();
+    return convs.empty() || stems.empty() ? convs + stems : convs + "; " + stems;
   }
 
   bool fuses_conv_residual() const override { return true; }
@@ -114,6 +109,10 @@ class CpuBackend : public HostBackend {
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) override {
     return cpu::make_batch_norm(ctx_, s);
   }
+  std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
+      const NormReluMaxPoolSpec& s) override {
+    return cpu::make_norm_relu_max_pool(ctx_, s, Backend::make_norm_relu_max_pool(s));
+  }
   std::unique_ptr<ReluOp> make_relu() override { return cpu::make_relu(ctx_); }
   std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) override { return cpu::make_pool(ctx_, s); }
   std::unique_ptr<AddOp> make_add(bool fuse_relu) override {
@@ -121,6 +120,22 @@ class CpuBackend : public HostBackend {
   }
 
  private:
+  std::string conv_choices() const {
+    const ConvPathCount& n = ctx_.conv_path_count;
+    if (n.gemm + n.onednn + n.data_forward + n.data_onednn == 0) return "";
+    const std::string weights = str("conv weight gradients: gemm ", n.gemm, ", oneDNN ", n.onednn,
+                                    " (", conv_weight_grad_name(ctx_.weight_grad), ")");
+    if (ctx_.weight_grad != ConvWeightGrad::kMeasure) return weights;
+    return str(weights, "; input gradients: forward kernel ", n.data_forward, ", oneDNN ",
+               n.data_onednn);
+  }
+
+  std::string norm_pool_choices() const {
+    const NormPoolCount& n = ctx_.norm_pool_count;
+    if (n.fused + n.composed == 0) return "";
+    return str("batch norm + ReLU + max pool: fused ", n.fused, ", oneDNN ", n.composed);
+  }
+
   Precision precision_;
   dnnl::cpu_isa isa_;
   Context ctx_;

@@ -25,6 +25,13 @@ struct ConvPathCount {
   int data_onednn = 0;
 };
 
+// How many batch norm + ReLU + max pool ops run our fused loops, and how many oneDNN's two
+// primitives (a layout the loops do not walk), counted at each one's first training forward.
+struct NormPoolCount {
+  int fused = 0;
+  int composed = 0;
+};
+
 // The engine and stream every op of one backend uses, what activations are stored in (f32, or
 // bf16 for train.precision = bf16: weights are then multiplied in bf16 too, while parameters,
 // gradients and statistics stay f32), and the path of convolution weight gradients.
@@ -34,7 +41,8 @@ struct Context {
   dt act = dt::f32;
   ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
   mutable ConvPathCount conv_path_count;  // the ops hold a const Context
-  mutable ReorderTime reorders;           // every CachedReorder's runs
+  mutable NormPoolCount norm_pool_count;
+  mutable ReorderTime reorders;  // every CachedReorder's runs
 };
 
 dt to_dnnl(DType dtype);

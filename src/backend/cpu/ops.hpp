@@ -15,6 +15,11 @@ std::unique_ptr<LinearOp> make_linear(const Context& ctx, const LinearSpec& spec
 std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec);
 std::unique_ptr<ReluOp> make_relu(const Context& ctx);
 std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec);
+// Our own loops; `composed` (the backend's batch norm and pool ops) runs where they do not walk
+// the input's layout.
+std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
+    const Context& ctx, const NormReluMaxPoolSpec& spec,
+    std::unique_ptr<NormReluMaxPoolOp> composed);
 std::unique_ptr<AddOp> make_add(const Context& ctx, bool fuse_relu);
 
 }  // namespace ringtrain::backend::cpu

@@ -1,0 +1,84 @@
+// lane_pack.hpp — N channel lanes of fp32 or bf16 activations as one GCC vector, for our own
+// loops over oneDNN's channel-blocked layouts. Internal to src/backend/cpu.
+//
+// A loop written as `#pragma omp simd` over 16 lanes is left scalar by GCC 12 when it peels
+// for alignment or cannot if-convert a select; vector types make one instruction per pack on
+// every x86 level the build targets (AVX-512: one zmm, AVX2: two ymm), with no intrinsics.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace ringtrain::backend::cpu {
+
+template <int N>
+struct LanePack {
+  // typedef, not using: GCC 12 drops a vector_size that depends on N from an alias template.
+  typedef float F __attribute__((vector_size(4 * N)));     // values
+  typedef int32_t I __attribute__((vector_size(4 * N)));   // masks (-1 or 0) and small ints
+  typedef uint32_t U __attribute__((vector_size(4 * N)));  // fp32 bits
+  typedef uint16_t H __attribute__((vector_size(2 * N)));  // bf16 bits
+  typedef uint8_t B __attribute__((vector_size(N)));       // bytes
+
+  static F splat(float v) { return F{} + v; }
+  static I splat_int(int32_t v) { return I{} + v; }
+
+  static F load(const float* p) {
+    F v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static F load(const uint16_t* p) {
+    H h;
+    std::memcpy(&h, p, sizeof h);
+    return reinterpret_cast_bits(widen<U>(h) << 16);
+  }
+  static I load_bytes(const uint8_t* p) {
+    B b;
+    std::memcpy(&b, p, sizeof b);
+    return widen<I>(b);
+  }
+
+  static void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
+  // Rounded to nearest even; NaN stays a quiet NaN (core/bf16.hpp's float_to_bf16, per lane).
+  static void store(uint16_t* p, F v) {
+    const H h = narrow<H>(bf16_bits(v));
+    std::memcpy(p, &h, sizeof h);
+  }
+  static void store_bytes(uint8_t* p, I v) {
+    const B b = narrow<B>(v);
+    std::memcpy(p, &b, sizeof b);
+  }
+
+  // What storing v as T keeps of it: v itself for fp32, v rounded to bf16 for bf16.
+  static F kept(F v, const float*) { return v; }
+  static F kept(F v, const uint16_t*) { return reinterpret_cast_bits(bf16_bits(v) << 16); }
+
+ private:
+  // Lane by lane: GCC 12's __builtin_convertvector rejects vector types that depend on a
+  // template parameter; at -O3 these loops become one widening or narrowing move.
+  template <typename To, typename From>
+  static To widen(From v) {
+    To out;
+    for (int l = 0; l < N; ++l) out[l] = v[l];
+    return out;
+  }
+  template <typename To, typename From>
+  static To narrow(From v) {
+    return widen<To>(v);
+  }
+  static F reinterpret_cast_bits(U u) {
+    F f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  static U bf16_bits(F v) {
+    U bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const U rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const U quiet_nan = (bits >> 16) | 0x40u;
+    return (bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+  }
+};
+
+}  // namespace ringtrain::backend::cpu

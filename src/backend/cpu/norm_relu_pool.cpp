@@ -1,0 +1,458 @@
+// norm_relu_pool.cpp — a stem's batch norm + ReLU + max pool as loops of ours: the statistics
+// and one pooled pass forward, two passes backward, where oneDNN 2.6's two primitives pass over
+// the full-size tensor about twice as often and write it twice more (docs/TUNING.md).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "lane_pack.hpp"
+#include "ops.hpp"
+#include "ringtrain/core/bf16.hpp"
+
+namespace ringtrain::backend::cpu {
+namespace {
+
+constexpr uint8_t kNoWinner = 0xff;  // a tile whose values the ReLU cut to 0: no gradient
+
+inline float value_at(const float* p) {
+  return *p;
+}
+inline float value_at(const uint16_t* p) {
+  return bf16_to_float(*p);
+}
+
+// A 4-D activation layout as runs of channels side by side at every pixel, each lane one
+// channel, stride 1: nChw16c has runs of 16 (the last padded with zeros up to 16), nhwc one
+// run of all C, nchw C runs of 1.
+struct ChannelRuns {
+  int64_t lanes = 0, runs = 0;
+  int64_t run_stride = 0, image_stride = 0, row_stride = 0, pixel_stride = 0, offset0 = 0;
+  // Offset of the first lane of run r at pixel (h, w) of image n.
+  int64_t at(int64_t n, int64_t r, int64_t h, int64_t w) const {
+    return offset0 + n * image_stride + r * run_stride + h * row_stride + w * pixel_stride;
+  }
+};
+
+// md's runs, or false where md is not 4-D with channels in unit-stride runs.
+bool channel_runs(const memory::desc& md, ChannelRuns& out) {
+  const auto& d = md.data;
+  if (d.ndims != 4 || d.format_kind != dnnl_blocked) return false;
+  const auto& blk = d.format_desc.blocking;
+  out.image_stride = blk.strides[0];
+  out.run_stride = blk.strides[1];
+  out.row_stride = blk.strides[2];
+  out.pixel_stride = blk.strides[3];
+  out.offset0 = d.offset0;
+  if (blk.inner_nblks == 1 && blk.inner_idxs[0] == 1) {
+    out.lanes = blk.inner_blks[0];
+    out.runs = d.padded_dims[1] / out.lanes;
+    return true;
+  }
+  if (blk.inner_nblks != 0) return false;
+  const bool channels_last = blk.strides[1] == 1 && d.dims[1] > 1;
+  out.lanes = channels_last ? d.dims[1] : 1;
+  out.runs = channels_last ? 1 : d.dims[1];
+  return true;
+}
+
+// The pooled output's layout: x's, at the pooled size (what oneDNN's pool would write).
+bool pooled_desc(const memory::desc& x, const ChannelRuns& runs, const memory::dims& dims,
+                 memory::desc& out) {
+  const auto& blk = x.data.format_desc.blocking;
+  tag t = tag::undef;
+  if (blk.inner_nblks == 1) {
+    t = runs.lanes == 16  ? tag::nChw16c
+        : runs.lanes == 8 ? tag::nChw8c
+        : runs.lanes == 4 ? tag::nChw4c
+                          : tag::undef;
+  } else {
+    t = runs.runs == 1 && runs.lanes > 1 ? tag::nhwc : tag::nchw;
+  }
+  if (t == tag::undef) return false;
+  out = memory::desc(dims, x.data_type(), t);
+  return true;
+}
+
+void ensure_vector(Tensor& t, int64_t n) {
+  ensure(t, Shape{n}, plain_desc(Shape{n}));
+}
+
+// What the loops below walk: x [n, C, h, w] and its pooled y [n, C, oh, ow] as channel runs,
+// one (image, run) plane per OpenMP iteration, so that each plane's sums are its own and the
+// totals add them in one order whatever the thread count. Lanes go N at a time (LanePack<N>;
+// N divides the run). Per-channel coefficients come in arrays of runs x lanes (zeros on
+// padding lanes); `winners` holds, for every lane of every tile, the place in the tile of the
+// value the pool took, or kNoWinner.
+struct Walk {
+  ChannelRuns x, y;
+  int64_t n = 0, h = 0, w = 0, oh = 0, ow = 0, k = 0;
+  int64_t planes() const { return n * x.runs; }
+  int64_t image(int64_t plane) const { return plane / x.runs; }
+  int64_t run(int64_t plane) const { return plane % x.runs; }
+};
+
+// Per plane and lane: sum (x - shift) and sum (x - shift)^2, in fp64 from fp32 row sums.
+template <typename T, int N>
+void plane_sums(const Walk& g, const T* x, const float* shift, double* out) {
+  using P = LanePack<N>;
+  const int64_t L = g.x.lanes;
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+    const int64_t img = g.image(plane), run = g.run(plane);
+    for (int64_t lp = 0; lp < L; lp += N) {
+      const typename P::F k = P::load(shift + run * L + lp);
+      double* sums = out + (plane * L + lp) * 2;
+      for (int64_t h = 0; h < g.h; ++h) {
+        typename P::F s1{}, s2{};
+        for (int64_t w = 0; w < g.w; ++w) {
+          const typename P::F v = P::load(x + g.x.at(img, run, h, w) + lp) - k;
+          s1 += v;
+          s2 += v * v;
+        }
+        for (int l = 0; l < N; ++l) {
+          sums[l * 2] += s1[l];
+          sums[l * 2 + 1] += s2[l];
+        }
+      }
+    }
+  }
+}
+
+// y = the largest of relu(a x + b) over each tile; winners = its place in the tile and
+// winner_x = its x (so that backward's sums need not read x again).
+template <typename T, int N>
+void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* y, uint8_t* winners,
+                  T* winner_x) {
+  using P = LanePack<N>;
+  const int64_t L = g.x.lanes, k = g.k;
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+    const int64_t img = g.image(plane), run = g.run(plane);
+    for (int64_t lp = 0; lp < L; lp += N) {
+      const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
+      for (int64_t oh = 0; oh < g.oh; ++oh)
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          typename P::F best{}, best_x{};
+          typename P::I won = P::splat_int(kNoWinner);
+          for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = 0; j < k; ++j) {
+              const typename P::F xv = P::load(x + g.x.at(img, run, oh * k + i, ow * k + j) + lp);
+              const typename P::F v = P::kept(pa * xv + pb, x);
+              // NaN wins too, so that it reaches the loss as an unfused pool passes it on.
+              const typename P::I wins = (v > best) | (v != v);
+              best = wins ? v : best;
+              best_x = wins ? xv : best_x;
+              won = wins ? P::splat_int(int32_t(i * k + j)) : won;
+            }
+          P::store(y + g.y.at(img, run, oh, ow) + lp, best);
+          const int64_t tile = ((plane * g.oh + oh) * g.ow + ow) * L + lp;
+          P::store_bytes(winners + tile, won);
+          P::store(winner_x + tile, best_x);
+        }
+    }
+  }
+}
+
+// Per plane and lane: sum dz and sum dz x-hat, x-hat = (x - mu) inv, where dz is dy at each
+// tile's winner and 0 elsewhere: from the winners' x that forward kept, without reading x.
+template <typename T, int N>
+void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, const T* winner_x,
+                         const float* mu, const float* inv, double* out) {
+  using P = LanePack<N>;
+  const int64_t L = g.x.lanes;
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+    const int64_t img = g.image(plane), run = g.run(plane);
+    for (int64_t lp = 0; lp < L; lp += N) {
+      const typename P::F pm = P::load(mu + run * L + lp), pi = P::load(inv + run * L + lp);
+      double* sums = out + (plane * L + lp) * 2;
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        typename P::F sd{}, sdx{};
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          const int64_t tile = ((plane * g.oh + oh) * g.ow + ow) * L + lp;
+          const typename P::F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
+          const typename P::F dz =
+              P::load_bytes(winners + tile) != int32_t(kNoWinner) ? d : typename P::F{};
+          sd += dz;
+          sdx += dz * ((P::load(winner_x + tile) - pm) * pi);
+        }
+        for (int l = 0; l < N; ++l) {
+          sums[l * 2] += sd[l];
+          sums[l * 2 + 1] += sdx[l];
+        }
+      }
+    }
+  }
+}
+
+// The coefficients of dx = a dz - c1 - (x - mu) inv c2, per lane (input_gradient's).
+struct InputGradCoefficients {
+  const float *a, *c1, *c2, *mu, *inv;
+};
+
+// dx = a (dz - sum dz / M - x-hat sum dz x-hat / M) as a dz - c1 - x-hat c2 at every pixel,
+// dz = 0 in the rows and columns past the last whole tile.
+template <typename T, int N>
+void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winners,
+                    const InputGradCoefficients& q, T* dx) {
+  using P = LanePack<N>;
+  using F = typename P::F;
+  const int64_t L = g.x.lanes, k = g.k;
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+    const int64_t img = g.image(plane), run = g.run(plane);
+    for (int64_t lp = 0; lp < L; lp += N) {
+      const int64_t o = run * L + lp;
+      const F a = P::load(q.a + o), c1 = P::load(q.c1 + o), c2 = P::load(q.c2 + o);
+      const F mu = P::load(q.mu + o), inv = P::load(q.inv + o);
+      const auto at = [&](int64_t h, int64_t w) { return g.x.at(img, run, h, w) + lp; };
+      const auto untiled = [&](int64_t h, int64_t w) {
+        P::store(dx + at(h, w), -c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
+      };
+      for (int64_t h = 0; h < g.h; ++h) {
+        const int64_t oh = h / k, i = h % k;
+        if (oh >= g.oh) {
+          for (int64_t w = 0; w < g.w; ++w) untiled(h, w);
+          continue;
+        }
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          const F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
+          const typename P::I won =
+              P::load_bytes(winners + ((plane * g.oh + oh) * g.ow + ow) * L + lp);
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t w = ow * k + j;
+            const F dz = won == int32_t(i * k + j) ? d : F{};
+            P::store(dx + at(h, w), a * dz - c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
+          }
+        }
+        for (int64_t w = g.ow * k; w < g.w; ++w) untiled(h, w);
+      }
+    }
+  }
+}
+
+// Calls f(std::integral_constant<int, N>) with the widest pack that divides the runs' lanes:
+// 16 (nChw16c, nhwc) or 8 (nChw8c); plan_for leaves other layouts to the composed ops.
+template <typename F>
+void with_pack(const Walk& g, F&& f) {
+  if (g.x.lanes % 16 == 0) return f(std::integral_constant<int, 16>());
+  f(std::integral_constant<int, 8>());
+}
+
+class FusedNormReluMaxPool : public NormReluMaxPoolOp {
+ public:
+  FusedNormReluMaxPool(const Context& ctx, const NormReluMaxPoolSpec& spec,
+                       std::unique_ptr<NormReluMaxPoolOp> composed)
+      : ctx_(ctx), s_(spec), composed_(std::move(composed)) {}
+
+  double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                          Tensor& mean, Tensor& var, const StatReducer* reducer) override {
+    last_ = plan_for(x);
+    if (!counted_) {
+      ++(last_ ? ctx_.norm_pool_count.fused : ctx_.norm_pool_count.composed);
+      counted_ = true;
+    }
+    if (!last_) return composed_->forward_training(x, gamma, beta, y, mean, var, reducer);
+    const Plan& p = *last_;
+    ensure_vector(mean, s_.channels);
+    ensure_vector(var, s_.channels);
+    ensure(y, {p.g.n, s_.channels, p.g.oh, p.g.ow}, p.y_md);
+    const size_t tiles = size_t(p.g.planes() * p.g.oh * p.g.ow * p.g.x.lanes);
+    winners_.resize(tiles);
+    winner_x_.resize(tiles);  // fp32, or bf16 in the first half
+    const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
+    if (x.dtype() == DType::kBF16)
+      forward(p, static_cast<const uint16_t*>(x.raw()), gamma, beta, mean, var,
+              static_cast<uint16_t*>(y.raw()), sync);
+    else
+      forward(p, x.f32(), gamma, beta, mean, var, y.f32(), sync);
+    return count_;
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                const StatReducer* reducer) override {
+    if (!last_) {
+      composed_->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer);
+      return;
+    }
+    const Plan& p = *last_;
+    RT_CHECK(desc_of(x) == p.x_md, "batch norm + max pool: backward's x ", shape_str(x.shape()),
+             " is not the last forward's");
+    RT_CHECK(dy.shape() == Shape({p.g.n, s_.channels, p.g.oh, p.g.ow}),
+             "batch norm + max pool: dy ", shape_str(dy.shape()),
+             " does not match the pooled output");
+    const memory d = as_layout(ctx_, dy, p.y_md, dy_scratch_, dy_reorder_);
+    ensure(dx, x.shape(), p.x_md);
+    const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
+    if (x.dtype() == DType::kBF16)
+      backward(p, static_cast<const uint16_t*>(x.raw()),
+               static_cast<const uint16_t*>(d.get_data_handle()), gamma, mean, var,
+               static_cast<uint16_t*>(dx.raw()), dgamma, dbeta, sync);
+    else
+      backward(p, x.f32(), static_cast<const float*>(d.get_data_handle()), gamma, mean, var,
+               dx.f32(), dgamma, dbeta, sync);
+  }
+
+ private:
+  struct Plan {
+    memory::desc x_md, y_md;
+    Walk g;
+  };
+
+  // The plan for x's layout, or null where the loops do not walk it (the composed ops run).
+  const Plan* plan_for(const Tensor& x) {
+    const memory::desc x_md = desc_of(x);
+    for (const auto& p : plans_)
+      if (p->x_md == x_md) return p.get();
+    for (const auto& md : unwalkable_)
+      if (md == x_md) return nullptr;
+    const int64_t k = s_.window;
+    RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm + max pool: input ",
+             shape_str(x.shape()), " does not have ", s_.channels, " channels");
+    RT_CHECK(k >= 1 && k <= 15 && x.dim(2) >= k && x.dim(3) >= k, "batch norm + max pool: input ",
+             shape_str(x.shape()), " is smaller than the ", k, "x", k, " window");
+    auto p = std::make_unique<Plan>();
+    Walk& g = p->g;
+    p->x_md = x_md;
+    g.n = x.dim(0), g.h = x.dim(2), g.w = x.dim(3), g.oh = g.h / k, g.ow = g.w / k, g.k = k;
+    const bool walkable = channel_runs(x_md, g.x) &&
+                          pooled_desc(x_md, g.x, {g.n, s_.channels, g.oh, g.ow}, p->y_md) &&
+                          channel_runs(p->y_md, g.y) && g.y.lanes == g.x.lanes &&
+                          g.x.lanes % 8 == 0;
+    if (!walkable) {
+      unwalkable_.push_back(x_md);
+      return nullptr;
+    }
+    plans_.push_back(std::move(p));
+    return plans_.back().get();
+  }
+
+  // A per-channel array over runs x lanes, f(c) on real channels and 0 on padding lanes.
+  template <typename F>
+  const float* per_lane(const Plan& p, std::vector<float>& out, F&& f) const {
+    out.assign(size_t(p.g.x.runs * p.g.x.lanes), 0.0f);
+    for (int64_t c = 0; c < s_.channels; ++c) out[c] = f(c);
+    return out.data();
+  }
+
+  // Channel c's total of plane sum `which` (0 or 1), over the images in order.
+  double channel_total(const Plan& p, int64_t c, int which) const {
+    const int64_t L = p.g.x.lanes, run = c / L, lane = c % L;
+    double total = 0;
+    for (int64_t img = 0; img < p.g.n; ++img)
+      total += plane_sums_[size_t(((img * p.g.x.runs + run) * L + lane) * 2 + which)];
+    return total;
+  }
+
+  template <typename T>
+  void sums_about(const Plan& p, const T* x, const float* shift) {
+    plane_sums_.assign(size_t(p.g.planes() * p.g.x.lanes * 2), 0.0);
+    with_pack(p.g, [&](auto lanes) {
+      plane_sums<T, decltype(lanes)::value>(p.g, x, shift, plane_sums_.data());
+    });
+  }
+
+  // The batch's mean and biased variance, then the pooled normalisation. The statistics take
+  // one pass about each channel's first value on one rank; with a reducer the mean over every
+  // rank first, then the squares about it.
+  template <typename T>
+  void forward(const Plan& p, const T* x, const Tensor& gamma, const Tensor& beta, Tensor& mean,
+               Tensor& var, T* y, const StatReducer* reducer) {
+    const int64_t C = s_.channels, L = p.g.x.lanes;
+    float* m = mean.f32();
+    float* v = var.f32();
+    if (!reducer) {
+      const float* shift = per_lane(
+          p, shift_, [&](int64_t c) { return value_at(x + p.g.x.at(0, c / L, 0, 0) + c % L); });
+      sums_about(p, x, shift);
+      count_ = double(p.g.n * p.g.h * p.g.w);
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = channel_total(p, c, 0) / count_;
+        m[c] = float(shift[c] + d);
+        v[c] = float(std::max(0.0, channel_total(p, c, 1) / count_ - d * d));
+      }
+    } else {
+      sums_about(p, x, per_lane(p, shift_, [](int64_t) { return 0.0f; }));
+      sums_.resize(C + 1);
+      for (int64_t c = 0; c < C; ++c) sums_[c] = float(channel_total(p, c, 0));
+      sums_[C] = float(p.g.n * p.g.h * p.g.w);
+      (*reducer)(sums_.data(), sums_.size());
+      count_ = sums_[C];
+      for (int64_t c = 0; c < C; ++c) m[c] = float(sums_[c] / count_);
+      sums_about(p, x, per_lane(p, shift_, [&](int64_t c) { return m[c]; }));
+      for (int64_t c = 0; c < C; ++c) sums_[c] = float(channel_total(p, c, 1));
+      (*reducer)(sums_.data(), C);
+      for (int64_t c = 0; c < C; ++c) v[c] = float(sums_[c] / count_);
+    }
+    const float* a = per_lane(
+        p, a_, [&](int64_t c) { return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps); });
+    const float* b =
+        per_lane(p, b_, [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
+    with_pack(p.g, [&](auto lanes) {
+      pool_forward<T, decltype(lanes)::value>(p.g, x, a, b, y, winners_.data(),
+                                              reinterpret_cast<T*>(winner_x_.data()));
+    });
+  }
+
+  // dbeta = sum dz and dgamma = sum dz x-hat, this rank's own; the input gradient from those
+  // sums over every rank (with a reducer).
+  template <typename T>
+  void backward(const Plan& p, const T* x, const T* dy, const Tensor& gamma, const Tensor& mean,
+                const Tensor& var, T* dx, Tensor& dgamma, Tensor& dbeta,
+                const StatReducer* reducer) {
+    const int64_t C = s_.channels;
+    const float* mu = per_lane(p, mu_, [&](int64_t c) { return mean.f32()[c]; });
+    const float* inv =
+        per_lane(p, inv_, [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + s_.eps); });
+    plane_sums_.assign(size_t(p.g.planes() * p.g.x.lanes * 2), 0.0);
+    with_pack(p.g, [&](auto lanes) {
+      gradient_plane_sums<T, decltype(lanes)::value>(p.g, dy, winners_.data(),
+                                                     reinterpret_cast<const T*>(winner_x_.data()),
+                                                     mu, inv, plane_sums_.data());
+    });
+    sums_.resize(2 * C);
+    for (int64_t c = 0; c < C; ++c) {
+      dbeta.f32()[c] = sums_[C + c] = float(channel_total(p, c, 0));
+      dgamma.f32()[c] = sums_[c] = float(channel_total(p, c, 1));
+    }
+    if (reducer) (*reducer)(sums_.data(), sums_.size());
+    const float* a = per_lane(p, a_, [&](int64_t c) { return gamma.f32()[c] * inv[c]; });
+    const float* c1 =
+        per_lane(p, c1_, [&](int64_t c) { return float(a[c] * sums_[C + c] / count_); });
+    const float* c2 = per_lane(p, c2_, [&](int64_t c) { return float(a[c] * sums_[c] / count_); });
+    const InputGradCoefficients q{a, c1, c2, mu, inv};
+    with_pack(p.g, [&](auto lanes) {
+      input_gradient<T, decltype(lanes)::value>(p.g, x, dy, winners_.data(), q, dx);
+    });
+  }
+
+  const Context& ctx_;
+  NormReluMaxPoolSpec s_;
+  std::unique_ptr<NormReluMaxPoolOp> composed_;  // for layouts the loops do not walk
+  std::vector<std::unique_ptr<Plan>> plans_;
+  std::vector<memory::desc> unwalkable_;
+  const Plan* last_ = nullptr;  // the last forward's; null: it ran the composed ops
+  bool counted_ = false;        // in ctx_.norm_pool_count
+  std::vector<uint8_t> winners_;
+  std::vector<float> winner_x_;
+  std::vector<double> plane_sums_;
+  std::vector<float> sums_;
+  std::vector<float> shift_, a_, b_, mu_, inv_, c1_, c2_;  // per_lane's arrays
+  double count_ = 0;  // M: the values per channel the statistics cover, every rank's
+  Tensor dy_scratch_;
+  CachedReorder dy_reorder_;
+};
+
+}  // namespace
+
+std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
+    const Context& ctx, const NormReluMaxPoolSpec& spec,
+    std::unique_ptr<NormReluMaxPoolOp> composed) {
+  return std::make_unique<FusedNormReluMaxPool>(ctx, spec, std::move(composed));
+}
+
+}  // namespace ringtrain::backend::cpu

@@ -1,0 +1,275 @@
+// test_norm_relu_pool.cpp — batch norm + ReLU + max pool as one op: the cpu backend's fused
+// loops against the reference's batch norm and max pool, synchronized across two ranks, the
+// same bits at any thread count, the layouts it leaves to oneDNN, and the layer around it.
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "nn_test_util.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/nn/graph.hpp"
+#include "ringtrain/nn/layers.hpp"
+#include "two_rank_reducer.hpp"
+
+using namespace ringtrain;
+using namespace ringtrain::backend;
+using namespace rt_test;
+
+namespace {
+
+struct Case {
+  Shape x_shape;
+  int window;
+};
+
+// The cases: 16 channels (one nChw16c run, as fibernet's stem), 40 (three runs, the last
+// padded), odd sizes with a row and a column past the last tile, a 3x3 window.
+const Case kCases[] = {{{4, 16, 8, 8}, 2}, {{2, 40, 9, 7}, 2}, {{3, 16, 9, 10}, 3}};
+
+// What one forward and backward of the op computed, on the host.
+struct Outputs {
+  std::vector<float> y, mean, var, dx, dgamma, dbeta;
+  double count = 0;
+};
+
+// Runs op on x (already on be) with seeded gamma, beta (a third of them negative, so that the
+// ReLU cuts whole tiles) and dy (seeded too, or the values given).
+Outputs run(Backend& be, NormReluMaxPoolOp& op, const Tensor& x, uint64_t seed,
+            const StatReducer* reducer = nullptr, const std::vector<float>* dy_values = nullptr) {
+  const int c = int(x.dim(1));
+  Tensor gamma = random_tensor(be, {c}, seed, 0.5f, 1.5f);
+  Tensor beta = random_tensor(be, {c}, seed + 1, -1.0f, 0.5f);
+  Tensor y, mean, var, dx, dgamma = be.alloc({c}), dbeta = be.alloc({c});
+  Outputs out;
+  out.count = op.forward_training(x, gamma, beta, y, mean, var, reducer);
+  Tensor dy =
+      dy_values ? to_device(be, y.shape(), *dy_values) : random_tensor(be, y.shape(), seed + 2);
+  op.backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer);
+  out.y = to_host(be, y);
+  out.mean = to_host(be, mean);
+  out.var = to_host(be, var);
+  out.dx = to_host(be, dx);
+  out.dgamma = to_host(be, dgamma);
+  out.dbeta = to_host(be, dbeta);
+  return out;
+}
+
+std::vector<float> concat(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> out(a);
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+std::vector<float> scaled(std::vector<float> v, float factor) {
+  for (float& x : v) x *= factor;
+  return v;
+}
+
+void print_case(const char* what, const Case& c) {
+  std::printf("%s: x %s, window %d\n", what, shape_str(c.x_shape).c_str(), c.window);
+}
+
+// The share of pooled outputs the ReLU cut to 0: the cases must exercise tiles without a
+// winner as well as tiles with one.
+void expect_some_tiles_cut(const std::vector<float>& y) {
+  const double cut = double(std::count(y.begin(), y.end(), 0.0f)) / double(y.size());
+  std::printf("  relu cuts %.0f%% of the tiles\n", 100 * cut);
+  BOOST_TEST((cut > 0.05 && cut < 0.8));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(norm_relu_pool)
+
+BOOST_AUTO_TEST_CASE(fused_matches_reference_batch_norm_then_max_pool) {
+  for (const Case& c : kCases) {
+    print_case("fp32", c);
+    auto cpu = make_backend("cpu", 2);
+    auto ref = make_backend("ref", 2);
+    const std::vector<float> xv = tiles_without_ties(c.x_shape, c.window, 71);
+    const NormReluMaxPoolSpec spec{int(c.x_shape[1]), 1e-5f, c.window};
+    auto fused = cpu->make_norm_relu_max_pool(spec);
+    auto composed = ref->make_norm_relu_max_pool(spec);
+    Outputs got = run(*cpu, *fused, as_conv_output(*cpu, c.x_shape, xv), 72);
+    Outputs want = run(*ref, *composed, to_device(*ref, c.x_shape, xv), 72);
+    BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 1, oneDNN 0");
+    expect_some_tiles_cut(want.y);
+    BOOST_TEST(got.count == want.count);
+    expect_close("y", got.y, want.y, 2e-5);
+    expect_close("batch mean", got.mean, want.mean, 2e-5);
+    expect_close("batch var", got.var, want.var, 1e-4);
+    expect_close("dx", got.dx, want.dx, 1e-4);
+    expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
+    expect_close("dbeta", got.dbeta, want.dbeta, 2e-5);
+  }
+}
+
+// The statistics and sums of each (image, channel run) plane are its own and are added in one
+// order: the same bits whatever the thread count, and from one run to the next.
+BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {
+  for (const Case& c : kCases) {
+    print_case("threads 1 and 2", c);
+    const std::vector<float> xv = tiles_without_ties(c.x_shape, c.window, 81);
+    const NormReluMaxPoolSpec spec{int(c.x_shape[1]), 1e-5f, c.window};
+    Outputs out[3];
+    for (int i = 0; i < 3; ++i) {
+      auto be = make_backend("cpu", i == 0 ? 1 : 2);
+      auto op = be->make_norm_relu_max_pool(spec);
+      out[i] = run(*be, *op, as_conv_output(*be, c.x_shape, xv), 82);
+    }
+    for (int i = 1; i < 3; ++i) {
+      BOOST_TEST(same_bits(out[i].y, out[0].y));
+      BOOST_TEST(same_bits(out[i].mean, out[0].mean));
+      BOOST_TEST(same_bits(out[i].var, out[0].var));
+      BOOST_TEST(same_bits(out[i].dx, out[0].dx));
+      BOOST_TEST(same_bits(out[i].dgamma, out[0].dgamma));
+      BOOST_TEST(same_bits(out[i].dbeta, out[0].dbeta));
+    }
+  }
+}
+
+// Two ranks with half the batch each and a reducer equal one rank with the whole batch: the
+// statistics and the input gradient's sums are every rank's, dgamma and dbeta each rank's own.
+BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
+  const Shape whole{4, 16, 6, 6}, half{2, 16, 6, 6};
+  const NormReluMaxPoolSpec spec{16, 1e-5f, 2};
+  const std::vector<float> xv = tiles_without_ties(whole, 2, 91);
+  const std::vector<float> dy_half = random_values(size_t(2 * 16 * 3 * 3), 93);
+  TwoRankReducer reducer;
+  Outputs got[2];
+  auto rank = [&](int r) {
+    auto be = make_backend("cpu", 1);
+    auto op = be->make_norm_relu_max_pool(spec);
+    const size_t n = xv.size() / 2;
+    std::vector<float> mine(xv.begin() + r * n, xv.begin() + (r + 1) * n);
+    const StatReducer red = reducer.for_rank(r);
+    got[r] = run(*be, *op, as_conv_output(*be, half, mine), 92, &red, &dy_half);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  BOOST_TEST(got[0].count == double(4 * 6 * 6));
+  BOOST_TEST(got[1].count == double(4 * 6 * 6));
+  // Each rank's loss is a mean over its half: in the whole batch's mean each half's gradient
+  // is halved, so the whole batch's dy is half of the ranks' and each rank's dx twice its.
+  auto ref = make_backend("ref", 2);
+  auto composed = ref->make_norm_relu_max_pool(spec);
+  const std::vector<float> dy_whole = scaled(concat(dy_half, dy_half), 0.5f);
+  Outputs want = run(*ref, *composed, to_device(*ref, whole, xv), 92, nullptr, &dy_whole);
+  for (int r = 0; r < 2; ++r) {
+    expect_close("batch mean, rank " + std::to_string(r), got[r].mean, want.mean, 2e-5);
+    expect_close("batch var, rank " + std::to_string(r), got[r].var, want.var, 1e-4);
+  }
+  expect_close("y, both ranks", concat(got[0].y, got[1].y), want.y, 2e-5);
+  expect_close("dx, both ranks", concat(got[0].dx, got[1].dx), scaled(want.dx, 2.0f), 1e-4);
+  std::vector<float> dgamma(got[0].dgamma), dbeta(got[0].dbeta);
+  for (size_t c = 0; c < dgamma.size(); ++c) {
+    dgamma[c] += got[1].dgamma[c];
+    dbeta[c] += got[1].dbeta[c];
+  }
+  expect_close("dgamma, the ranks' summed", dgamma, scaled(want.dgamma, 2.0f), 2e-5);
+  expect_close("dbeta, the ranks' summed", dbeta, scaled(want.dbeta, 2.0f), 2e-5);
+}
+
+// A layout the loops do not walk (plain nchw: one channel per run) runs oneDNN's batch norm
+// and max pool, counted as such, with the same results.
+BOOST_AUTO_TEST_CASE(plain_layout_runs_onednn_batch_norm_and_pool) {
+  const Case c{{2, 16, 6, 6}, 2};
+  auto cpu = make_backend("cpu", 2);
+  auto ref = make_backend("ref", 2);
+  const std::vector<float> xv = tiles_without_ties(c.x_shape, c.window, 101);
+  const NormReluMaxPoolSpec spec{16, 1e-5f, 2};
+  auto op = cpu->make_norm_relu_max_pool(spec);
+  auto composed = ref->make_norm_relu_max_pool(spec);
+  Outputs got = run(*cpu, *op, to_device(*cpu, c.x_shape, xv), 102);
+  Outputs want = run(*ref, *composed, to_device(*ref, c.x_shape, xv), 102);
+  BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 0, oneDNN 1");
+  expect_close("y", got.y, want.y, 2e-5);
+  expect_close("dx", got.dx, want.dx, 1e-4);
+  expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
+}
+
+namespace {
+
+// The host values of what collect() gives: every parameter's value and gradient, then every
+// buffer (the running statistics).
+std::vector<std::vector<float>> state_of(Backend& be, nn::Layer& layer) {
+  std::vector<nn::Parameter*> params;
+  std::vector<nn::NamedBuffer> buffers;
+  layer.collect(params, buffers);
+  std::vector<std::vector<float>> out;
+  for (nn::Parameter* p : params) {
+    out.push_back(to_host(be, p->value));
+    out.push_back(to_host(be, p->grad));
+  }
+  for (const nn::NamedBuffer& b : buffers) out.push_back(to_host(be, *b.tensor));
+  return out;
+}
+
+void set_parameters(Backend& be, nn::Layer& layer, uint64_t seed) {
+  std::vector<nn::Parameter*> params;
+  std::vector<nn::NamedBuffer> buffers;
+  layer.collect(params, buffers);
+  for (nn::Parameter* p : params)
+    be.upload(random_values(size_t(p->numel()), seed++).data(), p->value);
+}
+
+std::string nodes_of(const nn::Layer& layer) {
+  nn::Graph graph;
+  layer.trace(graph, "x");
+  std::string out;
+  for (const nn::GraphNode& n : graph.nodes())
+    out += str(int(n.op), " ", n.layer, " ", n.inputs.at(0), " -> ", n.output, " k", n.kernel, " s",
+               n.stride, " p", n.padding, " eps", n.eps, "\n");
+  return out;
+}
+
+}  // namespace
+
+// The layer trains through the op with BatchNorm2d's parameters, names and running statistics,
+// and infers and traces as the two layers it stands for: on ref (whose op runs those layers'
+// ops) the same bits, on cpu (the fused loops) the same numbers.
+BOOST_AUTO_TEST_CASE(layer_equals_the_batch_norm_and_max_pool_layers) {
+  const Shape shape{4, 16, 8, 8};
+  for (const std::string name : {"ref", "cpu"}) {
+    std::printf("%s: BatchNormReluMaxPool against BatchNorm2d (relu) then max pool\n",
+                name.c_str());
+    auto be = make_backend(name, 2);
+    nn::BatchNormReluMaxPool fused("bn1", "maxpool", *be, 16, 2);
+    nn::Sequential two("");
+    two.add(std::make_unique<nn::BatchNorm2d>("bn1", *be, 16, true));
+    two.add(nn::max_pool2d("maxpool", *be, 2, 2));
+    set_parameters(*be, fused, 111);
+    set_parameters(*be, two, 111);
+    BOOST_TEST(nodes_of(fused) == nodes_of(two));
+    const Tensor x = as_conv_output(*be, shape, tiles_without_ties(shape, 2, 112));
+    const Tensor dy = random_tensor(*be, fused.output_shape(shape), 113);
+    std::vector<float> y[2], dx[2], y_eval[2];
+    std::vector<std::vector<float>> state[2];
+    nn::Layer* layers[2] = {&fused, &two};
+    for (int i = 0; i < 2; ++i) {
+      y[i] = to_host(*be, layers[i]->forward(x, true));
+      dx[i] = to_host(*be, layers[i]->backward(dy, [](nn::Parameter&) {}));
+      y_eval[i] = to_host(*be, layers[i]->forward(x, false));
+      state[i] = state_of(*be, *layers[i]);
+    }
+    BOOST_TEST_REQUIRE(state[0].size() == 6u);  // gamma, its gradient, beta, its gradient, 2 stats
+    if (name == "ref") {
+      BOOST_TEST(same_bits(y[0], y[1]));
+      BOOST_TEST(same_bits(y_eval[0], y_eval[1]));
+      BOOST_TEST(same_bits(dx[0], dx[1]));
+      for (size_t k = 0; k < state[0].size(); ++k) BOOST_TEST(same_bits(state[0][k], state[1][k]));
+      continue;
+    }
+    expect_close("y", y[0], y[1], 2e-5);
+    expect_close("dx", dx[0], dx[1], 1e-4);
+    // The two layers' ops on running statistics as close as these.
+    expect_close("y (inference)", y_eval[0], y_eval[1], 1e-4);
+    const char* names[] = {"gamma", "dgamma", "beta", "dbeta", "running mean", "running var"};
+    for (size_t k = 0; k < state[0].size(); ++k)
+      expect_close(names[k], state[0][k], state[1][k], 1e-4);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
