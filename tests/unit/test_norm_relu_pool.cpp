@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "nn_test_util.hpp"
@@ -188,6 +190,31 @@ BOOST_AUTO_TEST_CASE(plain_layout_runs_onednn_batch_norm_and_pool) {
   expect_close("y", got.y, want.y, 2e-5);
   expect_close("dx", got.dx, want.dx, 1e-4);
   expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
+}
+
+// RINGTRAIN_CPU_NORM_POOL=separate runs oneDNN's two primitives on a layout the loops walk (to
+// time the two, or to rule the loops out); any value but fused or separate is refused by name.
+BOOST_AUTO_TEST_CASE(environment_switch_runs_onednn_or_is_refused) {
+  const Shape shape{2, 16, 6, 6};
+  const std::vector<float> xv = tiles_without_ties(shape, 2, 121);
+  const NormReluMaxPoolSpec spec{16, 1e-5f, 2};
+  Outputs out[2];
+  for (const char* setting : {"separate", "fused"}) {
+    setenv("RINGTRAIN_CPU_NORM_POOL", setting, 1);
+    auto cpu = make_backend("cpu", 2);
+    auto op = cpu->make_norm_relu_max_pool(spec);
+    const bool fused = std::string(setting) == "fused";
+    out[fused] = run(*cpu, *op, as_conv_output(*cpu, shape, xv), 122);
+    BOOST_TEST(cpu->op_choices() ==
+               str("batch norm + ReLU + max pool: fused ", int(fused), ", oneDNN ", int(!fused)));
+  }
+  expect_close("y, fused against oneDNN's", out[1].y, out[0].y, 2e-5);
+  expect_close("dx, fused against oneDNN's", out[1].dx, out[0].dx, 1e-4);
+  setenv("RINGTRAIN_CPU_NORM_POOL", "fuse", 1);
+  auto cpu = make_backend("cpu", 2);
+  BOOST_TEST(error_of([&] { cpu->make_norm_relu_max_pool(spec); }) ==
+             "RINGTRAIN_CPU_NORM_POOL=fuse: use fused (the default) or separate");
+  unsetenv("RINGTRAIN_CPU_NORM_POOL");
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../factories.hpp"
+#include "../fusion_switch.hpp"
 #include "../host_backend.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
@@ -97,8 +98,9 @@ class CpuBackend : public HostBackend {
 
   ReorderTime reorder_time() const override { return ctx_.reorders; }
   std::string op_choices() const override {
-    const std::string convs = conv_choices(), stems = norm_pool_choices();
-    return convs.empty() || stems.empty() ? convs + stems : convs + "; " + stems;
+    // The convolutions' clause last: the trainer's line on them ends "as the deck gave them".
+    const std::string stems = norm_pool_choices(), convs = conv_choices();
+    return stems.empty() || convs.empty() ? stems + convs : stems + "; " + convs;
   }
 
   bool fuses_conv_residual() const override { return true; }
@@ -111,7 +113,8 @@ class CpuBackend : public HostBackend {
   }
   std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
       const NormReluMaxPoolSpec& s) override {
-    return cpu::make_norm_relu_max_pool(ctx_, s, Backend::make_norm_relu_max_pool(s));
+    return cpu::make_norm_relu_max_pool(ctx_, s, Backend::make_norm_relu_max_pool(s),
+                                        fusion_allowed("RINGTRAIN_CPU_NORM_POOL"));
   }
   std::unique_ptr<ReluOp> make_relu() override { return cpu::make_relu(ctx_); }
   std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) override { return cpu::make_pool(ctx_, s); }

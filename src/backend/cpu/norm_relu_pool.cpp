@@ -245,8 +245,8 @@ void with_pack(const Walk& g, F&& f) {
 class FusedNormReluMaxPool : public NormReluMaxPoolOp {
  public:
   FusedNormReluMaxPool(const Context& ctx, const NormReluMaxPoolSpec& spec,
-                       std::unique_ptr<NormReluMaxPoolOp> composed)
-      : ctx_(ctx), s_(spec), composed_(std::move(composed)) {}
+                       std::unique_ptr<NormReluMaxPoolOp> composed, bool fuse)
+      : ctx_(ctx), s_(spec), composed_(std::move(composed)), fuse_(fuse) {}
 
   double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var, const StatReducer* reducer) override {
@@ -319,7 +319,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     Walk& g = p->g;
     p->x_md = x_md;
     g.n = x.dim(0), g.h = x.dim(2), g.w = x.dim(3), g.oh = g.h / k, g.ow = g.w / k, g.k = k;
-    const bool walkable = channel_runs(x_md, g.x) &&
+    const bool walkable = fuse_ && channel_runs(x_md, g.x) &&
                           pooled_desc(x_md, g.x, {g.n, s_.channels, g.oh, g.ow}, p->y_md) &&
                           channel_runs(p->y_md, g.y) && g.y.lanes == g.x.lanes &&
                           g.x.lanes % 8 == 0;
@@ -433,6 +433,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   const Context& ctx_;
   NormReluMaxPoolSpec s_;
   std::unique_ptr<NormReluMaxPoolOp> composed_;  // for layouts the loops do not walk
+  bool fuse_;                                    // false: composed_ everywhere
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<memory::desc> unwalkable_;
   const Plan* last_ = nullptr;  // the last forward's; null: it ran the composed ops
@@ -451,8 +452,8 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
 
 std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
     const Context& ctx, const NormReluMaxPoolSpec& spec,
-    std::unique_ptr<NormReluMaxPoolOp> composed) {
-  return std::make_unique<FusedNormReluMaxPool>(ctx, spec, std::move(composed));
+    std::unique_ptr<NormReluMaxPoolOp> composed, bool fuse) {
+  return std::make_unique<FusedNormReluMaxPool>(ctx, spec, std::move(composed), fuse);
 }
 
 }  // namespace ringtrain::backend::cpu

@@ -16,10 +16,10 @@ std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNorm
 std::unique_ptr<ReluOp> make_relu(const Context& ctx);
 std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec);
 // Our own loops; `composed` (the backend's batch norm and pool ops) runs where they do not walk
-// the input's layout.
+// the input's layout, and everywhere without `fuse` (RINGTRAIN_CPU_NORM_POOL=separate).
 std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
     const Context& ctx, const NormReluMaxPoolSpec& spec,
-    std::unique_ptr<NormReluMaxPoolOp> composed);
+    std::unique_ptr<NormReluMaxPoolOp> composed, bool fuse);
 std::unique_ptr<AddOp> make_add(const Context& ctx, bool fuse_relu);
 
 }  // namespace ringtrain::backend::cpu

@@ -189,14 +189,6 @@ void* Context::workspace(size_t bytes) {
   return workspace_.get();
 }
 
-bool fusion_allowed(const char* variable) {
-  const char* setting = std::getenv(variable);
-  const std::string value = setting ? setting : "fused";
-  RT_REQUIRE_INPUT(value == "fused" || value == "separate", variable, "=", value,
-                   ": use fused (the default) or separate");
-  return value == "fused";
-}
-
 void expect_present(const Tensor& t, const char* what) {
   RT_CHECK(!t.empty(), "cuda backend: ", what, " is empty");
 }

@@ -14,6 +14,7 @@
 
 #include <memory>
 
+#include "../fusion_switch.hpp"
 #include "device_scope.hpp"
 #include "handles.hpp"
 #include "kernels.hpp"
@@ -120,11 +121,6 @@ class Context {
   FusionCount bn_relu_count_;
   FusionCount conv_relu_count_;
 };
-
-// Whether a cuDNN fusion may run: the environment variable `variable` unset or "fused";
-// "separate" keeps that fused kernel out (its ops run one after the other), to tell a fault of
-// the fused kernel from anything else with no rebuild. Any other value is an InputError.
-bool fusion_allowed(const char* variable);
 
 // Checks a tensor handed to a CUDA op: present, plain fp32.
 void expect_f32(const Tensor& t, const char* what);
