@@ -3,6 +3,7 @@
 // same bits at any thread count, the layouts it leaves to oneDNN, and the layer around it.
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -190,6 +191,38 @@ BOOST_AUTO_TEST_CASE(plain_layout_runs_onednn_batch_norm_and_pool) {
   expect_close("y", got.y, want.y, 2e-5);
   expect_close("dx", got.dx, want.dx, 1e-4);
   expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
+}
+
+// A NaN or inf in x reaches every output of its channel as NaN (the trainer's non-finite check
+// then sees it in the loss and gradients), and no other channel.
+BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
+  const Shape shape{2, 16, 4, 4};
+  const int64_t hw = 16;
+  for (float bad : {std::nanf(""), INFINITY}) {
+    auto cpu = make_backend("cpu", 2);
+    Tensor x = as_conv_output(*cpu, shape, tiles_without_ties(shape, 2, 131));
+    // Written in place (a convolution would spread it, 0 x NaN being NaN): image 1, channel 3,
+    // pixel (1, 1), at its nChw16c offset; the download below says where it landed.
+    x.f32()[1 * 16 * hw + (1 * 4 + 1) * 16 + 3] = bad;
+    const std::vector<float> landed = to_host(*cpu, x);
+    const float at = landed[size_t((1 * 16 + 3) * hw + 5)];
+    BOOST_TEST_REQUIRE((std::isnan(bad) ? std::isnan(at) : at == bad));
+    auto op = cpu->make_norm_relu_max_pool({16, 1e-5f, 2});
+    Outputs out = run(*cpu, *op, x, 132);
+    BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 1, oneDNN 0");
+    size_t nan_in_3 = 0, non_finite_elsewhere = 0;
+    for (size_t i = 0; i < out.y.size(); ++i) {
+      const int64_t channel = int64_t(i) / 4 % 16;  // y is [2, 16, 2, 2]
+      if (channel == 3)
+        nan_in_3 += std::isnan(out.y[i]);
+      else
+        non_finite_elsewhere += !std::isfinite(out.y[i]);
+    }
+    std::printf("x holds %g: %zu of 8 pooled outputs of its channel NaN, %zu elsewhere\n", bad,
+                nan_in_3, non_finite_elsewhere);
+    BOOST_TEST(nan_in_3 == 8u);
+    BOOST_TEST(non_finite_elsewhere == 0u);
+  }
 }
 
 // RINGTRAIN_CPU_NORM_POOL=separate runs oneDNN's two primitives on a layout the loops walk (to

@@ -50,10 +50,6 @@ struct LanePack {
     std::memcpy(p, &b, sizeof b);
   }
 
-  // What storing v as T keeps of it: v itself for fp32, v rounded to bf16 for bf16.
-  static F kept(F v, const float*) { return v; }
-  static F kept(F v, const uint16_t*) { return reinterpret_cast_bits(bf16_bits(v) << 16); }
-
  private:
   // Lane by lane: GCC 12's __builtin_convertvector rejects vector types that depend on a
   // template parameter; at -O3 these loops become one widening or narrowing move.

@@ -122,7 +122,9 @@ void plane_sums(const Walk& g, const T* x, const float* shift, double* out) {
 }
 
 // y = the largest of relu(a x + b) over each tile; winners = its place in the tile and
-// winner_x = its x (so that backward's sums need not read x again).
+// winner_x = its x (so that backward's sums need not read x again). The largest is chosen
+// before rounding to bf16: where two values round to the same bf16 the gradient goes to the
+// larger, where the unfused pool, choosing among rounded values, would give it to the first.
 template <typename T, int N>
 void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* y, uint8_t* winners,
                   T* winner_x) {
@@ -133,6 +135,9 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
     const int64_t img = g.image(plane), run = g.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
+      // A NaN or inf anywhere in a channel makes its a or b NaN: its outputs are then NaN, so
+      // that it reaches the loss as the unfused ops pass it on.
+      const typename P::I poisoned = (pa - pa != 0.0f) | (pb - pb != 0.0f);
       for (int64_t oh = 0; oh < g.oh; ++oh)
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           typename P::F best{}, best_x{};
@@ -140,13 +145,13 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
           for (int64_t i = 0; i < k; ++i)
             for (int64_t j = 0; j < k; ++j) {
               const typename P::F xv = P::load(x + g.x.at(img, run, oh * k + i, ow * k + j) + lp);
-              const typename P::F v = P::kept(pa * xv + pb, x);
-              // NaN wins too, so that it reaches the loss as an unfused pool passes it on.
-              const typename P::I wins = (v > best) | (v != v);
+              const typename P::F v = pa * xv + pb;
+              const typename P::I wins = v > best;
               best = wins ? v : best;
               best_x = wins ? xv : best_x;
               won = wins ? P::splat_int(int32_t(i * k + j)) : won;
             }
+          best = poisoned ? pa + pb : best;
           P::store(y + g.y.at(img, run, oh, ow) + lp, best);
           const int64_t tile = ((plane * g.oh + oh) * g.ow + ow) * L + lp;
           P::store_bytes(winners + tile, won);
@@ -373,7 +378,8 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
       for (int64_t c = 0; c < C; ++c) {
         const double d = channel_total(p, c, 0) / count_;
         m[c] = float(shift[c] + d);
-        v[c] = float(std::max(0.0, channel_total(p, c, 1) / count_ - d * d));
+        const double spread = channel_total(p, c, 1) / count_ - d * d;
+        v[c] = float(spread < 0 ? 0.0 : spread);  // rounding's negatives to 0; NaN stays NaN
       }
     } else {
       sums_about(p, x, per_lane(p, shift_, [](int64_t) { return 0.0f; }));
