@@ -5,58 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
+#include "batch_statistics.hpp"
 #include "lane_pack.hpp"
 #include "ops.hpp"
-#include "ringtrain/core/bf16.hpp"
 
 namespace ringtrain::backend::cpu {
 namespace {
 
 constexpr uint8_t kNoWinner = 0xff;  // a tile whose values the ReLU cut to 0: no gradient
-
-inline float value_at(const float* p) {
-  return *p;
-}
-inline float value_at(const uint16_t* p) {
-  return bf16_to_float(*p);
-}
-
-// A 4-D activation layout as runs of channels side by side at every pixel, each lane one
-// channel, stride 1: nChw16c has runs of 16 (the last padded with zeros up to 16), nhwc one
-// run of all C, nchw C runs of 1.
-struct ChannelRuns {
-  int64_t lanes = 0, runs = 0;
-  int64_t run_stride = 0, image_stride = 0, row_stride = 0, pixel_stride = 0, offset0 = 0;
-  // Offset of the first lane of run r at pixel (h, w) of image n.
-  int64_t at(int64_t n, int64_t r, int64_t h, int64_t w) const {
-    return offset0 + n * image_stride + r * run_stride + h * row_stride + w * pixel_stride;
-  }
-};
-
-// md's runs, or false where md is not 4-D with channels in unit-stride runs.
-bool channel_runs(const memory::desc& md, ChannelRuns& out) {
-  const auto& d = md.data;
-  if (d.ndims != 4 || d.format_kind != dnnl_blocked) return false;
-  const auto& blk = d.format_desc.blocking;
-  out.image_stride = blk.strides[0];
-  out.run_stride = blk.strides[1];
-  out.row_stride = blk.strides[2];
-  out.pixel_stride = blk.strides[3];
-  out.offset0 = d.offset0;
-  if (blk.inner_nblks == 1 && blk.inner_idxs[0] == 1) {
-    out.lanes = blk.inner_blks[0];
-    out.runs = d.padded_dims[1] / out.lanes;
-    return true;
-  }
-  if (blk.inner_nblks != 0) return false;
-  const bool channels_last = blk.strides[1] == 1 && d.dims[1] > 1;
-  out.lanes = channels_last ? d.dims[1] : 1;
-  out.runs = channels_last ? 1 : d.dims[1];
-  return true;
-}
 
 // The pooled output's layout: x's, at the pooled size (what oneDNN's pool would write).
 bool pooled_desc(const memory::desc& x, const ChannelRuns& runs, const memory::dims& dims,
@@ -76,50 +34,14 @@ bool pooled_desc(const memory::desc& x, const ChannelRuns& runs, const memory::d
   return true;
 }
 
-void ensure_vector(Tensor& t, int64_t n) {
-  ensure(t, Shape{n}, plain_desc(Shape{n}));
-}
-
-// What the loops below walk: x [n, C, h, w] and its pooled y [n, C, oh, ow] as channel runs,
-// one (image, run) plane per OpenMP iteration, so that each plane's sums are its own and the
-// totals add them in one order whatever the thread count. Lanes go N at a time (LanePack<N>;
-// N divides the run). Per-channel coefficients come in arrays of runs x lanes (zeros on
-// padding lanes); `winners` holds, for every lane of every tile, the place in the tile of the
-// value the pool took, or kNoWinner.
-struct Walk {
-  ChannelRuns x, y;
-  int64_t n = 0, h = 0, w = 0, oh = 0, ow = 0, k = 0;
-  int64_t planes() const { return n * x.runs; }
-  int64_t image(int64_t plane) const { return plane / x.runs; }
-  int64_t run(int64_t plane) const { return plane % x.runs; }
+// What the loops below walk: x [n, C, h, w] by planes (channel_runs.hpp) and its pooled y
+// [n, C, oh, ow] in x's layout. Per-channel coefficients come in arrays of runs x lanes (zeros
+// on padding lanes); `winners` holds, for every lane of every tile, the place in the tile of
+// the value the pool took, or kNoWinner.
+struct Walk : Planes {
+  ChannelRuns y;
+  int64_t oh = 0, ow = 0, k = 0;
 };
-
-// Per plane and lane: sum (x - shift) and sum (x - shift)^2, in fp64 from fp32 row sums.
-template <typename T, int N>
-void plane_sums(const Walk& g, const T* x, const float* shift, double* out) {
-  using P = LanePack<N>;
-  const int64_t L = g.x.lanes;
-#pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < g.planes(); ++plane) {
-    const int64_t img = g.image(plane), run = g.run(plane);
-    for (int64_t lp = 0; lp < L; lp += N) {
-      const typename P::F k = P::load(shift + run * L + lp);
-      double* sums = out + (plane * L + lp) * 2;
-      for (int64_t h = 0; h < g.h; ++h) {
-        typename P::F s1{}, s2{};
-        for (int64_t w = 0; w < g.w; ++w) {
-          const typename P::F v = P::load(x + g.x.at(img, run, h, w) + lp) - k;
-          s1 += v;
-          s2 += v * v;
-        }
-        for (int l = 0; l < N; ++l) {
-          sums[l * 2] += s1[l];
-          sums[l * 2 + 1] += s2[l];
-        }
-      }
-    }
-  }
-}
 
 // y = the largest of relu(a x + b) over each tile; winners = its place in the tile and
 // winner_x = its x (so that backward's sums need not read x again). The largest is chosen
@@ -131,7 +53,7 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
   using P = LanePack<N>;
   const int64_t L = g.x.lanes, k = g.k;
 #pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+  for (int64_t plane = 0; plane < g.count(); ++plane) {
     const int64_t img = g.image(plane), run = g.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
@@ -169,7 +91,7 @@ void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, con
   using P = LanePack<N>;
   const int64_t L = g.x.lanes;
 #pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+  for (int64_t plane = 0; plane < g.count(); ++plane) {
     const int64_t img = g.image(plane), run = g.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pm = P::load(mu + run * L + lp), pi = P::load(inv + run * L + lp);
@@ -207,7 +129,7 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
   using F = typename P::F;
   const int64_t L = g.x.lanes, k = g.k;
 #pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < g.planes(); ++plane) {
+  for (int64_t plane = 0; plane < g.count(); ++plane) {
     const int64_t img = g.image(plane), run = g.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const int64_t o = run * L + lp;
@@ -239,14 +161,6 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
   }
 }
 
-// Calls f(std::integral_constant<int, N>) with the widest pack that divides the runs' lanes:
-// 16 (nChw16c, nhwc) or 8 (nChw8c); plan_for leaves other layouts to the composed ops.
-template <typename F>
-void with_pack(const Walk& g, F&& f) {
-  if (g.x.lanes % 16 == 0) return f(std::integral_constant<int, 16>());
-  f(std::integral_constant<int, 8>());
-}
-
 class FusedNormReluMaxPool : public NormReluMaxPoolOp {
  public:
   FusedNormReluMaxPool(const Context& ctx, const NormReluMaxPoolSpec& spec,
@@ -262,18 +176,16 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     }
     if (!last_) return composed_->forward_training(x, gamma, beta, y, mean, var, reducer);
     const Plan& p = *last_;
-    ensure_vector(mean, s_.channels);
-    ensure_vector(var, s_.channels);
+    count_ = statistics_.compute(p.g, s_.channels, x, mean, var, reducer);
     ensure(y, {p.g.n, s_.channels, p.g.oh, p.g.ow}, p.y_md);
-    const size_t tiles = size_t(p.g.planes() * p.g.oh * p.g.ow * p.g.x.lanes);
+    const size_t tiles = size_t(p.g.count() * p.g.oh * p.g.ow * p.g.x.lanes);
     winners_.resize(tiles);
     winner_x_.resize(tiles);  // fp32, or bf16 in the first half
-    const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
     if (x.dtype() == DType::kBF16)
-      forward(p, static_cast<const uint16_t*>(x.raw()), gamma, beta, mean, var,
-              static_cast<uint16_t*>(y.raw()), sync);
+      normalise_and_pool(p, static_cast<const uint16_t*>(x.raw()), gamma, beta, mean, var,
+                         static_cast<uint16_t*>(y.raw()));
     else
-      forward(p, x.f32(), gamma, beta, mean, var, y.f32(), sync);
+      normalise_and_pool(p, x.f32(), gamma, beta, mean, var, y.f32());
     return count_;
   }
 
@@ -326,8 +238,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     g.n = x.dim(0), g.h = x.dim(2), g.w = x.dim(3), g.oh = g.h / k, g.ow = g.w / k, g.k = k;
     const bool walkable = fuse_ && channel_runs(x_md, g.x) &&
                           pooled_desc(x_md, g.x, {g.n, s_.channels, g.oh, g.ow}, p->y_md) &&
-                          channel_runs(p->y_md, g.y) && g.y.lanes == g.x.lanes &&
-                          g.x.lanes % 8 == 0;
+                          channel_runs(p->y_md, g.y) && g.y.lanes == g.x.lanes && g.walkable();
     if (!walkable) {
       unwalkable_.push_back(x_md);
       return nullptr;
@@ -336,71 +247,18 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     return plans_.back().get();
   }
 
-  // A per-channel array over runs x lanes, f(c) on real channels and 0 on padding lanes.
-  template <typename F>
-  const float* per_lane(const Plan& p, std::vector<float>& out, F&& f) const {
-    out.assign(size_t(p.g.x.runs * p.g.x.lanes), 0.0f);
-    for (int64_t c = 0; c < s_.channels; ++c) out[c] = f(c);
-    return out.data();
-  }
-
-  // Channel c's total of plane sum `which` (0 or 1), over the images in order.
-  double channel_total(const Plan& p, int64_t c, int which) const {
-    const int64_t L = p.g.x.lanes, run = c / L, lane = c % L;
-    double total = 0;
-    for (int64_t img = 0; img < p.g.n; ++img)
-      total += plane_sums_[size_t(((img * p.g.x.runs + run) * L + lane) * 2 + which)];
-    return total;
-  }
-
+  // y and the winners from the batch's statistics.
   template <typename T>
-  void sums_about(const Plan& p, const T* x, const float* shift) {
-    plane_sums_.assign(size_t(p.g.planes() * p.g.x.lanes * 2), 0.0);
-    with_pack(p.g, [&](auto lanes) {
-      plane_sums<T, decltype(lanes)::value>(p.g, x, shift, plane_sums_.data());
-    });
-  }
-
-  // The batch's mean and biased variance, then the pooled normalisation. The statistics take
-  // one pass about each channel's first value on one rank; with a reducer the mean over every
-  // rank first, then the squares about it.
-  template <typename T>
-  void forward(const Plan& p, const T* x, const Tensor& gamma, const Tensor& beta, Tensor& mean,
-               Tensor& var, T* y, const StatReducer* reducer) {
-    const int64_t C = s_.channels, L = p.g.x.lanes;
-    float* m = mean.f32();
-    float* v = var.f32();
-    if (!reducer) {
-      const float* shift = per_lane(
-          p, shift_, [&](int64_t c) { return value_at(x + p.g.x.at(0, c / L, 0, 0) + c % L); });
-      sums_about(p, x, shift);
-      count_ = double(p.g.n * p.g.h * p.g.w);
-      for (int64_t c = 0; c < C; ++c) {
-        const double d = channel_total(p, c, 0) / count_;
-        m[c] = float(shift[c] + d);
-        const double spread = channel_total(p, c, 1) / count_ - d * d;
-        v[c] = float(spread < 0 ? 0.0 : spread);  // rounding's negatives to 0; NaN stays NaN
-      }
-    } else {
-      sums_about(p, x, per_lane(p, shift_, [](int64_t) { return 0.0f; }));
-      sums_.resize(C + 1);
-      for (int64_t c = 0; c < C; ++c) sums_[c] = float(channel_total(p, c, 0));
-      sums_[C] = float(p.g.n * p.g.h * p.g.w);
-      (*reducer)(sums_.data(), sums_.size());
-      count_ = sums_[C];
-      for (int64_t c = 0; c < C; ++c) m[c] = float(sums_[c] / count_);
-      sums_about(p, x, per_lane(p, shift_, [&](int64_t c) { return m[c]; }));
-      for (int64_t c = 0; c < C; ++c) sums_[c] = float(channel_total(p, c, 1));
-      (*reducer)(sums_.data(), C);
-      for (int64_t c = 0; c < C; ++c) v[c] = float(sums_[c] / count_);
-    }
+  void normalise_and_pool(const Plan& p, const T* x, const Tensor& gamma, const Tensor& beta,
+                          const Tensor& mean, const Tensor& var, T* y) {
+    const int64_t C = s_.channels;
     const float* a = per_lane(
-        p, a_, [&](int64_t c) { return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps); });
+        p.g.x, C, a_, [&](int64_t c) { return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps); });
     const float* b =
-        per_lane(p, b_, [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
-    with_pack(p.g, [&](auto lanes) {
-      pool_forward<T, decltype(lanes)::value>(p.g, x, a, b, y, winners_.data(),
-                                              reinterpret_cast<T*>(winner_x_.data()));
+        per_lane(p.g.x, C, b_, [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
+    with_pack(p.g.x, [&](auto pack) {
+      pool_forward<T, decltype(pack)::value>(p.g, x, a, b, y, winners_.data(),
+                                             reinterpret_cast<T*>(winner_x_.data()));
     });
   }
 
@@ -411,27 +269,28 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
                 const Tensor& var, T* dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) {
     const int64_t C = s_.channels;
-    const float* mu = per_lane(p, mu_, [&](int64_t c) { return mean.f32()[c]; });
-    const float* inv =
-        per_lane(p, inv_, [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + s_.eps); });
-    plane_sums_.assign(size_t(p.g.planes() * p.g.x.lanes * 2), 0.0);
-    with_pack(p.g, [&](auto lanes) {
+    const float* mu = per_lane(p.g.x, C, mu_, [&](int64_t c) { return mean.f32()[c]; });
+    const float* inv = per_lane(p.g.x, C, inv_,
+                                [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + s_.eps); });
+    plane_sums_.assign(size_t(p.g.count() * p.g.x.lanes * 2), 0.0);
+    with_pack(p.g.x, [&](auto lanes) {
       gradient_plane_sums<T, decltype(lanes)::value>(p.g, dy, winners_.data(),
                                                      reinterpret_cast<const T*>(winner_x_.data()),
                                                      mu, inv, plane_sums_.data());
     });
     sums_.resize(2 * C);
     for (int64_t c = 0; c < C; ++c) {
-      dbeta.f32()[c] = sums_[C + c] = float(channel_total(p, c, 0));
-      dgamma.f32()[c] = sums_[c] = float(channel_total(p, c, 1));
+      dbeta.f32()[c] = sums_[C + c] = float(channel_total(plane_sums_, p.g, c, 0));
+      dgamma.f32()[c] = sums_[c] = float(channel_total(plane_sums_, p.g, c, 1));
     }
     if (reducer) (*reducer)(sums_.data(), sums_.size());
-    const float* a = per_lane(p, a_, [&](int64_t c) { return gamma.f32()[c] * inv[c]; });
+    const float* a = per_lane(p.g.x, C, a_, [&](int64_t c) { return gamma.f32()[c] * inv[c]; });
     const float* c1 =
-        per_lane(p, c1_, [&](int64_t c) { return float(a[c] * sums_[C + c] / count_); });
-    const float* c2 = per_lane(p, c2_, [&](int64_t c) { return float(a[c] * sums_[c] / count_); });
+        per_lane(p.g.x, C, c1_, [&](int64_t c) { return float(a[c] * sums_[C + c] / count_); });
+    const float* c2 =
+        per_lane(p.g.x, C, c2_, [&](int64_t c) { return float(a[c] * sums_[c] / count_); });
     const InputGradCoefficients q{a, c1, c2, mu, inv};
-    with_pack(p.g, [&](auto lanes) {
+    with_pack(p.g.x, [&](auto lanes) {
       input_gradient<T, decltype(lanes)::value>(p.g, x, dy, winners_.data(), q, dx);
     });
   }
@@ -446,9 +305,10 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   bool counted_ = false;        // in ctx_.norm_pool_count
   std::vector<uint8_t> winners_;
   std::vector<float> winner_x_;
-  std::vector<double> plane_sums_;
+  BatchStatistics statistics_;
+  std::vector<double> plane_sums_;  // the gradient's, per plane
   std::vector<float> sums_;
-  std::vector<float> shift_, a_, b_, mu_, inv_, c1_, c2_;  // per_lane's arrays
+  std::vector<float> a_, b_, mu_, inv_, c1_, c2_;  // per_lane's arrays
   double count_ = 0;  // M: the values per channel the statistics cover, every rank's
   Tensor dy_scratch_;
   CachedReorder dy_reorder_;

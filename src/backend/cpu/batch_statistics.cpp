@@ -1,0 +1,92 @@
+// batch_statistics.cpp — BatchStatistics: per-plane fp64 sums from fp32 row sums, added per
+// channel in one order.
+#include "batch_statistics.hpp"
+
+#include <omp.h>
+
+#include "lane_pack.hpp"
+
+namespace ringtrain::backend::cpu {
+namespace {
+
+// Per plane and lane: sum (x - shift) and sum (x - shift)^2, laid out [plane][lane][2].
+template <typename T, int N>
+void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {
+  using P = LanePack<N>;
+  const int64_t L = p.x.lanes;
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < p.count(); ++plane) {
+    const int64_t img = p.image(plane), run = p.run(plane);
+    for (int64_t lp = 0; lp < L; lp += N) {
+      const typename P::F k = P::load(shift + run * L + lp);
+      double* sums = out + (plane * L + lp) * 2;
+      for (int64_t h = 0; h < p.h; ++h) {
+        typename P::F s1{}, s2{};
+        for (int64_t w = 0; w < p.w; ++w) {
+          const typename P::F v = P::load(x + p.x.at(img, run, h, w) + lp) - k;
+          s1 += v;
+          s2 += v * v;
+        }
+        for (int l = 0; l < N; ++l) {
+          sums[l * 2] += s1[l];
+          sums[l * 2 + 1] += s2[l];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+double BatchStatistics::compute(const Planes& p, int64_t channels, const Tensor& x, Tensor& mean,
+                                Tensor& var, const StatReducer* reducer) {
+  ensure(mean, Shape{channels}, plain_desc(Shape{channels}));
+  ensure(var, Shape{channels}, plain_desc(Shape{channels}));
+  const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
+  if (x.dtype() == DType::kBF16)
+    return compute_of(p, channels, static_cast<const uint16_t*>(x.raw()), mean.f32(), var.f32(),
+                      sync);
+  return compute_of(p, channels, x.f32(), mean.f32(), var.f32(), sync);
+}
+
+template <typename T>
+void BatchStatistics::sums_about(const Planes& p, const T* x, const float* shift) {
+  plane_sums_.assign(size_t(p.count() * p.x.lanes * 2), 0.0);
+  with_pack(p.x, [&](auto pack) {
+    plane_sums<T, decltype(pack)::value>(p, x, shift, plane_sums_.data());
+  });
+}
+
+template <typename T>
+double BatchStatistics::compute_of(const Planes& p, int64_t channels, const T* x, float* mean,
+                                   float* var, const StatReducer* reducer) {
+  const int64_t C = channels, L = p.x.lanes;
+  const auto total = [&](int64_t c, int which) { return channel_total(plane_sums_, p, c, which); };
+  if (!reducer) {
+    const float* shift = per_lane(
+        p.x, C, shift_, [&](int64_t c) { return value_at(x + p.x.at(0, c / L, 0, 0) + c % L); });
+    sums_about(p, x, shift);
+    const double count = double(p.n * p.h * p.w);
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = total(c, 0) / count;
+      const double spread = total(c, 1) / count - d * d;
+      mean[c] = float(shift[c] + d);
+      var[c] = float(spread < 0 ? 0.0 : spread);  // rounding's negatives to 0; NaN stays NaN
+    }
+    return count;
+  }
+  sums_about(p, x, per_lane(p.x, C, shift_, [](int64_t) { return 0.0f; }));
+  sums_.resize(size_t(C + 1));
+  for (int64_t c = 0; c < C; ++c) sums_[c] = float(total(c, 0));
+  sums_[C] = float(p.n * p.h * p.w);
+  (*reducer)(sums_.data(), sums_.size());
+  const double count = sums_[C];
+  for (int64_t c = 0; c < C; ++c) mean[c] = float(sums_[c] / count);
+  sums_about(p, x, per_lane(p.x, C, shift_, [&](int64_t c) { return mean[c]; }));
+  for (int64_t c = 0; c < C; ++c) sums_[c] = float(total(c, 1));
+  (*reducer)(sums_.data(), size_t(C));
+  for (int64_t c = 0; c < C; ++c) var[c] = float(sums_[c] / count);
+  return count;
+}
+
+}  // namespace ringtrain::backend::cpu

@@ -1,0 +1,76 @@
+// channel_runs.hpp — oneDNN's activation layouts as runs of channels side by side at every
+// pixel, for the cpu backend's own loops over them (batch statistics, the fused stem, batch
+// norm with a residual). Internal to src/backend/cpu.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "dnnl_util.hpp"
+#include "ringtrain/core/bf16.hpp"
+
+namespace ringtrain::backend::cpu {
+
+// A 4-D layout as runs of channels, each lane one channel at stride 1: nChw16c has runs of 16
+// (the last padded with zeros up to 16), nhwc one run of all C, nchw C runs of 1.
+struct ChannelRuns {
+  int64_t lanes = 0, runs = 0;
+  int64_t run_stride = 0, image_stride = 0, row_stride = 0, pixel_stride = 0, offset0 = 0;
+  // Offset of the first lane of run r at pixel (h, w) of image n.
+  int64_t at(int64_t n, int64_t r, int64_t h, int64_t w) const {
+    return offset0 + n * image_stride + r * run_stride + h * row_stride + w * pixel_stride;
+  }
+};
+
+// md's runs, or false where md is not 4-D with channels in unit-stride runs.
+bool channel_runs(const memory::desc& md, ChannelRuns& out);
+
+// An [n, C, h, w] activation walked one (image, run) plane per OpenMP iteration: each plane's
+// sums are its own, so totals that add them in one order are the same bits at any thread
+// count. The loops take lanes N at a time (LanePack<N>): they walk layouts whose runs hold a
+// multiple of 8 lanes (walkable).
+struct Planes {
+  ChannelRuns x;
+  int64_t n = 0, h = 0, w = 0;
+  int64_t count() const { return n * x.runs; }
+  int64_t image(int64_t plane) const { return plane / x.runs; }
+  int64_t run(int64_t plane) const { return plane % x.runs; }
+  bool walkable() const { return x.lanes % 8 == 0; }
+};
+
+// Calls f(std::integral_constant<int, N>) with the widest pack that divides the lanes: 16
+// (nChw16c, nhwc) or 8 (nChw8c).
+template <typename F>
+void with_pack(const ChannelRuns& r, F&& f) {
+  if (r.lanes % 16 == 0) return f(std::integral_constant<int, 16>());
+  f(std::integral_constant<int, 8>());
+}
+
+// A per-channel array over runs x lanes: f(c) on the channels, 0 on padding lanes.
+template <typename F>
+const float* per_lane(const ChannelRuns& r, int64_t channels, std::vector<float>& out, F&& f) {
+  out.assign(size_t(r.runs * r.lanes), 0.0f);
+  for (int64_t c = 0; c < channels; ++c) out[size_t(c)] = f(c);
+  return out.data();
+}
+
+// Channel c's total of `which` (0 or 1) in per-plane sums laid out [plane][lane][2], over the
+// images in order.
+inline double channel_total(const std::vector<double>& sums, const Planes& p, int64_t c,
+                            int which) {
+  const int64_t L = p.x.lanes, run = c / L, lane = c % L;
+  double total = 0;
+  for (int64_t img = 0; img < p.n; ++img)
+    total += sums[size_t(((img * p.x.runs + run) * L + lane) * 2 + which)];
+  return total;
+}
+
+inline float value_at(const float* p) {
+  return *p;
+}
+inline float value_at(const uint16_t* p) {
+  return bf16_to_float(*p);
+}
+
+}  // namespace ringtrain::backend::cpu
