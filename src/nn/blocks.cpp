@@ -165,16 +165,20 @@ const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
   const Tensor* a = &conv1_.forward(x, training);
   a = &bn1_.forward(*a, training);
   a = &conv2_.forward(*a, training);
-  a = &bn2_.forward(*a, training);
   const Tensor* shortcut = &x;
   if (down_conv_) shortcut = &down_bn_->forward(down_conv_->forward(x, training), training);
-  add_relu_->forward(*a, *shortcut, y_);
+  // bn2, the sum and the ReLU in one pass where the backend fuses them (training only).
+  out_ = training ? bn2_.forward_add_relu(*a, *shortcut) : nullptr;
+  if (!out_) {
+    add_relu_->forward(bn2_.forward(*a, training), *shortcut, y_);
+    out_ = &y_;
+  }
   if (training && transient_) {
     // Only the sum read them: backward needs the batch norms' inputs, not their outputs.
-    bn2_.release_output();
+    if (out_ == &y_) bn2_.release_output();
     if (down_bn_) down_bn_->release_output();
   }
-  return y_;
+  return *out_;
 }
 
 // dsum is the gradient of the sum: dy through the block's ReLU, which the block above has
@@ -182,7 +186,7 @@ const Tensor& BasicBlock::forward(const Tensor& x, bool training) {
 const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
   const Tensor* dsum = &dy;
   if (!output_grad_masked_) {
-    relu_out_->backward(y_, dy, dsum_);
+    relu_out_->backward(*out_, dy, dsum_);
     dsum = &dsum_;
   }
   const Tensor* dshort = dsum;

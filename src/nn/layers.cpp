@@ -127,6 +127,16 @@ const Tensor& BatchNorm2d::forward(const Tensor& x, bool training) {
   return y_;
 }
 
+const Tensor* BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  const double count =
+      op_->forward_training_add_relu(x, gamma_.value, beta_.value, residual, y_, batch_mean_,
+                                     batch_var_, reducer_ ? &reducer_ : nullptr);
+  if (count == 0) return nullptr;
+  x_ = x;
+  update_running_statistics(batch_mean_, batch_var_, count);
+  return &y_;
+}
+
 void BatchNorm2d::update_running_statistics(const Tensor& mean, const Tensor& var, double count) {
   // PyTorch's update: the running variance takes the unbiased batch variance.
   double unbias = count > 1 ? count / (count - 1) : 1.0;

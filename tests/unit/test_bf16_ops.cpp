@@ -222,6 +222,39 @@ BOOST_AUTO_TEST_CASE(batch_norm_relu_max_pool_matches_the_bf16_reference) {
   compare("batch norm + relu + max pool", t, {"y", "mean", "var", "dx", "dgamma", "dbeta"}, out);
 }
 
+// The cpu's fused batch norm + residual + ReLU pass (x and the residual in the blocked layout a
+// convolution writes) against the references' batch norm then add, with each one's backward.
+BOOST_AUTO_TEST_CASE(batch_norm_residual_relu_matches_the_bf16_reference) {
+  Trio t;
+  if (!t.ok()) return;
+  const Shape shape{4, 16, 5, 6};
+  std::vector<float> xv = random_values(size_t(shape_numel(shape)), 63, -1, 3);
+  std::vector<float> rv = random_values(xv.size(), 64);
+  for (float& v : xv) v = round_to_bf16(v);
+  for (float& v : rv) v = round_to_bf16(v);
+  std::vector<std::vector<Tensor>> out(3);
+  for (int i = 0; i < 3; ++i) {
+    Backend& be = *t.be[i];
+    const Tensor x = i == 0 ? as_conv_output(be, shape, xv) : to_device(be, shape, xv);
+    const Tensor r = i == 0 ? as_conv_output(be, shape, rv) : to_device(be, shape, rv);
+    Tensor gamma = random_tensor(be, {16}, 65, 0.5f, 1.5f), beta = random_tensor(be, {16}, 66);
+    Tensor y, normed, mean, var, masked, dx;
+    auto op = be.make_batch_norm({16, 1e-5f, false});
+    if (op->forward_training_add_relu(x, gamma, beta, r, y, mean, var, nullptr) == 0) {
+      op->forward_training(x, gamma, beta, normed, mean, var, nullptr);
+      be.make_add(true)->forward(normed, r, y);
+    }
+    Tensor dy = activation(be, y.shape(), 67);
+    be.make_relu()->backward(y, dy, masked);
+    Tensor dgamma = be.alloc({16}), dbeta = be.alloc({16});
+    op->backward(x, masked, gamma, mean, var, dx, dgamma, dbeta, nullptr);
+    out[i] = {y, mean, var, dx, dgamma, dbeta};
+  }
+  BOOST_TEST(t.be[0]->op_choices() == "batch norm + residual + ReLU: fused 1, oneDNN 0");
+  compare("batch norm + residual + relu", t, {"y", "mean", "var", "dx", "dgamma", "dbeta"}, out,
+          {"dx", "dgamma", "dbeta"});
+}
+
 BOOST_AUTO_TEST_CASE(relu_pool_and_add_match_the_bf16_reference) {
   Trio t;
   if (!t.ok()) return;

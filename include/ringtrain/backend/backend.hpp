@@ -201,6 +201,18 @@ class BatchNormOp {
                                   const StatReducer* reducer) = 0;
   virtual void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  const Tensor& mean, const Tensor& var, Tensor& y) = 0;
+  // relu(bn(x) + residual), a residual block's second batch norm with its sum and ReLU, in one
+  // pass where the backend can (an op made without fuse_relu, in training): the statistics as
+  // forward_training's, returned in mean and var, and their count returned. Returns 0 where it
+  // cannot, y untouched: the caller then runs forward_training and an AddOp. backward is
+  // unchanged: it takes the gradient of bn(x), the sum's gradient masked by the ReLU.
+  virtual double forward_training_add_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                           const Tensor& residual, Tensor& y, Tensor& mean,
+                                           Tensor& var, const StatReducer* reducer) {
+    (void)x, (void)gamma, (void)beta, (void)residual, (void)y, (void)mean, (void)var;
+    (void)reducer;
+    return 0;
+  }
   // mean and var are those forward_training returned. dgamma and dbeta are this rank's
   // own; with a reducer dx accounts for every rank's batch (synchronized BN).
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,

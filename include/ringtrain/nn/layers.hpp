@@ -127,6 +127,10 @@ class BatchNorm2d : public Layer {
   // Drops the output of the last forward, where nothing but the caller's next op reads it
   // (the block's sum): batch norm's backward reads its input, never its output.
   void release_output() { y_ = Tensor(); }
+  // Training forward of relu(this(x) + residual) in one op where the backend fuses it
+  // (BatchNormOp::forward_training_add_relu): its output, or null where it does not (the caller
+  // runs forward and adds). backward() then takes the gradient of this(x), as after forward.
+  const Tensor* forward_add_relu(const Tensor& x, const Tensor& residual);
   double forward_flops(const Shape& in) const override;
   void collect(std::vector<Parameter*>& params, std::vector<NamedBuffer>& buffers) override;
   // Synchronized BN: per-channel sums go through reducer (sum across ranks) in forward
@@ -324,7 +328,7 @@ class BasicBlock : public Layer {
   Conv2d conv1_;
   BatchNorm2d bn1_;  // with the ReLU fused
   Conv2d conv2_;
-  BatchNorm2d bn2_;
+  BatchNorm2d bn2_;  // with the sum and the ReLU where the backend fuses them
   std::unique_ptr<Conv2d> down_conv_;
   std::unique_ptr<BatchNorm2d> down_bn_;
   std::unique_ptr<backend::AddOp> add_relu_;
@@ -332,6 +336,7 @@ class BasicBlock : public Layer {
   std::unique_ptr<backend::AddOp> add_grads_;
   Tensor y_, dsum_, dx_, empty_;
   const Tensor* x_ = nullptr;  // the last training forward's input, for mask_input_grad_
+  const Tensor* out_ = &y_;    // the last forward's output: y_, or bn2_'s where it fused the sum
   bool mask_input_grad_ = false, output_grad_masked_ = false;
 };
 

@@ -99,7 +99,7 @@ class CpuBackend : public HostBackend {
   ReorderTime reorder_time() const override { return ctx_.reorders; }
   std::string op_choices() const override {
     // The convolutions' clause last: the trainer's line on them ends "as the deck gave them".
-    const std::string stems = norm_pool_choices(), convs = conv_choices();
+    const std::string stems = norm_choices(), convs = conv_choices();
     return stems.empty() || convs.empty() ? stems + convs : stems + "; " + convs;
   }
 
@@ -109,7 +109,7 @@ class CpuBackend : public HostBackend {
     return cpu::make_linear(ctx_, s);
   }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) override {
-    return cpu::make_batch_norm(ctx_, s);
+    return cpu::make_batch_norm(ctx_, s, fusion_allowed("RINGTRAIN_CPU_NORM_ADD"));
   }
   std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
       const NormReluMaxPoolSpec& s) override {
@@ -133,10 +133,16 @@ class CpuBackend : public HostBackend {
                n.data_onednn);
   }
 
-  std::string norm_pool_choices() const {
-    const NormPoolCount& n = ctx_.norm_pool_count;
-    if (n.fused + n.composed == 0) return "";
-    return str("batch norm + ReLU + max pool: fused ", n.fused, ", oneDNN ", n.composed);
+  // The batch norms fused with what follows them, each kind counted where one ran.
+  std::string norm_choices() const {
+    std::string out;
+    const auto add = [&](const char* what, const FusedCount& n) {
+      if (n.fused + n.composed == 0) return;
+      out += str(out.empty() ? "" : "; ", what, ": fused ", n.fused, ", oneDNN ", n.composed);
+    };
+    add("batch norm + ReLU + max pool", ctx_.norm_pool_count);
+    add("batch norm + residual + ReLU", ctx_.norm_add_count);
+    return out;
   }
 
   Precision precision_;

@@ -25,9 +25,10 @@ struct ConvPathCount {
   int data_onednn = 0;
 };
 
-// How many batch norm + ReLU + max pool ops run our fused loops, and how many oneDNN's two
-// primitives (a layout the loops do not walk), counted at each one's first training forward.
-struct NormPoolCount {
+// How many ops of a fused kind (batch norm + ReLU + max pool, batch norm + residual + ReLU)
+// run our own loops, and how many oneDNN's primitives one after the other (a layout the loops
+// do not walk, or the environment's switch), counted at each one's first training forward.
+struct FusedCount {
   int fused = 0;
   int composed = 0;
 };
@@ -41,7 +42,8 @@ struct Context {
   dt act = dt::f32;
   ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
   mutable ConvPathCount conv_path_count;  // the ops hold a const Context
-  mutable NormPoolCount norm_pool_count;
+  mutable FusedCount norm_pool_count;
+  mutable FusedCount norm_add_count;
   mutable ReorderTime reorders;  // every CachedReorder's runs
 };
 

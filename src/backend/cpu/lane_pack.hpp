@@ -50,6 +50,18 @@ struct LanePack {
     std::memcpy(p, &b, sizeof b);
   }
 
+  // v as storing it in T keeps it: itself for fp32, rounded to bf16 for bf16.
+  static F stored(F v, const float*) { return v; }
+  static F stored(F v, const uint16_t*) { return reinterpret_cast_bits(bf16_bits(v) << 16); }
+  // The same for finite v, in fewer instructions: a NaN may come out as another NaN or an inf.
+  // For comparisons whose caller handles NaN apart.
+  static F stored_finite(F v, const float*) { return v; }
+  static F stored_finite(F v, const uint16_t*) {
+    U bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return reinterpret_cast_bits((bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u);
+  }
+
  private:
   // Lane by lane: GCC 12's __builtin_convertvector rejects vector types that depend on a
   // template parameter; at -O3 these loops become one widening or narrowing move.

@@ -1,10 +1,13 @@
-// norm_pool.cpp — oneDNN batch norm (with a synchronized-BN path), ReLU, pooling and add.
+// norm_pool.cpp — oneDNN batch norm (with a synchronized-BN path and our own pass for batch
+// norm + residual + ReLU), ReLU, pooling and add.
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
 #include "../host_math.hpp"
+#include "batch_statistics.hpp"
+#include "lane_pack.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
 
@@ -64,9 +67,33 @@ struct ChannelWalk {
   int64_t block, n, h, w, sn, sc, sh, sw, offset0;
 };
 
+// y = relu(a x + b + r) over channel runs (a and b per lane; padding lanes give 0), with a x + b
+// rounded as the batch norm would store it before the sum (bf16: the numbers of the two ops). A
+// NaN stays NaN.
+template <typename T, int N>
+void normalise_add_relu(const Planes& p, const T* x, const T* r, const float* a, const float* b,
+                        T* y) {
+  using P = LanePack<N>;
+  const int64_t L = p.x.lanes;
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < p.count(); ++plane) {
+    const int64_t img = p.image(plane), run = p.run(plane);
+    for (int64_t lp = 0; lp < L; lp += N) {
+      const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
+      for (int64_t h = 0; h < p.h; ++h)
+        for (int64_t w = 0; w < p.w; ++w) {
+          const int64_t at = p.x.at(img, run, h, w) + lp;
+          const typename P::F v = P::stored(pa * P::load(x + at) + pb, x) + P::load(r + at);
+          P::store(y + at, v < 0.0f ? typename P::F{} : v);
+        }
+    }
+  }
+}
+
 class BatchNorm : public BatchNormOp {
  public:
-  BatchNorm(const Context& ctx, const BatchNormSpec& spec) : ctx_(ctx), s_(spec) {}
+  BatchNorm(const Context& ctx, const BatchNormSpec& spec, bool fuse_residual)
+      : ctx_(ctx), s_(spec), fuse_residual_(fuse_residual) {}
 
   double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var, const StatReducer* reducer) override {
@@ -81,6 +108,41 @@ class BatchNorm : public BatchNormOp {
     }
     run_forward(p, p.train_fwd, x, gamma, beta, mean, var, y);
     return double(x.dim(0) * x.dim(2) * x.dim(3));
+  }
+
+  double forward_training_add_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& residual, Tensor& y, Tensor& mean, Tensor& var,
+                                   const StatReducer* reducer) override {
+    if (s_.fuse_relu) return 0;
+    Plan& p = plan_for(x);
+    const bool fused = fuse_residual_ && p.walkable;
+    if (!counted_) {
+      ++(fused ? ctx_.norm_add_count.fused : ctx_.norm_add_count.composed);
+      counted_ = true;
+    }
+    if (!fused) return 0;
+    RT_CHECK(residual.shape() == x.shape(), "batch norm + residual: residual ",
+             shape_str(residual.shape()), " differs from x ", shape_str(x.shape()));
+    const memory r = as_layout(ctx_, residual, p.x_md, residual_scratch_, residual_reorder_);
+    const double count = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
+    global_count_ = float(count);  // for a synchronized backward
+    ensure(y, x.shape(), p.x_md);
+    const float* a = per_lane(p.planes.x, s_.channels, a_, [&](int64_t c) {
+      return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps);
+    });
+    const float* b = per_lane(p.planes.x, s_.channels, b_,
+                              [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
+    with_pack(p.planes.x, [&](auto pack) {
+      constexpr int N = decltype(pack)::value;
+      if (x.dtype() == DType::kBF16)
+        normalise_add_relu<uint16_t, N>(p.planes, static_cast<const uint16_t*>(x.raw()),
+                                        static_cast<const uint16_t*>(r.get_data_handle()), a, b,
+                                        static_cast<uint16_t*>(y.raw()));
+      else
+        normalise_add_relu<float, N>(p.planes, x.f32(),
+                                     static_cast<const float*>(r.get_data_handle()), a, b, y.f32());
+    });
+    return count;
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -120,6 +182,8 @@ class BatchNorm : public BatchNormOp {
     bn_fwd train_fwd, global_fwd;
     bn_bwd train_bwd, global_bwd;
     memory workspace;
+    Planes planes;          // x for our own loops (forward_training_add_relu)
+    bool walkable = false;  // whether they walk x's layout
   };
 
   Plan& plan_for(const Tensor& x) {
@@ -130,6 +194,8 @@ class BatchNorm : public BatchNormOp {
              " does not have ", s_.channels, " channels");
     auto p = std::make_unique<Plan>();
     p->x_md = x_md;
+    p->planes.n = x.dim(0), p->planes.h = x.dim(2), p->planes.w = x.dim(3);
+    p->walkable = channel_runs(x_md, p->planes.x) && p->planes.walkable();
     auto scale_shift = nflags::use_scale | nflags::use_shift;
     if (s_.fuse_relu) scale_shift |= nflags::fuse_norm_relu;
     auto global = scale_shift | nflags::use_global_stats;
@@ -241,11 +307,17 @@ class BatchNorm : public BatchNormOp {
 
   const Context& ctx_;
   BatchNormSpec s_;
+  bool fuse_residual_;    // false: forward_training_add_relu declines (RINGTRAIN_CPU_NORM_ADD)
+  bool counted_ = false;  // in ctx_.norm_add_count, at the first forward_training_add_relu
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<float> sums_;
   float global_count_ = 0;
   Tensor dy_scratch_;
   CachedReorder dy_reorder_;
+  BatchStatistics statistics_;
+  std::vector<float> a_, b_;  // per_lane's arrays
+  Tensor residual_scratch_;
+  CachedReorder residual_reorder_;
 };
 
 class Relu : public ReluOp {
@@ -466,8 +538,9 @@ class Add : public AddOp {
 
 }  // namespace
 
-std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec) {
-  return std::make_unique<BatchNorm>(ctx, spec);
+std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec,
+                                             bool fuse_residual) {
+  return std::make_unique<BatchNorm>(ctx, spec, fuse_residual);
 }
 std::unique_ptr<ReluOp> make_relu(const Context& ctx) {
   return std::make_unique<Relu>(ctx);

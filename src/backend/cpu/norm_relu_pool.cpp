@@ -44,9 +44,9 @@ struct Walk : Planes {
 };
 
 // y = the largest of relu(a x + b) over each tile; winners = its place in the tile and
-// winner_x = its x (so that backward's sums need not read x again). The largest is chosen
-// before rounding to bf16: where two values round to the same bf16 the gradient goes to the
-// larger, where the unfused pool, choosing among rounded values, would give it to the first.
+// winner_x = its x (so that backward's sums need not read x again). The values are compared as
+// stored (bf16: rounded), so that of two that round alike the first wins, as the unfused pool
+// chooses.
 template <typename T, int N>
 void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* y, uint8_t* winners,
                   T* winner_x) {
@@ -67,7 +67,7 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
           for (int64_t i = 0; i < k; ++i)
             for (int64_t j = 0; j < k; ++j) {
               const typename P::F xv = P::load(x + g.x.at(img, run, oh * k + i, ow * k + j) + lp);
-              const typename P::F v = pa * xv + pb;
+              const typename P::F v = P::stored_finite(pa * xv + pb, x);
               const typename P::I wins = v > best;
               best = wins ? v : best;
               best_x = wins ? xv : best_x;

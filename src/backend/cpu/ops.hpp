@@ -12,7 +12,10 @@ namespace ringtrain::backend::cpu {
 // Op objects keep a reference to ctx: they must not outlive their backend.
 std::unique_ptr<ConvOp> make_conv(const Context& ctx, const ConvSpec& spec);
 std::unique_ptr<LinearOp> make_linear(const Context& ctx, const LinearSpec& spec);
-std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec);
+// fuse_residual: forward_training_add_relu runs our own pass where the layout allows
+// (RINGTRAIN_CPU_NORM_ADD unset or fused).
+std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec,
+                                             bool fuse_residual);
 std::unique_ptr<ReluOp> make_relu(const Context& ctx);
 std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec);
 // Our own loops; `composed` (the backend's batch norm and pool ops) runs where they do not walk

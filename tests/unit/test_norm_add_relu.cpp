@@ -1,0 +1,208 @@
+// test_norm_add_relu.cpp — batch norm + residual + ReLU in one pass (the cpu backend's own loop,
+// BatchNormOp::forward_training_add_relu) against the reference's batch norm then add, with
+// oneDNN's backward after it; synchronized across two ranks, the same bits at any thread count,
+// the environment's switch, and a residual block either way.
+#include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "nn_test_util.hpp"
+#include "ringtrain/core/error.hpp"
+#include "ringtrain/nn/layers.hpp"
+#include "two_rank_reducer.hpp"
+
+using namespace ringtrain;
+using namespace ringtrain::backend;
+using namespace rt_test;
+
+namespace {
+
+struct Outputs {
+  std::vector<float> y, mean, var, dx, dgamma, dbeta;
+  double count = 0;
+};
+
+// relu(bn(x) + r) forward through the op's fused pass, or (where it declines) its batch norm
+// then an add with ReLU; backward of the batch norm on dy masked by the ReLU. gamma, beta, r
+// and dy seeded (dy given where dy_values is).
+Outputs run(Backend& be, const Tensor& x, const Tensor& r, uint64_t seed,
+            const StatReducer* reducer = nullptr, const std::vector<float>* dy_values = nullptr) {
+  const int c = int(x.dim(1));
+  Tensor gamma = random_tensor(be, {c}, seed, 0.5f, 1.5f), beta = random_tensor(be, {c}, seed + 1);
+  auto bn = be.make_batch_norm({c, 1e-5f, false});
+  Tensor y, normed, mean, var, masked, dx, dgamma = be.alloc({c}), dbeta = be.alloc({c});
+  Outputs out;
+  out.count = bn->forward_training_add_relu(x, gamma, beta, r, y, mean, var, reducer);
+  if (out.count == 0) {
+    out.count = bn->forward_training(x, gamma, beta, normed, mean, var, reducer);
+    be.make_add(true)->forward(normed, r, y);
+  }
+  const Tensor dy =
+      dy_values ? to_device(be, y.shape(), *dy_values) : random_tensor(be, y.shape(), seed + 2);
+  be.make_relu()->backward(y, dy, masked);
+  bn->backward(x, masked, gamma, mean, var, dx, dgamma, dbeta, reducer);
+  out.y = to_host(be, y);
+  out.mean = to_host(be, mean);
+  out.var = to_host(be, var);
+  out.dx = to_host(be, dx);
+  out.dgamma = to_host(be, dgamma);
+  out.dbeta = to_host(be, dbeta);
+  return out;
+}
+
+void expect_all_close(const Outputs& got, const Outputs& want) {
+  BOOST_TEST(got.count == want.count);
+  expect_close("y", got.y, want.y, 2e-5);
+  expect_close("batch mean", got.mean, want.mean, 2e-5);
+  expect_close("batch var", got.var, want.var, 1e-4);
+  expect_close("dx", got.dx, want.dx, 1e-4);
+  expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
+  expect_close("dbeta", got.dbeta, want.dbeta, 2e-5);
+}
+
+void expect_same_bits(const Outputs& got, const Outputs& want) {
+  BOOST_TEST(same_bits(got.y, want.y));
+  BOOST_TEST(same_bits(got.mean, want.mean));
+  BOOST_TEST(same_bits(got.var, want.var));
+  BOOST_TEST(same_bits(got.dx, want.dx));
+  BOOST_TEST(same_bits(got.dgamma, want.dgamma));
+  BOOST_TEST(same_bits(got.dbeta, want.dbeta));
+}
+
+std::vector<float> concat(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> out(a);
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(norm_add_relu)
+
+// x in the blocked layout a convolution writes (16 channels, one run; 40, three runs, the last
+// padded), the residual once in that layout and once plain (reordered by the op).
+BOOST_AUTO_TEST_CASE(fused_matches_reference_batch_norm_then_add) {
+  for (const Shape& shape : {Shape{4, 16, 8, 8}, Shape{2, 40, 5, 7}})
+    for (bool plain_residual : {false, true}) {
+      std::printf("fp32: x %s, residual %s\n", shape_str(shape).c_str(),
+                  plain_residual ? "plain" : "in x's layout");
+      auto cpu = make_backend("cpu", 2);
+      auto ref = make_backend("ref", 2);
+      const std::vector<float> xv = random_values(size_t(shape_numel(shape)), 141, -1, 3);
+      const std::vector<float> rv = random_values(xv.size(), 142);
+      const Tensor r =
+          plain_residual ? to_device(*cpu, shape, rv) : as_conv_output(*cpu, shape, rv);
+      Outputs got = run(*cpu, as_conv_output(*cpu, shape, xv), r, 143);
+      Outputs want = run(*ref, to_device(*ref, shape, xv), to_device(*ref, shape, rv), 143);
+      BOOST_TEST(cpu->op_choices() == "batch norm + residual + ReLU: fused 1, oneDNN 0");
+      expect_all_close(got, want);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {
+  const Shape shape{4, 40, 6, 6};
+  const std::vector<float> xv = random_values(size_t(shape_numel(shape)), 151, -1, 3);
+  const std::vector<float> rv = random_values(xv.size(), 152);
+  Outputs out[3];
+  for (int i = 0; i < 3; ++i) {
+    auto be = make_backend("cpu", i == 0 ? 1 : 2);
+    out[i] = run(*be, as_conv_output(*be, shape, xv), as_conv_output(*be, shape, rv), 153);
+  }
+  expect_same_bits(out[1], out[0]);
+  expect_same_bits(out[2], out[0]);
+}
+
+// Two ranks with half the batch each and a reducer equal one rank with the whole batch: the
+// statistics are every rank's, and so are the backward's sums (its count is the fused pass's).
+BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
+  const Shape whole{4, 16, 5, 5}, half{2, 16, 5, 5};
+  const std::vector<float> xv = random_values(size_t(shape_numel(whole)), 161, -1, 3);
+  const std::vector<float> rv = random_values(xv.size(), 162);
+  const std::vector<float> dy_half = random_values(xv.size() / 2, 163);
+  TwoRankReducer reducer;
+  Outputs got[2];
+  auto rank = [&](int r) {
+    auto be = make_backend("cpu", 1);
+    const size_t n = xv.size() / 2;
+    const std::vector<float> mine(xv.begin() + r * n, xv.begin() + (r + 1) * n);
+    const std::vector<float> res(rv.begin() + r * n, rv.begin() + (r + 1) * n);
+    const StatReducer red = reducer.for_rank(r);
+    got[r] = run(*be, as_conv_output(*be, half, mine), as_conv_output(*be, half, res), 164, &red,
+                 &dy_half);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  BOOST_TEST(got[0].count == double(4 * 5 * 5));
+  // Each rank's loss is a mean over its half: the whole batch's dy is half the ranks', and each
+  // rank's dx twice the whole batch's.
+  auto ref = make_backend("ref", 2);
+  std::vector<float> dy_whole = concat(dy_half, dy_half);
+  for (float& v : dy_whole) v *= 0.5f;
+  Outputs want =
+      run(*ref, to_device(*ref, whole, xv), to_device(*ref, whole, rv), 164, nullptr, &dy_whole);
+  for (float& v : want.dx) v *= 2.0f;
+  expect_close("batch mean, rank 1", got[1].mean, want.mean, 2e-5);
+  expect_close("batch var, rank 0", got[0].var, want.var, 1e-4);
+  expect_close("y, both ranks", concat(got[0].y, got[1].y), want.y, 2e-5);
+  expect_close("dx, both ranks", concat(got[0].dx, got[1].dx), want.dx, 1e-4);
+}
+
+// RINGTRAIN_CPU_NORM_ADD=separate declines the fused pass (the caller adds, counted as oneDNN);
+// any value but fused or separate is refused by name.
+BOOST_AUTO_TEST_CASE(environment_switch_declines_or_is_refused) {
+  const Shape shape{2, 16, 4, 4};
+  setenv("RINGTRAIN_CPU_NORM_ADD", "separate", 1);
+  auto cpu = make_backend("cpu", 2);
+  const Tensor x = as_conv_output(*cpu, shape, random_values(size_t(shape_numel(shape)), 171));
+  auto bn = cpu->make_batch_norm({16, 1e-5f, false});
+  Tensor gamma = random_tensor(*cpu, {16}, 172), beta = random_tensor(*cpu, {16}, 173), y, m, v;
+  BOOST_TEST(bn->forward_training_add_relu(x, gamma, beta, x, y, m, v, nullptr) == 0.0);
+  BOOST_TEST(y.empty());
+  BOOST_TEST(cpu->op_choices() == "batch norm + residual + ReLU: fused 0, oneDNN 1");
+  setenv("RINGTRAIN_CPU_NORM_ADD", "on", 1);
+  BOOST_TEST(error_of([&] {
+               cpu->make_batch_norm({16, 1e-5f, false});
+             }) == "RINGTRAIN_CPU_NORM_ADD=on: use fused (the default) or separate");
+  unsetenv("RINGTRAIN_CPU_NORM_ADD");
+}
+
+// A residual block (with and without its downsampling shortcut) trains alike through the fused
+// pass and through batch norm then add: output, input gradient and every parameter's gradient.
+BOOST_AUTO_TEST_CASE(block_trains_alike_either_way) {
+  for (int stride : {1, 2}) {
+    std::printf("BasicBlock 16->%d stride %d, fused against separate\n", 16 * stride, stride);
+    const Shape shape{4, 16, 8, 8};
+    const std::vector<float> xv = random_values(size_t(shape_numel(shape)), 181);
+    std::vector<float> y[2], dx[2], grads[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      setenv("RINGTRAIN_CPU_NORM_ADD", fused ? "fused" : "separate", 1);
+      auto be = make_backend("cpu", 2);
+      nn::BasicBlock block("block", *be, 16, 16 * stride, stride);
+      std::vector<nn::Parameter*> params;
+      std::vector<nn::NamedBuffer> buffers;
+      block.collect(params, buffers);
+      uint64_t seed = 182;
+      for (nn::Parameter* p : params)
+        be->upload(random_values(size_t(p->numel()), seed++, -0.5f, 0.5f).data(), p->value);
+      const Tensor x = as_conv_output(*be, shape, xv);
+      y[fused] = to_host(*be, block.forward(x, true));
+      const Tensor dy = random_tensor(*be, block.output_shape(shape), 190);
+      dx[fused] = to_host(*be, block.backward(dy, [](nn::Parameter&) {}));
+      for (nn::Parameter* p : params) {
+        const std::vector<float> g = to_host(*be, p->grad);
+        grads[fused].insert(grads[fused].end(), g.begin(), g.end());
+      }
+      BOOST_TEST(be->op_choices().find(str("batch norm + residual + ReLU: fused ", fused)) == 0u,
+                 be->op_choices());
+    }
+    unsetenv("RINGTRAIN_CPU_NORM_ADD");
+    expect_close("block output", y[1], y[0], 2e-5);
+    expect_close("block dx", dx[1], dx[0], 1e-4);
+    expect_close("parameter gradients", grads[1], grads[0], 1e-4);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
