@@ -4,29 +4,35 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include "lane_pack.hpp"
 
 namespace ringtrain::backend::cpu {
 namespace {
 
+// Pixels summed in fp32 before their sums go into the fp64 ones: whole rows, about this many.
+constexpr int64_t kPixelsPerFp32Sum = 256;
+
 // Per plane and lane: sum (x - shift) and sum (x - shift)^2, laid out [plane][lane][2].
 template <typename T, int N>
 void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {
   using P = LanePack<N>;
-  const int64_t L = p.x.lanes;
+  const int64_t L = p.x.lanes, rows = std::max<int64_t>(1, kPixelsPerFp32Sum / p.w);
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < p.count(); ++plane) {
     const int64_t img = p.image(plane), run = p.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F k = P::load(shift + run * L + lp);
       double* sums = out + (plane * L + lp) * 2;
-      for (int64_t h = 0; h < p.h; ++h) {
+      for (int64_t h0 = 0; h0 < p.h; h0 += rows) {
         typename P::F s1{}, s2{};
-        for (int64_t w = 0; w < p.w; ++w) {
-          const typename P::F v = P::load(x + p.x.at(img, run, h, w) + lp) - k;
-          s1 += v;
-          s2 += v * v;
-        }
+        for (int64_t h = h0; h < std::min(p.h, h0 + rows); ++h)
+          for (int64_t w = 0; w < p.w; ++w) {
+            const typename P::F v = P::load(x + p.x.at(img, run, h, w) + lp) - k;
+            s1 += v;
+            s2 += v * v;
+          }
         for (int l = 0; l < N; ++l) {
           sums[l * 2] += s1[l];
           sums[l * 2 + 1] += s2[l];

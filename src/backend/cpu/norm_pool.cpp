@@ -80,10 +80,13 @@ void normalise_add_relu(const Planes& p, const T* x, const T* r, const float* a,
     const int64_t img = p.image(plane), run = p.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
+      // A NaN or inf in x makes the channel's a or b so: all its outputs NaN, as unfused.
+      const typename P::I poisoned = (pa - pa != 0.0f) | (pb - pb != 0.0f);
       for (int64_t h = 0; h < p.h; ++h)
         for (int64_t w = 0; w < p.w; ++w) {
           const int64_t at = p.x.at(img, run, h, w) + lp;
-          const typename P::F v = P::stored(pa * P::load(x + at) + pb, x) + P::load(r + at);
+          typename P::F v = P::stored_finite(pa * P::load(x + at) + pb, x) + P::load(r + at);
+          v = poisoned ? pa + pb : v;
           P::store(y + at, v < 0.0f ? typename P::F{} : v);
         }
     }
