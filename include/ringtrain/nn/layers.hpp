@@ -193,6 +193,9 @@ class Pool2d : public Layer {
 };
 std::unique_ptr<Layer> max_pool2d(std::string name, Backend& be, int kernel, int stride,
                                   int padding = 0);
+std::unique_ptr<Layer> avg_pool2d(std::string name, Backend& be, int kernel, int stride,
+                                  int padding = 0);
+std::unique_ptr<Layer> global_avg_pool(std::string name, Backend& be);
 
 // BatchNorm2d with its ReLU, then a window x window max pool of stride window: two layers (a
 // stem's) that train through one NormReluMaxPoolOp, so that a backend may fuse them. Their
@@ -220,9 +223,6 @@ class BatchNormReluMaxPool : public Layer {
   std::unique_ptr<backend::NormReluMaxPoolOp> op_;
   Tensor x_, y_, dx_, batch_mean_, batch_var_;
 };
-std::unique_ptr<Layer> avg_pool2d(std::string name, Backend& be, int kernel, int stride,
-                                  int padding = 0);
-std::unique_ptr<Layer> global_avg_pool(std::string name, Backend& be);
 
 // [N, C, H, W] -> [N, C*H*W]. The data is not moved: Linear reads a 4-D input in NCHW
 // order, so Flatten only changes the shape the next layer is built for.
