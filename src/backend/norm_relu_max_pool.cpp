@@ -8,8 +8,7 @@ namespace {
 class ComposedNormReluMaxPool : public NormReluMaxPoolOp {
  public:
   ComposedNormReluMaxPool(Backend& be, const NormReluMaxPoolSpec& spec)
-      : be_(be),
-        norm_(be.make_batch_norm({spec.channels, spec.eps, true})),
+      : norm_(be.make_batch_norm({spec.channels, spec.eps, true})),
         pool_(be.make_pool({PoolKind::kMax, spec.window, spec.window, 0, false})) {}
 
   double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
@@ -24,13 +23,12 @@ class ComposedNormReluMaxPool : public NormReluMaxPoolOp {
                 const StatReducer* reducer) override {
     pool_->backward(dy, dnormed_);
     norm_->backward(x, dnormed_, gamma, mean, var, dx, dgamma, dbeta, reducer);
-    // Where memory given back is taken again cheaply (cuda), the full-size gradient goes now, as
-    // the two layers' parent dropped the pool's input gradient once batch norm had read it.
-    if (be_.recycles_memory()) dnormed_ = Tensor();
   }
 
+  // As the two layers' parent dropped the pool's input gradient once batch norm had read it.
+  void release_scratch() override { dnormed_ = Tensor(); }
+
  private:
-  Backend& be_;
   std::unique_ptr<BatchNormOp> norm_;
   std::unique_ptr<PoolOp> pool_;
   Tensor normed_, dnormed_;  // relu(bn(x)) and its gradient, full size

@@ -194,6 +194,7 @@ class ProfiledNormReluMaxPool : public NormReluMaxPoolOp {
     r_.time(OpKind::kBatchNormBackward, 0,
             [&] { op_->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer); });
   }
+  void release_scratch() override { op_->release_scratch(); }
 
  private:
   Recorder& r_;

@@ -246,6 +246,7 @@ const Tensor& BatchNormReluMaxPool::backward(const Tensor& dy, const GradReady& 
   Parameter& beta = norm_.beta();
   op_->backward(x_, dy, gamma.value, batch_mean_, batch_var_, dx_, gamma.grad_target(),
                 beta.grad_target(), norm_.stat_reducer());
+  if (transient_) op_->release_scratch();
   ready(gamma);
   ready(beta);
   return dx_;

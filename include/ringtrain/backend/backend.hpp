@@ -244,6 +244,9 @@ class NormReluMaxPoolOp {
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
                         const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                         const StatReducer* reducer) = 0;
+  // Gives back what the op keeps from a backward to the next forward without needing it (the
+  // default's full-size gradient), for a layer in transient memory (Layer::set_transient_memory).
+  virtual void release_scratch() {}
 };
 
 class ReluOp {
