@@ -114,6 +114,22 @@ BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {
   expect_same_bits(out[2], out[0]);
 }
 
+// The bundle's build takes 8 lanes at a time where this one takes 16: the same bits
+// (RINGTRAIN_CPU_PACK_LANES=8 runs that width here).
+BOOST_AUTO_TEST_CASE(same_bits_at_either_pack_width) {
+  const Shape shape{4, 40, 6, 6};
+  const std::vector<float> xv = random_values(size_t(shape_numel(shape)), 156, -1, 3);
+  const std::vector<float> rv = random_values(xv.size(), 157);
+  Outputs out[2];
+  for (int narrow = 0; narrow < 2; ++narrow) {
+    if (narrow) setenv("RINGTRAIN_CPU_PACK_LANES", "8", 1);
+    auto be = make_backend("cpu", 2);
+    unsetenv("RINGTRAIN_CPU_PACK_LANES");
+    out[narrow] = run(*be, as_conv_output(*be, shape, xv), as_conv_output(*be, shape, rv), 158);
+  }
+  expect_same_bits(out[1], out[0]);
+}
+
 // Two ranks with half the batch each and a reducer equal one rank with the whole batch: the
 // statistics are every rank's, and so are the backward's sums (its count is the fused pass's).
 BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {

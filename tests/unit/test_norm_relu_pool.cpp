@@ -132,6 +132,46 @@ BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {
   }
 }
 
+// The bundle's build (x86-64-v3) takes 8 lanes at a time where this one takes 16: each lane's
+// arithmetic is the same, so are the bits (RINGTRAIN_CPU_PACK_LANES=8 runs that width here), in
+// both precisions; another value is refused by name.
+BOOST_AUTO_TEST_CASE(same_bits_at_either_pack_width) {
+  for (const Case& c : kCases)
+    for (Precision precision : {Precision::kF32, Precision::kBF16}) {
+      print_case(
+          precision == Precision::kBF16 ? "bf16, packs of 16 and 8" : "fp32, packs of 16 and 8", c);
+      const std::vector<float> xv = tiles_without_ties(c.x_shape, c.window, 86);
+      const NormReluMaxPoolSpec spec{int(c.x_shape[1]), 1e-5f, c.window};
+      Outputs out[2];
+      bool ran = true;
+      for (int narrow = 0; narrow < 2; ++narrow) {
+        if (narrow) setenv("RINGTRAIN_CPU_PACK_LANES", "8", 1);
+        std::unique_ptr<Backend> be;
+        try {
+          be = make_backend("cpu", 2, precision);
+        } catch (const InputError& e) {
+          std::printf("  skipped: %s\n", e.what());
+          ran = false;
+        }
+        unsetenv("RINGTRAIN_CPU_PACK_LANES");
+        if (!ran) break;
+        auto op = be->make_norm_relu_max_pool(spec);
+        out[narrow] = run(*be, *op, as_conv_output(*be, c.x_shape, xv), 87);
+      }
+      if (!ran) continue;
+      BOOST_TEST(same_bits(out[1].y, out[0].y));
+      BOOST_TEST(same_bits(out[1].mean, out[0].mean));
+      BOOST_TEST(same_bits(out[1].var, out[0].var));
+      BOOST_TEST(same_bits(out[1].dx, out[0].dx));
+      BOOST_TEST(same_bits(out[1].dgamma, out[0].dgamma));
+      BOOST_TEST(same_bits(out[1].dbeta, out[0].dbeta));
+    }
+  setenv("RINGTRAIN_CPU_PACK_LANES", "4", 1);
+  BOOST_TEST(error_of([] { make_backend("cpu", 2); }) ==
+             "RINGTRAIN_CPU_PACK_LANES=4: only 8 (the AVX2 build's width, for tests) may be set");
+  unsetenv("RINGTRAIN_CPU_PACK_LANES");
+}
+
 // Two ranks with half the batch each and a reducer equal one rank with the whole batch: the
 // statistics and the input gradient's sums are every rank's, dgamma and dbeta each rank's own.
 BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {

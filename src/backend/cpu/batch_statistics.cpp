@@ -58,9 +58,8 @@ double BatchStatistics::compute(const Planes& p, int64_t channels, const Tensor&
 template <typename T>
 void BatchStatistics::sums_about(const Planes& p, const T* x, const float* shift) {
   plane_sums_.assign(size_t(p.count() * p.x.lanes * 2), 0.0);
-  with_pack(p.x, [&](auto pack) {
-    plane_sums<T, decltype(pack)::value>(p, x, shift, plane_sums_.data());
-  });
+  with_pack(
+      p, [&](auto pack) { plane_sums<T, decltype(pack)::value>(p, x, shift, plane_sums_.data()); });
 }
 
 template <typename T>

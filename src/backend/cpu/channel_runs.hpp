@@ -33,17 +33,32 @@ bool channel_runs(const memory::desc& md, ChannelRuns& out);
 struct Planes {
   ChannelRuns x;
   int64_t n = 0, h = 0, w = 0;
+  int pack = 8;  // the widest pack the loops may take (Context::pack_lanes)
   int64_t count() const { return n * x.runs; }
   int64_t image(int64_t plane) const { return plane / x.runs; }
   int64_t run(int64_t plane) const { return plane % x.runs; }
   bool walkable() const { return x.lanes % 8 == 0; }
 };
 
-// Calls f(std::integral_constant<int, N>) with the widest pack that divides the lanes: 16
-// (nChw16c, nhwc) or 8 (nChw8c).
+// The widest pack of lanes this build's loops take: 16 where it targets AVX-512, else 8 (a
+// 64-byte vector without AVX-512 is two registers and has no calling convention: GCC warns,
+// -Wpsabi). The bundle's x86-64-v3 build takes 8.
+constexpr int kWidestPack =
+#if defined(__AVX512F__)
+    16;
+#else
+    8;
+#endif
+
+// Calls f(std::integral_constant<int, N>) with the widest pack that divides the lanes and that
+// p allows: 16 (nChw16c, nhwc) or 8. Each lane's arithmetic is the same at either width.
 template <typename F>
-void with_pack(const ChannelRuns& r, F&& f) {
-  if (r.lanes % 16 == 0) return f(std::integral_constant<int, 16>());
+void with_pack(const Planes& p, F&& f) {
+#if defined(__AVX512F__)
+  if (p.pack >= 16 && p.x.lanes % 16 == 0) return f(std::integral_constant<int, 16>());
+#else
+  (void)p;
+#endif
   f(std::integral_constant<int, 8>());
 }
 

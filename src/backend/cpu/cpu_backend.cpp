@@ -1,11 +1,14 @@
 // cpu_backend.cpp — the oneDNN CPU backend: allocation, transfers, loss, SGD and the
 // elementwise ops; the layer ops live in conv_linear.cpp and norm_pool.cpp.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "../factories.hpp"
 #include "../fusion_switch.hpp"
 #include "../host_backend.hpp"
+#include "channel_runs.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
 
@@ -45,6 +48,15 @@ bool has_bf16_instructions(dnnl::cpu_isa isa) {
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
+// kWidestPack, or 8 under RINGTRAIN_CPU_PACK_LANES=8; any other value is refused by name.
+int pack_lanes_from_environment() {
+  const char* setting = std::getenv("RINGTRAIN_CPU_PACK_LANES");
+  if (!setting) return kWidestPack;
+  RT_REQUIRE_INPUT(std::string(setting) == "8", "RINGTRAIN_CPU_PACK_LANES=", setting,
+                   ": only 8 (the AVX2 build's width, for tests) may be set");
+  return 8;
+}
+
 class CpuBackend : public HostBackend {
  public:
   CpuBackend(int threads, Precision precision, ConvWeightGrad weight_grad)
@@ -57,6 +69,7 @@ class CpuBackend : public HostBackend {
                      "runs on ",
                      isa_name(isa_), " here; use train.precision = fp32 on this machine");
     ctx_.act = precision == Precision::kBF16 ? dt::bf16 : dt::f32;
+    ctx_.pack_lanes = pack_lanes_from_environment();
   }
 
   std::string name() const override { return "cpu"; }

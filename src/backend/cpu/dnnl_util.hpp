@@ -42,6 +42,9 @@ struct Context {
   dt act = dt::f32;
   ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
   mutable ConvPathCount conv_path_count;  // the ops hold a const Context
+  // The widest pack of channel lanes our own loops take (channel_runs.hpp): kWidestPack, or 8
+  // under RINGTRAIN_CPU_PACK_LANES=8 (the tests' way to run the bundle's width here).
+  int pack_lanes = 8;
   mutable FusedCount norm_pool_count;
   mutable FusedCount norm_add_count;
   mutable ReorderTime reorders;  // every CachedReorder's runs

@@ -2,8 +2,9 @@
 // loops over oneDNN's channel-blocked layouts. Internal to src/backend/cpu.
 //
 // A loop written as `#pragma omp simd` over 16 lanes is left scalar by GCC 12 when it peels
-// for alignment or cannot if-convert a select; vector types make one instruction per pack on
-// every x86 level the build targets (AVX-512: one zmm, AVX2: two ymm), with no intrinsics.
+// for alignment or cannot if-convert a select; vector types make one instruction per pack with
+// no intrinsics. A pack is as wide as the build's vectors (channel_runs.hpp's with_pack: 16
+// lanes with AVX-512, 8 with AVX2, the bundle's x86-64-v3).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,6 @@ struct LanePack {
   typedef uint16_t H __attribute__((vector_size(2 * N)));  // bf16 bits
   typedef uint8_t B __attribute__((vector_size(N)));       // bytes
 
-  static F splat(float v) { return F{} + v; }
   static I splat_int(int32_t v) { return I{} + v; }
 
   static F load(const float* p) {

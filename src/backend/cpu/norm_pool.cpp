@@ -135,7 +135,7 @@ class BatchNorm : public BatchNormOp {
     });
     const float* b = per_lane(p.planes.x, s_.channels, b_,
                               [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
-    with_pack(p.planes.x, [&](auto pack) {
+    with_pack(p.planes, [&](auto pack) {
       constexpr int N = decltype(pack)::value;
       if (x.dtype() == DType::kBF16)
         normalise_add_relu<uint16_t, N>(p.planes, static_cast<const uint16_t*>(x.raw()),
@@ -198,6 +198,7 @@ class BatchNorm : public BatchNormOp {
     auto p = std::make_unique<Plan>();
     p->x_md = x_md;
     p->planes.n = x.dim(0), p->planes.h = x.dim(2), p->planes.w = x.dim(3);
+    p->planes.pack = ctx_.pack_lanes;
     p->walkable = channel_runs(x_md, p->planes.x) && p->planes.walkable();
     auto scale_shift = nflags::use_scale | nflags::use_shift;
     if (s_.fuse_relu) scale_shift |= nflags::fuse_norm_relu;

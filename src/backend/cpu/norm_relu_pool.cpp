@@ -236,6 +236,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     Walk& g = p->g;
     p->x_md = x_md;
     g.n = x.dim(0), g.h = x.dim(2), g.w = x.dim(3), g.oh = g.h / k, g.ow = g.w / k, g.k = k;
+    g.pack = ctx_.pack_lanes;
     const bool walkable = fuse_ && channel_runs(x_md, g.x) &&
                           pooled_desc(x_md, g.x, {g.n, s_.channels, g.oh, g.ow}, p->y_md) &&
                           channel_runs(p->y_md, g.y) && g.y.lanes == g.x.lanes && g.walkable();
@@ -256,7 +257,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
         p.g.x, C, a_, [&](int64_t c) { return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps); });
     const float* b =
         per_lane(p.g.x, C, b_, [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
-    with_pack(p.g.x, [&](auto pack) {
+    with_pack(p.g, [&](auto pack) {
       pool_forward<T, decltype(pack)::value>(p.g, x, a, b, y, winners_.data(),
                                              reinterpret_cast<T*>(winner_x_.data()));
     });
@@ -273,7 +274,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     const float* inv = per_lane(p.g.x, C, inv_,
                                 [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + s_.eps); });
     plane_sums_.assign(size_t(p.g.count() * p.g.x.lanes * 2), 0.0);
-    with_pack(p.g.x, [&](auto lanes) {
+    with_pack(p.g, [&](auto lanes) {
       gradient_plane_sums<T, decltype(lanes)::value>(p.g, dy, winners_.data(),
                                                      reinterpret_cast<const T*>(winner_x_.data()),
                                                      mu, inv, plane_sums_.data());
@@ -290,7 +291,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     const float* c2 =
         per_lane(p.g.x, C, c2_, [&](int64_t c) { return float(a[c] * sums_[c] / count_); });
     const InputGradCoefficients q{a, c1, c2, mu, inv};
-    with_pack(p.g.x, [&](auto lanes) {
+    with_pack(p.g, [&](auto lanes) {
       input_gradient<T, decltype(lanes)::value>(p.g, x, dy, winners_.data(), q, dx);
     });
   }
