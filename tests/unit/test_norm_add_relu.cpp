@@ -3,6 +3,7 @@
 // oneDNN's backward after it; synchronized across two ranks, the same bits at any thread count,
 // the environment's switch, and a residual block either way.
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -164,6 +165,33 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   expect_close("batch var, rank 0", got[0].var, want.var, 1e-4);
   expect_close("y, both ranks", concat(got[0].y, got[1].y), want.y, 2e-5);
   expect_close("dx, both ranks", concat(got[0].dx, got[1].dx), want.dx, 1e-4);
+}
+
+// A NaN or inf in x reaches every output of its channel as NaN, and no other channel.
+BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
+  const Shape shape{2, 16, 4, 4};
+  for (float bad : {std::nanf(""), INFINITY}) {
+    auto cpu = make_backend("cpu", 2);
+    Tensor x = as_conv_output(*cpu, shape, random_values(size_t(shape_numel(shape)), 176));
+    // In place at image 1, channel 3, pixel (1, 1) of nChw16c (a convolution would spread it).
+    x.f32()[1 * 16 * 16 + (1 * 4 + 1) * 16 + 3] = bad;
+    const float at = to_host(*cpu, x)[size_t((1 * 16 + 3) * 16 + 5)];
+    BOOST_TEST_REQUIRE((std::isnan(bad) ? std::isnan(at) : at == bad));
+    const Tensor r = as_conv_output(*cpu, shape, random_values(size_t(shape_numel(shape)), 177));
+    const Outputs out = run(*cpu, x, r, 178);
+    BOOST_TEST(cpu->op_choices() == "batch norm + residual + ReLU: fused 1, oneDNN 0");
+    size_t nan_in_3 = 0, non_finite_elsewhere = 0;
+    for (size_t i = 0; i < out.y.size(); ++i) {
+      if (int64_t(i) / 16 % 16 == 3)
+        nan_in_3 += std::isnan(out.y[i]);
+      else
+        non_finite_elsewhere += !std::isfinite(out.y[i]);
+    }
+    std::printf("x holds %g: %zu of 32 outputs of its channel NaN, %zu elsewhere\n", bad, nan_in_3,
+                non_finite_elsewhere);
+    BOOST_TEST(nan_in_3 == 32u);
+    BOOST_TEST(non_finite_elsewhere == 0u);
+  }
 }
 
 // RINGTRAIN_CPU_NORM_ADD=separate declines the fused pass (the caller adds, counted as oneDNN);
