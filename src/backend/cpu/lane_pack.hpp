@@ -53,8 +53,9 @@ struct LanePack {
   // v as storing it in T keeps it: itself for fp32, rounded to bf16 for bf16.
   static F stored(F v, const float*) { return v; }
   static F stored(F v, const uint16_t*) { return reinterpret_cast_bits(bf16_bits(v) << 16); }
-  // The same for finite v, in fewer instructions: a NaN may come out as another NaN or an inf.
-  // For comparisons whose caller handles NaN apart.
+  // The same for finite v, in fewer instructions. A NaN may come out as an inf (a payload only in
+  // the low 16 bits, dropped) or a -0 (one carried into the sign); the default NaN stays NaN. For
+  // callers that handle NaN apart.
   static F stored_finite(F v, const float*) { return v; }
   static F stored_finite(F v, const uint16_t*) {
     U bits;
