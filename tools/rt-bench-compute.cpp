@@ -74,6 +74,11 @@ std::string device_mib(const backend::MemoryUse& memory, size_t bytes) {
   return memory.device ? str_fixed(double(bytes) / (1 << 20), 1) : "null";
 }
 
+// MiB of host tensor memory, "null" where tensors live on a device.
+std::string host_mib(const backend::MemoryUse& memory, size_t bytes) {
+  return memory.device ? "null" : str_fixed(double(bytes) / (1 << 20), 1);
+}
+
 // The profile of `steps` timed steps that took `wall` seconds: a table on stderr (per step:
 // milliseconds, share, calls, GFLOP/s of the products) and the same as a JSON object, with
 // "between_ms" the step's time outside every op (the framework's own work and waits).
@@ -280,6 +285,9 @@ int run(int argc, char** argv) {
   const std::string gpu_peak_mib = device_mib(memory, memory.peak);
   const std::string gpu_peak_run_mib = device_mib(memory, std::max(memory.peak, setup_memory.peak));
   const std::string gpu_pool_peak_mib = device_mib(memory, memory.block_peak);
+  // On the host backends, the timed steps' peak of every tensor in host memory (the model's
+  // activations and gradients kept from step to step; oneDNN's own scratch not counted).
+  const std::string host_peak_mib = host_mib(memory, memory.peak);
   const std::string profile_json =
       profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
   const std::string weight_grad_ms = weight_grad_times_json(*model);
@@ -291,15 +299,16 @@ int run(int argc, char** argv) {
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
-      "\"gpu_pool_peak_mib\":%s,"
+      "\"gpu_pool_peak_mib\":%s,\"host_peak_mib\":%s,"
       "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
       "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"cuda_graph\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
-      gpu_pool_peak_mib.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
-      be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
+      gpu_pool_peak_mib.c_str(), host_peak_mib.c_str(), weight_grad_text.c_str(),
+      relu_backward.c_str(), be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(),
+      profile_json.c_str());
   return 0;
 }
 

@@ -26,6 +26,8 @@ for k in kinds[:6]:
 booked = sum(v for k, v in p.items() if k.endswith("_ms") and k != "step_ms")
 assert abs(booked - p["step_ms"]) < 1e-3 * p["step_ms"] + 1e-3, (booked, p["step_ms"])
 assert p["between_ms"] > -1e-3 * p["step_ms"], p
+# Host tensors: at least cnn_small's 421,642 weights and their gradients in fp32 (3.22 MiB).
+assert row["gpu_peak_mib"] is None and row["host_peak_mib"] >= 3.2, row
 PY
 [ $? = 0 ] || fail "the profile row is wrong"
 
