@@ -46,8 +46,8 @@ void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {
 
 double BatchStatistics::compute(const Planes& p, int64_t channels, const Tensor& x, Tensor& mean,
                                 Tensor& var, const StatReducer* reducer) {
-  ensure(mean, Shape{channels}, plain_desc(Shape{channels}));
-  ensure(var, Shape{channels}, plain_desc(Shape{channels}));
+  ensure_vector(mean, channels);
+  ensure_vector(var, channels);
   const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
   if (x.dtype() == DType::kBF16)
     return compute_of(p, channels, static_cast<const uint16_t*>(x.raw()), mean.f32(), var.f32(),

@@ -51,6 +51,10 @@ void ensure(Tensor& t, const Shape& shape, const memory::desc& md) {
              plain ? nullptr : std::make_shared<DnnlLayout>(md));
 }
 
+void ensure_vector(Tensor& t, int64_t n) {
+  ensure(t, Shape{n}, plain_desc(Shape{n}));
+}
+
 void CachedReorder::run(const Context& ctx, const memory& src, const memory& dst) {
   memory::desc from = src.get_desc(), to = dst.get_desc();
   if (!prim_ || !(from == from_) || !(to == to_)) {

@@ -78,6 +78,9 @@ memory mem_of(const Context& ctx, const Tensor& t);
 // (a view is never reallocated: its desc must already match).
 void ensure(Tensor& t, const Shape& shape, const memory::desc& md);
 
+// Makes t a plain fp32 vector of n values (a batch norm's per-channel statistics).
+void ensure_vector(Tensor& t, int64_t n);
+
 // A reorder primitive rebuilt only when the descs change; each run is timed into
 // ctx.reorders (oneDNN's CPU stream runs it in the calling thread).
 class CachedReorder {

@@ -22,6 +22,8 @@ struct LanePack {
   typedef uint8_t B __attribute__((vector_size(N)));       // bytes
 
   static I splat_int(int32_t v) { return I{} + v; }
+  // Lanes holding a NaN or an inf (v - v is NaN there, 0 elsewhere).
+  static I non_finite(F v) { return v - v != 0.0f; }
 
   static F load(const float* p) {
     F v;

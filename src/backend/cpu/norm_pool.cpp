@@ -37,34 +37,26 @@ inline void set_element(uint16_t* p, int64_t i, float v) {
   p[i] = float_to_bf16(v);
 }
 
-void ensure_vector(Tensor& t, int64_t n) {
-  ensure(t, Shape{n}, plain_desc(Shape{n}));
-}
-
-// Element (n, c, h, w) of a 4-D tensor in a oneDNN layout with at most one inner block
-// on channels (nchw, nhwc, nChw8c, nChw16c): offset = n*sn + (c/b)*sc + h*sh + w*sw + c%b.
+// Every element of a channel of a 4-D tensor in a oneDNN layout with at most one inner block on
+// channels (nchw, nhwc, nChw8c, nChw16c), through its channel runs.
 struct ChannelWalk {
   explicit ChannelWalk(const memory::desc& md) {
     const auto& d = md.data;
     RT_CHECK(d.ndims == 4 && d.format_kind == dnnl_blocked, "sync BN: unsupported layout");
-    const auto& blk = d.format_desc.blocking;
-    RT_CHECK(blk.inner_nblks == 0 || (blk.inner_nblks == 1 && blk.inner_idxs[0] == 1),
-             "sync BN: unsupported blocked layout");
-    block = blk.inner_nblks ? blk.inner_blks[0] : 1;
+    RT_CHECK(channel_runs(md, runs), "sync BN: unsupported blocked layout");
     n = d.dims[0], h = d.dims[2], w = d.dims[3];
-    sn = blk.strides[0], sc = blk.strides[1], sh = blk.strides[2], sw = blk.strides[3];
-    offset0 = d.offset0;
   }
   // Calls f(offset) for every element of channel c.
   template <typename F>
   void channel(int64_t c, F&& f) const {
-    int64_t base = offset0 + (c / block) * sc + c % block;
+    const int64_t run = c / runs.lanes, lane = c % runs.lanes;
     for (int64_t i = 0; i < n; ++i)
       for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x) f(base + i * sn + y * sh + x * sw);
+        for (int64_t x = 0; x < w; ++x) f(runs.at(i, run, y, x) + lane);
   }
   int64_t count() const { return n * h * w; }
-  int64_t block, n, h, w, sn, sc, sh, sw, offset0;
+  ChannelRuns runs;
+  int64_t n, h, w;
 };
 
 // y = relu(a x + b + r) over channel runs (a and b per lane; padding lanes give 0), with a x + b
@@ -81,7 +73,7 @@ void normalise_add_relu(const Planes& p, const T* x, const T* r, const float* a,
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
       // A NaN or inf in x makes the channel's a or b so: all its outputs NaN, as unfused.
-      const typename P::I poisoned = (pa - pa != 0.0f) | (pb - pb != 0.0f);
+      const typename P::I poisoned = P::non_finite(pa) | P::non_finite(pb);
       for (int64_t h = 0; h < p.h; ++h)
         for (int64_t w = 0; w < p.w; ++w) {
           const int64_t at = p.x.at(img, run, h, w) + lp;

@@ -22,10 +22,7 @@ bool pooled_desc(const memory::desc& x, const ChannelRuns& runs, const memory::d
   const auto& blk = x.data.format_desc.blocking;
   tag t = tag::undef;
   if (blk.inner_nblks == 1) {
-    t = runs.lanes == 16  ? tag::nChw16c
-        : runs.lanes == 8 ? tag::nChw8c
-        : runs.lanes == 4 ? tag::nChw4c
-                          : tag::undef;
+    t = runs.lanes == 16 ? tag::nChw16c : runs.lanes == 8 ? tag::nChw8c : tag::undef;
   } else {
     t = runs.runs == 1 && runs.lanes > 1 ? tag::nhwc : tag::nchw;
   }
@@ -59,7 +56,7 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
       const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
       // A NaN or inf anywhere in a channel makes its a or b NaN: its outputs are then NaN, so
       // that it reaches the loss as the unfused ops pass it on.
-      const typename P::I poisoned = (pa - pa != 0.0f) | (pb - pb != 0.0f);
+      const typename P::I poisoned = P::non_finite(pa) | P::non_finite(pb);
       for (int64_t oh = 0; oh < g.oh; ++oh)
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           typename P::F best{}, best_x{};
