@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "nn_test_util.hpp"
+#include "norm_outputs.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/layers.hpp"
 #include "two_rank_reducer.hpp"
@@ -20,62 +21,26 @@ using namespace rt_test;
 
 namespace {
 
-struct Outputs {
-  std::vector<float> y, mean, var, dx, dgamma, dbeta;
-  double count = 0;
-};
-
 // relu(bn(x) + r) forward through the op's fused pass, or (where it declines) its batch norm
 // then an add with ReLU; backward of the batch norm on dy masked by the ReLU. gamma, beta, r
 // and dy seeded (dy given where dy_values is).
-Outputs run(Backend& be, const Tensor& x, const Tensor& r, uint64_t seed,
-            const StatReducer* reducer = nullptr, const std::vector<float>* dy_values = nullptr) {
+NormOutputs run(Backend& be, const Tensor& x, const Tensor& r, uint64_t seed,
+                const StatReducer* reducer = nullptr,
+                const std::vector<float>* dy_values = nullptr) {
   const int c = int(x.dim(1));
   Tensor gamma = random_tensor(be, {c}, seed, 0.5f, 1.5f), beta = random_tensor(be, {c}, seed + 1);
   auto bn = be.make_batch_norm({c, 1e-5f, false});
   Tensor y, normed, mean, var, masked, dx, dgamma = be.alloc({c}), dbeta = be.alloc({c});
-  Outputs out;
-  out.count = bn->forward_training_add_relu(x, gamma, beta, r, y, mean, var, reducer);
-  if (out.count == 0) {
-    out.count = bn->forward_training(x, gamma, beta, normed, mean, var, reducer);
+  double count = bn->forward_training_add_relu(x, gamma, beta, r, y, mean, var, reducer);
+  if (count == 0) {
+    count = bn->forward_training(x, gamma, beta, normed, mean, var, reducer);
     be.make_add(true)->forward(normed, r, y);
   }
   const Tensor dy =
       dy_values ? to_device(be, y.shape(), *dy_values) : random_tensor(be, y.shape(), seed + 2);
   be.make_relu()->backward(y, dy, masked);
   bn->backward(x, masked, gamma, mean, var, dx, dgamma, dbeta, reducer);
-  out.y = to_host(be, y);
-  out.mean = to_host(be, mean);
-  out.var = to_host(be, var);
-  out.dx = to_host(be, dx);
-  out.dgamma = to_host(be, dgamma);
-  out.dbeta = to_host(be, dbeta);
-  return out;
-}
-
-void expect_all_close(const Outputs& got, const Outputs& want) {
-  BOOST_TEST(got.count == want.count);
-  expect_close("y", got.y, want.y, 2e-5);
-  expect_close("batch mean", got.mean, want.mean, 2e-5);
-  expect_close("batch var", got.var, want.var, 1e-4);
-  expect_close("dx", got.dx, want.dx, 1e-4);
-  expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
-  expect_close("dbeta", got.dbeta, want.dbeta, 2e-5);
-}
-
-void expect_same_bits(const Outputs& got, const Outputs& want) {
-  BOOST_TEST(same_bits(got.y, want.y));
-  BOOST_TEST(same_bits(got.mean, want.mean));
-  BOOST_TEST(same_bits(got.var, want.var));
-  BOOST_TEST(same_bits(got.dx, want.dx));
-  BOOST_TEST(same_bits(got.dgamma, want.dgamma));
-  BOOST_TEST(same_bits(got.dbeta, want.dbeta));
-}
-
-std::vector<float> concat(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> out(a);
-  out.insert(out.end(), b.begin(), b.end());
-  return out;
+  return download_norm_outputs(be, count, y, mean, var, dx, dgamma, dbeta);
 }
 
 }  // namespace
@@ -95,8 +60,8 @@ BOOST_AUTO_TEST_CASE(fused_matches_reference_batch_norm_then_add) {
       const std::vector<float> rv = random_values(xv.size(), 142);
       const Tensor r =
           plain_residual ? to_device(*cpu, shape, rv) : as_conv_output(*cpu, shape, rv);
-      Outputs got = run(*cpu, as_conv_output(*cpu, shape, xv), r, 143);
-      Outputs want = run(*ref, to_device(*ref, shape, xv), to_device(*ref, shape, rv), 143);
+      NormOutputs got = run(*cpu, as_conv_output(*cpu, shape, xv), r, 143);
+      NormOutputs want = run(*ref, to_device(*ref, shape, xv), to_device(*ref, shape, rv), 143);
       BOOST_TEST(cpu->op_choices() == "batch norm + residual + ReLU: fused 1, oneDNN 0");
       expect_all_close(got, want);
     }
@@ -106,7 +71,7 @@ BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {
   const Shape shape{4, 40, 6, 6};
   const std::vector<float> xv = random_values(size_t(shape_numel(shape)), 151, -1, 3);
   const std::vector<float> rv = random_values(xv.size(), 152);
-  Outputs out[3];
+  NormOutputs out[3];
   for (int i = 0; i < 3; ++i) {
     auto be = make_backend("cpu", i == 0 ? 1 : 2);
     out[i] = run(*be, as_conv_output(*be, shape, xv), as_conv_output(*be, shape, rv), 153);
@@ -121,7 +86,7 @@ BOOST_AUTO_TEST_CASE(same_bits_at_either_pack_width) {
   const Shape shape{4, 40, 6, 6};
   const std::vector<float> xv = random_values(size_t(shape_numel(shape)), 156, -1, 3);
   const std::vector<float> rv = random_values(xv.size(), 157);
-  Outputs out[2];
+  NormOutputs out[2];
   for (int narrow = 0; narrow < 2; ++narrow) {
     if (narrow) setenv("RINGTRAIN_CPU_PACK_LANES", "8", 1);
     auto be = make_backend("cpu", 2);
@@ -139,7 +104,7 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   const std::vector<float> rv = random_values(xv.size(), 162);
   const std::vector<float> dy_half = random_values(xv.size() / 2, 163);
   TwoRankReducer reducer;
-  Outputs got[2];
+  NormOutputs got[2];
   auto rank = [&](int r) {
     auto be = make_backend("cpu", 1);
     const size_t n = xv.size() / 2;
@@ -158,7 +123,7 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   auto ref = make_backend("ref", 2);
   std::vector<float> dy_whole = concat(dy_half, dy_half);
   for (float& v : dy_whole) v *= 0.5f;
-  Outputs want =
+  NormOutputs want =
       run(*ref, to_device(*ref, whole, xv), to_device(*ref, whole, rv), 164, nullptr, &dy_whole);
   for (float& v : want.dx) v *= 2.0f;
   expect_close("batch mean, rank 1", got[1].mean, want.mean, 2e-5);
@@ -178,7 +143,7 @@ BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
     const float at = to_host(*cpu, x)[size_t((1 * 16 + 3) * 16 + 5)];
     BOOST_TEST_REQUIRE((std::isnan(bad) ? std::isnan(at) : at == bad));
     const Tensor r = as_conv_output(*cpu, shape, random_values(size_t(shape_numel(shape)), 177));
-    const Outputs out = run(*cpu, x, r, 178);
+    const NormOutputs out = run(*cpu, x, r, 178);
     BOOST_TEST(cpu->op_choices() == "batch norm + residual + ReLU: fused 1, oneDNN 0");
     size_t nan_in_3 = 0, non_finite_elsewhere = 0;
     for (size_t i = 0; i < out.y.size(); ++i) {

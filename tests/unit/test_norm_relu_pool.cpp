@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "nn_test_util.hpp"
+#include "norm_outputs.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/graph.hpp"
 #include "ringtrain/nn/layers.hpp"
@@ -30,43 +31,20 @@ struct Case {
 // padded), odd sizes with a row and a column past the last tile, a 3x3 window.
 const Case kCases[] = {{{4, 16, 8, 8}, 2}, {{2, 40, 9, 7}, 2}, {{3, 16, 9, 10}, 3}};
 
-// What one forward and backward of the op computed, on the host.
-struct Outputs {
-  std::vector<float> y, mean, var, dx, dgamma, dbeta;
-  double count = 0;
-};
-
 // Runs op on x (already on be) with seeded gamma, beta (a third of them negative, so that the
 // ReLU cuts whole tiles) and dy (seeded too, or the values given).
-Outputs run(Backend& be, NormReluMaxPoolOp& op, const Tensor& x, uint64_t seed,
-            const StatReducer* reducer = nullptr, const std::vector<float>* dy_values = nullptr) {
+NormOutputs run(Backend& be, NormReluMaxPoolOp& op, const Tensor& x, uint64_t seed,
+                const StatReducer* reducer = nullptr,
+                const std::vector<float>* dy_values = nullptr) {
   const int c = int(x.dim(1));
   Tensor gamma = random_tensor(be, {c}, seed, 0.5f, 1.5f);
   Tensor beta = random_tensor(be, {c}, seed + 1, -1.0f, 0.5f);
   Tensor y, mean, var, dx, dgamma = be.alloc({c}), dbeta = be.alloc({c});
-  Outputs out;
-  out.count = op.forward_training(x, gamma, beta, y, mean, var, reducer);
+  const double count = op.forward_training(x, gamma, beta, y, mean, var, reducer);
   Tensor dy =
       dy_values ? to_device(be, y.shape(), *dy_values) : random_tensor(be, y.shape(), seed + 2);
   op.backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer);
-  out.y = to_host(be, y);
-  out.mean = to_host(be, mean);
-  out.var = to_host(be, var);
-  out.dx = to_host(be, dx);
-  out.dgamma = to_host(be, dgamma);
-  out.dbeta = to_host(be, dbeta);
-  return out;
-}
-
-std::vector<float> concat(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> out(a);
-  out.insert(out.end(), b.begin(), b.end());
-  return out;
-}
-
-std::vector<float> scaled(std::vector<float> v, float factor) {
-  for (float& x : v) x *= factor;
-  return v;
+  return download_norm_outputs(be, count, y, mean, var, dx, dgamma, dbeta);
 }
 
 void print_case(const char* what, const Case& c) {
@@ -94,17 +72,11 @@ BOOST_AUTO_TEST_CASE(fused_matches_reference_batch_norm_then_max_pool) {
     const NormReluMaxPoolSpec spec{int(c.x_shape[1]), 1e-5f, c.window};
     auto fused = cpu->make_norm_relu_max_pool(spec);
     auto composed = ref->make_norm_relu_max_pool(spec);
-    Outputs got = run(*cpu, *fused, as_conv_output(*cpu, c.x_shape, xv), 72);
-    Outputs want = run(*ref, *composed, to_device(*ref, c.x_shape, xv), 72);
+    NormOutputs got = run(*cpu, *fused, as_conv_output(*cpu, c.x_shape, xv), 72);
+    NormOutputs want = run(*ref, *composed, to_device(*ref, c.x_shape, xv), 72);
     BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 1, oneDNN 0");
     expect_some_tiles_cut(want.y);
-    BOOST_TEST(got.count == want.count);
-    expect_close("y", got.y, want.y, 2e-5);
-    expect_close("batch mean", got.mean, want.mean, 2e-5);
-    expect_close("batch var", got.var, want.var, 1e-4);
-    expect_close("dx", got.dx, want.dx, 1e-4);
-    expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
-    expect_close("dbeta", got.dbeta, want.dbeta, 2e-5);
+    expect_all_close(got, want);
   }
 }
 
@@ -115,19 +87,14 @@ BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {
     print_case("threads 1 and 2", c);
     const std::vector<float> xv = tiles_without_ties(c.x_shape, c.window, 81);
     const NormReluMaxPoolSpec spec{int(c.x_shape[1]), 1e-5f, c.window};
-    Outputs out[3];
+    NormOutputs out[3];
     for (int i = 0; i < 3; ++i) {
       auto be = make_backend("cpu", i == 0 ? 1 : 2);
       auto op = be->make_norm_relu_max_pool(spec);
       out[i] = run(*be, *op, as_conv_output(*be, c.x_shape, xv), 82);
     }
     for (int i = 1; i < 3; ++i) {
-      BOOST_TEST(same_bits(out[i].y, out[0].y));
-      BOOST_TEST(same_bits(out[i].mean, out[0].mean));
-      BOOST_TEST(same_bits(out[i].var, out[0].var));
-      BOOST_TEST(same_bits(out[i].dx, out[0].dx));
-      BOOST_TEST(same_bits(out[i].dgamma, out[0].dgamma));
-      BOOST_TEST(same_bits(out[i].dbeta, out[0].dbeta));
+      expect_same_bits(out[i], out[0]);
     }
   }
 }
@@ -142,7 +109,7 @@ BOOST_AUTO_TEST_CASE(same_bits_at_either_pack_width) {
           precision == Precision::kBF16 ? "bf16, packs of 16 and 8" : "fp32, packs of 16 and 8", c);
       const std::vector<float> xv = tiles_without_ties(c.x_shape, c.window, 86);
       const NormReluMaxPoolSpec spec{int(c.x_shape[1]), 1e-5f, c.window};
-      Outputs out[2];
+      NormOutputs out[2];
       bool ran = true;
       for (int narrow = 0; narrow < 2; ++narrow) {
         if (narrow) setenv("RINGTRAIN_CPU_PACK_LANES", "8", 1);
@@ -159,12 +126,7 @@ BOOST_AUTO_TEST_CASE(same_bits_at_either_pack_width) {
         out[narrow] = run(*be, *op, as_conv_output(*be, c.x_shape, xv), 87);
       }
       if (!ran) continue;
-      BOOST_TEST(same_bits(out[1].y, out[0].y));
-      BOOST_TEST(same_bits(out[1].mean, out[0].mean));
-      BOOST_TEST(same_bits(out[1].var, out[0].var));
-      BOOST_TEST(same_bits(out[1].dx, out[0].dx));
-      BOOST_TEST(same_bits(out[1].dgamma, out[0].dgamma));
-      BOOST_TEST(same_bits(out[1].dbeta, out[0].dbeta));
+      expect_same_bits(out[1], out[0]);
     }
   setenv("RINGTRAIN_CPU_PACK_LANES", "4", 1);
   BOOST_TEST(error_of([] { make_backend("cpu", 2); }) ==
@@ -180,7 +142,7 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   const std::vector<float> xv = tiles_without_ties(whole, 2, 91);
   const std::vector<float> dy_half = random_values(size_t(2 * 16 * 3 * 3), 93);
   TwoRankReducer reducer;
-  Outputs got[2];
+  NormOutputs got[2];
   auto rank = [&](int r) {
     auto be = make_backend("cpu", 1);
     auto op = be->make_norm_relu_max_pool(spec);
@@ -199,7 +161,7 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   auto ref = make_backend("ref", 2);
   auto composed = ref->make_norm_relu_max_pool(spec);
   const std::vector<float> dy_whole = scaled(concat(dy_half, dy_half), 0.5f);
-  Outputs want = run(*ref, *composed, to_device(*ref, whole, xv), 92, nullptr, &dy_whole);
+  NormOutputs want = run(*ref, *composed, to_device(*ref, whole, xv), 92, nullptr, &dy_whole);
   for (int r = 0; r < 2; ++r) {
     expect_close("batch mean, rank " + std::to_string(r), got[r].mean, want.mean, 2e-5);
     expect_close("batch var, rank " + std::to_string(r), got[r].var, want.var, 1e-4);
@@ -225,8 +187,8 @@ BOOST_AUTO_TEST_CASE(plain_layout_runs_onednn_batch_norm_and_pool) {
   const NormReluMaxPoolSpec spec{16, 1e-5f, 2};
   auto op = cpu->make_norm_relu_max_pool(spec);
   auto composed = ref->make_norm_relu_max_pool(spec);
-  Outputs got = run(*cpu, *op, to_device(*cpu, c.x_shape, xv), 102);
-  Outputs want = run(*ref, *composed, to_device(*ref, c.x_shape, xv), 102);
+  NormOutputs got = run(*cpu, *op, to_device(*cpu, c.x_shape, xv), 102);
+  NormOutputs want = run(*ref, *composed, to_device(*ref, c.x_shape, xv), 102);
   BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 0, oneDNN 1");
   expect_close("y", got.y, want.y, 2e-5);
   expect_close("dx", got.dx, want.dx, 1e-4);
@@ -248,7 +210,7 @@ BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
     const float at = landed[size_t((1 * 16 + 3) * hw + 5)];
     BOOST_TEST_REQUIRE((std::isnan(bad) ? std::isnan(at) : at == bad));
     auto op = cpu->make_norm_relu_max_pool({16, 1e-5f, 2});
-    Outputs out = run(*cpu, *op, x, 132);
+    NormOutputs out = run(*cpu, *op, x, 132);
     BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 1, oneDNN 0");
     size_t nan_in_3 = 0, non_finite_elsewhere = 0;
     for (size_t i = 0; i < out.y.size(); ++i) {
@@ -271,7 +233,7 @@ BOOST_AUTO_TEST_CASE(environment_switch_runs_onednn_or_is_refused) {
   const Shape shape{2, 16, 6, 6};
   const std::vector<float> xv = tiles_without_ties(shape, 2, 121);
   const NormReluMaxPoolSpec spec{16, 1e-5f, 2};
-  Outputs out[2];
+  NormOutputs out[2];
   for (const char* setting : {"separate", "fused"}) {
     setenv("RINGTRAIN_CPU_NORM_POOL", setting, 1);
     auto cpu = make_backend("cpu", 2);
