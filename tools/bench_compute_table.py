@@ -29,6 +29,7 @@ def new_row():
             "gflop": None, "other": [], "isa": "", "failed": {},
             "torch_mib": None, "torch_run_mib": None,
             "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None,
+            "rt_workspace_mib": None, "rt_state_mib": None,
             "wgrad_path": None, "wgrad_choices": None, "wgrad_ms": None}
 
 
@@ -92,6 +93,8 @@ def read_rows(raw_path):
                 row["rt_mib"] = r["gpu_peak_mib"]
                 row["rt_run_mib"] = r.get("gpu_peak_run_mib")
                 row["rt_pool_mib"] = r.get("gpu_pool_peak_mib")
+                row["rt_workspace_mib"] = r.get("gpu_workspace_mib")
+                row["rt_state_mib"] = r.get("state_mib")
     attach_failures(rows, failures)
     return rows, peaks, gpus, profiles
 
@@ -185,6 +188,8 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["pytorch_gpu_peak_run_mib"] = v["torch_run_mib"]
             row["ringtrain_gpu_peak_run_mib"] = v["rt_run_mib"]
             row["ringtrain_gpu_pool_peak_mib"] = v["rt_pool_mib"]
+            row["ringtrain_gpu_workspace_mib"] = v["rt_workspace_mib"]
+            row["ringtrain_state_mib"] = v["rt_state_mib"]
         failed = v["failed"]
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         ratio_cell = f"{ratio:>5.2f}x" if ratio else f"{'-':>6}"
@@ -215,6 +220,11 @@ def summarize(rows, peaks, gpus, cpu, device):
             memory = (f" | GPU MiB in the timed steps ringtrain {v['rt_mib'] or '-'}, "
                       f"pytorch {v['torch_mib'] or '-'}; whole run "
                       f"{v['rt_run_mib'] or '-'}, {v['torch_run_mib'] or '-'}")
+            if v["rt_workspace_mib"] is not None and v["rt_state_mib"] is not None:
+                # What ringtrain's peak holds beside activations: the largest cuDNN
+                # workspace of one call, and parameters + gradients + optimizer state.
+                memory += (f"; ringtrain's largest workspace {v['rt_workspace_mib']}, "
+                           f"state {v['rt_state_mib']}")
         why = "".join(f" | {tool} failed: {text}" for tool, text in sorted(failed.items()))
         line = (f"{model + ' ' + shape:<24} {batch:>5} {threads:>3} {prec:>4} | "
                 f"{rate_cell(rt, 'ringtrain' in failed):>15} "

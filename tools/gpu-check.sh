@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the run on a lent GPU, in two commands that fit its minutes. Part 1 exists for
 # the benchmark: the GPU unit tests, then at once ringtrain against PyTorch eager and
-# torch.compile (each measurement written to $OUT the moment it is made), 2 ranks training on
+# torch.compile (each measurement written to $OUT the moment it is made), the memory with the
+# cuDNN workspace per call and kept (MEMORY_AB="tf32 bf16"), 2 ranks training on
 # the shared GPU, NCCL at 1 rank. Part 2: memcheck, every op against the reference, the first
 # quickstart losses on cuda against cpu, fibernet's accuracy (a NOTE), NCCL at 2 ranks on one
 # GPU, then the other sanitizers while time is left. The report is written first and a line
@@ -22,7 +23,8 @@
 #   LIMITS="step=seconds ..."   a step's time box instead of its default (the table in docs/CUDA.md)
 #   BENCH_CONFIGS (model:batch:threads:precision, in order; the first two are what part 1 is
 #   for) COMPILE="bf16 fp32" (precisions PyTorch also runs compiled)  GRAPH="bf16" (precisions
-#   ringtrain also runs as one recorded CUDA graph a step; default none)  PYTHON (the one with torch:
+#   ringtrain also runs as one recorded CUDA graph a step; default none)  MEMORY_AB="tf32 bf16"
+#   (precisions whose memory runs with the workspace per call and kept; "" for none)  PYTHON (the one with torch:
 #   the first python3 on PATH or /usr/bin/python3 that imports it), run in the environment as it
 #   was before the bundle's env.sh. STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 TF32_TOL=1e-2 (quickstart losses)
 #   GPU_CHECK_HANG=STEP   (the rehearsal's switch) that step's command never ends: its time box
@@ -65,6 +67,7 @@ BENCH_CONFIGS=${BENCH_CONFIGS:-"resnet18_cifar:256:1:bf16 resnet18_cifar:256:1:f
 resnet18_cifar:256:1:tf32 resnet18_cifar:256:1:fp16 resnet18_cifar:64:1:bf16 \
 resnet18_cifar:1024:1:bf16"}
 bench_schedule="" small_images=2000 images=7000 train_steps=20 fibernet_args=()
+MEMORY_AB=${MEMORY_AB-tf32 bf16} memory_model=resnet18_cifar memory_batch=256
 ops_tests=backend_ops,nn_gradcheck,nn_model,inference_plan
 if [ "$rehearse" = 1 ]; then
   backend=cpu
@@ -72,6 +75,7 @@ if [ "$rehearse" = 1 ]; then
   PYTHON=$PWD/tools/gpu-rehearsal/python
   BENCH_CONFIGS=${REHEARSAL_CONFIGS:-"cnn_small:8:1:bf16 cnn_small:8:1:fp32"}
   bench_schedule="1 1 1" small_images=200 images=400 train_steps=4 STEPS=3
+  MEMORY_AB=bf16 memory_model=cnn_small memory_batch=8
   fibernet_args=(--train.max_steps=4)
   # The unit suites run in full in make test; here the step needs only to run.
   ops_tests=backend_ops/loss_and_sgd_match_direct_formulas
@@ -304,6 +308,31 @@ for r in rows:
 PY
 }
 
+# Where the memory goes: the cuDNN workspace held by each call (the default) against one block
+# kept for the whole run (RINGTRAIN_CUDA_WORKSPACE=kept), alternating, in each precision of
+# MEMORY_AB; a NOTE per precision with each mode's timed-step peak, its largest workspace, the
+# state beside the activations (parameters, gradients, momentum) and images/s.
+memory_ab() {
+  local precision mode name json detail
+  for precision in $MEMORY_AB; do
+    detail=""
+    for mode in kept per-call; do
+      name=memory-$precision-$mode
+      step "$name" 40 env RINGTRAIN_CUDA_WORKSPACE="$mode" "$BIN/rt-bench-compute" \
+        --backend "$backend" --model "$memory_model" --batch "$memory_batch" \
+        --precision "$precision" --warmup 3 --windows 3 --steps 10 || continue
+      json=$(grep '^{"tool":"ringtrain"' "$logs/$name.log" | tail -1)
+      detail+="$([ -n "$detail" ] && echo "; ")$mode: peak $(json_field "$json" gpu_peak_mib) \
+MiB, workspace $(json_field "$json" gpu_workspace_mib), state $(json_field "$json" state_mib), \
+$(json_field "$json" img_s) img/s"
+    done
+    [ -n "$detail" ] && report NOTE "memory-$precision" 0 "$memory_model b$memory_batch: $detail"
+  done
+}
+
+# json_field LINE KEY: a number (or null) of a flat JSON line.
+json_field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
+
 # 2 ranks on the one GPU: the trainer with the host-side allreduce, then the harness case that
 # compares every rank's weights bitwise after each step.
 two_ranks_on_one_gpu() {
@@ -382,6 +411,7 @@ data=$scratch/data
 if [ "$part" != 2 ]; then
   gpu_unit
   bench
+  memory_ab
   two_ranks_on_one_gpu
   step nccl-np1 45 "${MPIRUN[@]}" -np 1 "$BIN/tests/mpi_test_nccl"
 fi

@@ -79,6 +79,17 @@ std::string host_mib(const backend::MemoryUse& memory, size_t bytes) {
   return memory.device ? "null" : str_fixed(double(bytes) / (1 << 20), 1);
 }
 
+// The bytes that live from step to step whatever the activations: every parameter, its
+// gradient and the optimizer's moments (the floor of a step's memory, the same in every
+// framework that keeps gradients between steps).
+size_t state_bytes(nn::Model& model, const nn::Optimizer& optimizer) {
+  size_t bytes = 0;
+  for (const nn::Parameter* p : model.parameters()) bytes += p->value.bytes() + p->grad.bytes();
+  for (const auto* moments : {&optimizer.first_moments(), &optimizer.second_moments()})
+    for (const backend::Tensor& m : *moments) bytes += m.bytes();
+  return bytes;
+}
+
 // The profile of `steps` timed steps that took `wall` seconds: a table on stderr (per step:
 // milliseconds, share, calls, GFLOP/s of the products) and the same as a JSON object, with
 // "between_ms" the step's time outside every op (the framework's own work and waits).
@@ -285,6 +296,11 @@ int run(int argc, char** argv) {
   const std::string gpu_peak_mib = device_mib(memory, memory.peak);
   const std::string gpu_peak_run_mib = device_mib(memory, std::max(memory.peak, setup_memory.peak));
   const std::string gpu_pool_peak_mib = device_mib(memory, memory.block_peak);
+  // What those peaks hold beside the activations: the largest cuDNN workspace one call took in
+  // the timed steps (held for the whole step with RINGTRAIN_CUDA_WORKSPACE=kept), and the
+  // parameters, gradients and optimizer state.
+  const std::string gpu_workspace_mib = device_mib(memory, memory.workspace_peak);
+  const std::string state_mib = str_fixed(double(state_bytes(*model, sgd)) / (1 << 20), 1);
   // On the host backends, the timed steps' peak of every tensor in host memory (the model's
   // activations and gradients kept from step to step; oneDNN's own scratch not counted).
   const std::string host_peak_mib = host_mib(memory, memory.peak);
@@ -299,16 +315,17 @@ int run(int argc, char** argv) {
       "\"precision\":\"%s\",\"isa\":\"%s\",\"img_s\":%.3f,\"windows\":[%s],\"gflop_per_image\":%."
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
-      "\"gpu_pool_peak_mib\":%s,\"host_peak_mib\":%s,"
+      "\"gpu_pool_peak_mib\":%s,\"gpu_workspace_mib\":%s,\"host_peak_mib\":%s,"
+      "\"state_mib\":%s,"
       "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
       "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"cuda_graph\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
-      gpu_pool_peak_mib.c_str(), host_peak_mib.c_str(), weight_grad_text.c_str(),
-      relu_backward.c_str(), be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(),
-      profile_json.c_str());
+      gpu_pool_peak_mib.c_str(), gpu_workspace_mib.c_str(), host_peak_mib.c_str(),
+      state_mib.c_str(), weight_grad_text.c_str(), relu_backward.c_str(), be->op_choices().c_str(),
+      weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// fusion_switch.cpp — fusion_allowed: one environment variable read, checked.
+// fusion_switch.cpp — fusion_allowed and env_switch: one environment variable read, checked.
 #include "fusion_switch.hpp"
 
 #include <cstdlib>
@@ -8,12 +8,16 @@
 
 namespace ringtrain::backend {
 
-bool fusion_allowed(const char* variable) {
+bool env_switch(const char* variable, const char* usual, const char* other) {
   const char* setting = std::getenv(variable);
-  const std::string value = setting ? setting : "fused";
-  RT_REQUIRE_INPUT(value == "fused" || value == "separate", variable, "=", value,
-                   ": use fused (the default) or separate");
-  return value == "fused";
+  const std::string value = setting ? setting : usual;
+  RT_REQUIRE_INPUT(value == usual || value == other, variable, "=", value, ": use ", usual,
+                   " (the default) or ", other);
+  return value == other;
+}
+
+bool fusion_allowed(const char* variable) {
+  return !env_switch(variable, "fused", "separate");
 }
 
 }  // namespace ringtrain::backend

@@ -28,6 +28,10 @@ assert abs(booked - p["step_ms"]) < 1e-3 * p["step_ms"] + 1e-3, (booked, p["step
 assert p["between_ms"] > -1e-3 * p["step_ms"], p
 # Host tensors: at least cnn_small's 421,642 weights and their gradients in fp32 (3.22 MiB).
 assert row["gpu_peak_mib"] is None and row["host_peak_mib"] >= 3.2, row
+# The state beside the activations: those weights, their gradients and SGD's momentum (4.83 MiB);
+# no cuDNN workspace on the host.
+assert row["state_mib"] == round(3 * 421642 * 4 / 2**20, 1), row["state_mib"]
+assert row["gpu_workspace_mib"] is None, row
 PY
 [ $? = 0 ] || fail "the profile row is wrong"
 

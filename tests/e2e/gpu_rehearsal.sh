@@ -51,10 +51,13 @@ rows_at() { call_line "$1" "$2" | sed -n 's/.* rows=\([0-9]*\) .*/\1/p'; }
 GPU_CHECK_HANG=train-np2 LIMITS="train-np2=3" GPU_REHEARSAL_HANG_ROW=pytorch-compile:fp32 \
   CALL_LIMIT_S=3 rehearse part1 --part 1
 [ "$(cat "$work/part1/status")" = 1 ] || fail "part 1: exit $(cat "$work/part1/status"), wanted 1"
-expected="PASS unpack;PASS libraries;PASS probe;NOTE gpu-probe;PASS gpu-unit;PASS bench;NOTE bench-rows;NOTE bench-rows;PASS data-200;FAIL train-np2;PASS weights-np2;PASS nccl-np1;"
+expected="PASS unpack;PASS libraries;PASS probe;NOTE gpu-probe;PASS gpu-unit;PASS bench;NOTE bench-rows;NOTE bench-rows;PASS memory-bf16-kept;PASS memory-bf16-per-call;NOTE memory-bf16;PASS data-200;FAIL train-np2;PASS weights-np2;PASS nccl-np1;"
 [ "$(steps_of part1)" = "$expected" ] || fail "part 1 steps: $(cat "$work/part1/out/report.txt")"
 grep -q '^FAIL train-np2 .* timed out after 3 s' "$work/part1/out/report.txt" ||
   fail "the hung step was not cut at its box: $(cat "$work/part1/out/report.txt")"
+# The workspace A/B's note: both modes, each with its peak, workspace, state and rate.
+grep -qE '^NOTE memory-bf16 +0  cnn_small b8: kept: peak null MiB, workspace null, state [0-9.]+, [0-9.]+ img/s; per-call: peak null MiB, workspace null, state [0-9.]+, [0-9.]+ img/s$' \
+  "$work/part1/out/report.txt" || fail "memory note: $(grep memory "$work/part1/out/report.txt")"
 # Each row in OUT before the next measurement starts: the ringtrain row of a config is there
 # when PyTorch's starts, eager's when compile's starts, the whole config when the next starts.
 for call in pytorch:bf16=1 pytorch-compile:bf16=2 pytorch:fp32=4 pytorch-compile:fp32=5; do

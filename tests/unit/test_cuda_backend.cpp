@@ -19,6 +19,7 @@
 #include "ringtrain/core/error.hpp"
 
 #if RINGTRAIN_HAS_CUDA
+#include "../../src/backend/cuda/context.hpp"
 #include "../../src/backend/cuda/kernels.hpp"
 #include "../../src/backend/cuda/memory_pool.hpp"
 #endif
@@ -457,6 +458,38 @@ BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPres
   auto other = pool->allocate(5000);
   BOOST_TEST(pool->device_allocations() == 2u);
   BOOST_TEST(pool->bytes_in_use() == 1024u + 8192u);
+}
+
+// The cuDNN workspace counts in the memory peak only while a call holds it (PyTorch's allocator
+// hands each call its own), unless RINGTRAIN_CUDA_WORKSPACE=kept holds the largest block for
+// the context's life; anything else is refused, naming the variable.
+BOOST_AUTO_TEST_CASE(workspace_is_held_only_by_its_call_unless_kept,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  const size_t mib = size_t(1) << 20;
+  for (const bool kept : {false, true}) {
+    BOOST_TEST_CONTEXT("kept " << kept) {
+      if (kept) setenv("RINGTRAIN_CUDA_WORKSPACE", "kept", 1);
+      cuda::Context ctx(CudaOptions{});
+      unsetenv("RINGTRAIN_CUDA_WORKSPACE");
+      const size_t before = ctx.pool().bytes_requested_in_use();
+      BOOST_TEST(ctx.workspace(0) == nullptr);
+      {
+        const std::shared_ptr<void> ws = ctx.workspace(3 * mib);
+        BOOST_TEST(ws != nullptr);
+        BOOST_TEST(ctx.pool().bytes_requested_in_use() == before + 3 * mib);
+      }
+      BOOST_TEST(ctx.pool().bytes_requested_in_use() == before + (kept ? 3 * mib : 0));
+      { const std::shared_ptr<void> smaller = ctx.workspace(mib); }
+      BOOST_TEST(ctx.pool().bytes_requested_in_use() == before + (kept ? 3 * mib : 0));
+      BOOST_TEST(ctx.workspace_peak() == 3 * mib);
+      ctx.reset_workspace_peak();
+      BOOST_TEST(ctx.workspace_peak() == 0u);
+    }
+  }
+  setenv("RINGTRAIN_CUDA_WORKSPACE", "keep", 1);
+  const std::string refusal = input_error_of([] { cuda::Context ctx(CudaOptions{}); });
+  unsetenv("RINGTRAIN_CUDA_WORKSPACE");
+  BOOST_TEST(refusal == "RINGTRAIN_CUDA_WORKSPACE=keep: use per-call (the default) or kept");
 }
 
 namespace {

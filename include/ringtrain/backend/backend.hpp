@@ -32,7 +32,8 @@ struct MemoryUse {
   size_t in_use = 0;  // bytes the tensors asked for (cuda: as torch.cuda.memory_allocated)
   size_t peak = 0;
   bool device = false;
-  size_t block_peak = 0;  // cuda: the pool's blocks, size classes and best fit included
+  size_t block_peak = 0;      // cuda: the pool's blocks, size classes and best fit included
+  size_t workspace_peak = 0;  // cuda: the largest cuDNN workspace one call took
 };
 
 // What activations are stored in and convolutions multiply: fp32; bf16 or fp16 with fp32

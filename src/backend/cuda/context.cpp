@@ -4,6 +4,7 @@
 
 #include <cuda_profiler_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -31,6 +32,11 @@ DeviceProbe probe_once() noexcept {
   probe.count = count;
   probe.status = count == 0 ? "cudaGetDeviceCount: 0 devices" : std::to_string(count) + " devices";
   return probe;
+}
+
+// Whether the context holds one workspace block for its life (Context::workspace).
+bool workspace_kept() {
+  return env_switch("RINGTRAIN_CUDA_WORKSPACE", "per-call", "kept");
 }
 
 // The three sizes a conversion kernel walks: [n, c, hw] (2-D [N, F]: n = N, c = F).
@@ -112,7 +118,8 @@ Context::Context(const CudaOptions& options)
       pool_(DevicePool::create(options.device)),
       workspace_limit_(options.workspace_limit_mib << 20),
       precision_(options.precision),
-      deterministic_(options.deterministic) {
+      deterministic_(options.deterministic),
+      workspace_kept_(workspace_kept()) {
   CUDNN_CHECK(cudnnSetStream(cudnn_.get(), stream_.get()));
   CUBLAS_CHECK(cublasSetStream(cublas_.get(), stream_.get()));
   // fp32 GEMMs stay fp32 unless TF32 is asked for: the tests hold them to the reference.
@@ -179,14 +186,16 @@ void Context::ensure(Tensor& t, const Shape& shape) const {
   t = alloc(shape);
 }
 
-void* Context::workspace(size_t bytes) {
+std::shared_ptr<void> Context::workspace(size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (bytes > workspace_bytes_) {
-    workspace_.reset();  // back to the pool first, so the larger block may reuse it
-    workspace_ = pool_->allocate(bytes);
-    workspace_bytes_ = bytes;
+  workspace_peak_ = std::max(workspace_peak_, bytes);
+  if (!workspace_kept_) return pool_->allocate(bytes);
+  if (bytes > kept_workspace_bytes_) {
+    kept_workspace_.reset();  // back to the pool first, so the larger block may reuse it
+    kept_workspace_ = pool_->allocate(bytes);
+    kept_workspace_bytes_ = bytes;
   }
-  return workspace_.get();
+  return kept_workspace_;
 }
 
 void expect_present(const Tensor& t, const char* what) {

@@ -1,5 +1,5 @@
 // context.hpp — what every CUDA op shares: the device, the compute stream, the cuDNN and
-// cuBLAS handles bound to it, the memory pool, one growing cuDNN workspace; and the forms
+// cuBLAS handles bound to it, the memory pool, the cuDNN workspace; and the forms
 // activations take (element type and order) with the conversions between them.
 //
 // Mixed precision (train.precision = bf16 | fp16): activations are 16-bit, 4-D ones in NHWC
@@ -101,8 +101,17 @@ class Context {
   }
   // Reallocates t (plain fp32) unless it already has this shape; a view cannot change.
   void ensure(Tensor& t, const Shape& shape) const;
-  // At least `bytes` of cuDNN workspace (null when bytes is 0), valid until the next call.
-  void* workspace(size_t bytes);
+  // At least `bytes` of cuDNN workspace for one library call (null when bytes is 0): the caller
+  // holds it until that call is queued. By default the block goes back to the pool when the
+  // caller lets go (a later op reuses it in stream order, as PyTorch's allocator hands out
+  // each call's workspace), so only the running call's workspace counts in the memory peak;
+  // RINGTRAIN_CUDA_WORKSPACE=kept holds one block as large as the largest request for the
+  // context's life instead, to compare the two.
+  std::shared_ptr<void> workspace(size_t bytes);
+  // The largest workspace one call asked for since the context was made or the last
+  // reset_workspace_peak() (bytes).
+  size_t workspace_peak() const { return workspace_peak_; }
+  void reset_workspace_peak() { workspace_peak_ = 0; }
 
  private:
   // First, so destroyed last: restores the caller's device after every member below went.
@@ -116,8 +125,10 @@ class Context {
   size_t workspace_limit_;
   Precision precision_;
   bool deterministic_;
-  std::shared_ptr<void> workspace_;
-  size_t workspace_bytes_ = 0;
+  bool workspace_kept_;                   // RINGTRAIN_CUDA_WORKSPACE=kept
+  std::shared_ptr<void> kept_workspace_;  // only when kept
+  size_t kept_workspace_bytes_ = 0;
+  size_t workspace_peak_ = 0;
   FusionCount bn_relu_count_;
   FusionCount conv_relu_count_;
 };

@@ -96,16 +96,17 @@ class Conv : public ConvOp {
       RT_CHECK(bias != nullptr, "conv forward: the layer has a bias but none was passed");
       b = &ctx_.as(*bias, act_, false, bias_cast_);
     }
-    void* ws = use(p.fwd);
+    const std::shared_ptr<void> ws = use(p.fwd);
     if (b != nullptr && s_.fuse_relu) {
-      const bool fused = fusable_ && run_fused(p, x, wa, ws, z, *b, y);
+      const bool fused = fusable_ && run_fused(p, x, wa, ws.get(), z, *b, y);
       if (!counted_) (fused ? ctx_.conv_relu_count().fused : ctx_.conv_relu_count().separate) += 1;
       counted_ = true;
       if (fused) return;
     }
-    CUDNN_CHECK(cudnnConvolutionForward(
-        ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), w_desc_.get(), wa.raw(), conv_desc_.get(),
-        cudnnConvolutionFwdAlgo_t(p.fwd.algo), ws, p.fwd.memory, &kZero, p.y_desc.get(), y.raw()));
+    CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), w_desc_.get(),
+                                        wa.raw(), conv_desc_.get(),
+                                        cudnnConvolutionFwdAlgo_t(p.fwd.algo), ws.get(),
+                                        p.fwd.memory, &kZero, p.y_desc.get(), y.raw()));
     if (z != nullptr)
       kernels::add_typed(y.raw(), z->raw(), y.raw(), elem_of(act_), y.numel(), false,
                          ctx_.stream());
@@ -126,11 +127,11 @@ class Conv : public ConvOp {
     // since), so a step converts each filter once.
     const Tensor& wa = krsc_ && cast_of_ == w.raw() ? w_cast_ : weights(w);
     ctx_.ensure_act(dx, p.x_shape);
-    void* ws = use(p.bwd_data);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(ctx_.cudnn(), &kOne, w_desc_.get(), wa.raw(),
-                                             p.y_desc.get(), dy.raw(), conv_desc_.get(),
-                                             cudnnConvolutionBwdDataAlgo_t(p.bwd_data.algo), ws,
-                                             p.bwd_data.memory, &kZero, p.x_desc.get(), dx.raw()));
+    const std::shared_ptr<void> ws = use(p.bwd_data);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(
+        ctx_.cudnn(), &kOne, w_desc_.get(), wa.raw(), p.y_desc.get(), dy.raw(), conv_desc_.get(),
+        cudnnConvolutionBwdDataAlgo_t(p.bwd_data.algo), ws.get(), p.bwd_data.memory, &kZero,
+        p.x_desc.get(), dx.raw()));
   }
 
   // dw and dbias are plain fp32 whatever the activations: KRSC (16-bit or tf32) filter
@@ -146,10 +147,10 @@ class Conv : public ConvOp {
     const Tensor& dy = ctx_.as_act(dy_in, dy_cast_);
     if (krsc_) ctx_.ensure_as(dw_cast_, dw.shape(), act_, true);
     Tensor& out = krsc_ ? dw_cast_ : dw;
-    void* ws = use(p.bwd_filter);
+    const std::shared_ptr<void> ws = use(p.bwd_filter);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         ctx_.cudnn(), &kOne, p.x_desc.get(), x.raw(), p.y_desc.get(), dy.raw(), conv_desc_.get(),
-        cudnnConvolutionBwdFilterAlgo_t(p.bwd_filter.algo), ws, p.bwd_filter.memory, &kZero,
+        cudnnConvolutionBwdFilterAlgo_t(p.bwd_filter.algo), ws.get(), p.bwd_filter.memory, &kZero,
         w_desc_.get(), out.raw()));
     if (krsc_) {
       ctx_.convert(dw_cast_, dw);
@@ -211,7 +212,9 @@ class Conv : public ConvOp {
     return fusable_ = false;
   }
 
-  void* use(const Choice& c) {
+  // The choice's math type on the descriptor, and its workspace, held by the caller until
+  // the call is queued.
+  std::shared_ptr<void> use(const Choice& c) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_.get(), c.math));
     return ctx_.workspace(c.memory);
   }
@@ -254,7 +257,7 @@ class Conv : public ConvOp {
     ctx_.ensure_act(dx, p.x_shape);
     ctx_.ensure_as(dw, w.shape(), w.dtype(), is_nhwc(w));
     // The trials' workspace is the whole limit, but only for the search: back to the pool
-    // after it, so the context's workspace grows only to what the chosen algorithms use.
+    // after it, so the steps take only what the chosen algorithms use.
     const size_t ws_bytes = ranked ? 0 : ctx_.workspace_limit();
     std::shared_ptr<void> trial_ws = ws_bytes > 0 ? ctx_.pool().allocate(ws_bytes) : nullptr;
     void* ws = trial_ws.get();

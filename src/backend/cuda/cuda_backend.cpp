@@ -139,9 +139,12 @@ class CudaBackend : public Backend {
   MemoryUse memory_use() const override {
     const DevicePool& pool = ctx_.pool();
     return {pool.bytes_requested_in_use(), pool.peak_bytes_requested(), true,
-            pool.peak_bytes_in_use()};
+            pool.peak_bytes_in_use(), ctx_.workspace_peak()};
   }
-  void reset_memory_peak() override { ctx_.pool().reset_peak(); }
+  void reset_memory_peak() override {
+    ctx_.pool().reset_peak();
+    ctx_.reset_workspace_peak();
+  }
   bool recycles_memory() const override { return true; }
   // cuDNN's conv + bias + activation kernel adds a residual (its z) in the same pass.
   bool fuses_conv_residual() const override { return true; }

@@ -217,8 +217,8 @@ class BatchNorm : public BatchNormOp {
     return cudnnBatchNormalizationForwardTrainingEx(
         ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr, nullptr,
         x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
-        var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes),
-        ws_bytes, reserve_.raw(), reserve_bytes_);
+        var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), act,
+        ctx_.workspace(ws_bytes).get(), ws_bytes, reserve_.raw(), reserve_bytes_);
   }
 
   // Backward of forward_persistent's forward, reading its saved statistics and reserve space.
@@ -239,7 +239,7 @@ class BatchNorm : public BatchNormOp {
         ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
         y_desc, y, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
         param_desc_.get(), gamma.raw(), beta, dgamma.raw(), dbeta.raw(), s_.eps, saved_mean_.raw(),
-        saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes), ws_bytes, reserve_.raw(),
+        saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes).get(), ws_bytes, reserve_.raw(),
         reserve_bytes_));
   }
 
