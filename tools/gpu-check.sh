@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# gpu-check.sh — the run on a lent GPU, in two commands that fit its minutes. Part 1 exists for
+# gpu-check.sh — the run on a lent GPU, in commands that fit its minutes. Part 1 exists for
 # the benchmark: the GPU unit tests, then at once ringtrain against PyTorch eager and
 # torch.compile (each measurement written to $OUT the moment it is made), the memory with the
 # cuDNN workspace per call and kept (MEMORY_AB="tf32 bf16"), 2 ranks training on
 # the shared GPU, NCCL at 1 rank. Part 2: memcheck, every op against the reference, the first
 # quickstart losses on cuda against cpu, fibernet's accuracy (a NOTE), NCCL at 2 ranks on one
-# GPU, then the other sanitizers while time is left. The report is written first and a line
-# appended as each step ends, so a kill at any second leaves a readable report.
+# GPU, then the other sanitizers while time is left. Part 3 needs no GPU: the lent machine's
+# host CPU (a Xeon) runs the cpu backend's compute benchmark against PyTorch on that CPU, at 1
+# and 2 threads (the Intel AVX-512/AMX rows). The report is written first and a line appended
+# as each step ends, so a kill at any second leaves a readable report.
 #
 #   tools/gpu-check.sh --bundle dist/ringtrain.tar.xz --part 1   then --part 2: the lent machine
-#                      (builds nothing; the bundle's binaries and mpirun; a tarball or a folder)
+#                      (builds nothing; the bundle's binaries and mpirun; a tarball or a folder);
+#                      --part 3 last, with the minutes left
 #   tools/gpu-check.sh [--part 1|2]     a developer machine: builds with make CUDA=1 first
 #   tools/gpu-check.sh --rehearse [--bundle B] [--part 1|2]   the same sequence without a GPU: the
 #                      cpu backend stands in for cuda, tools/gpu-rehearsal/ for torch,
@@ -19,12 +22,16 @@
 #   step's log tail, appended as it ends), compute-raw.jsonl (every benchmark measurement, as
 #   made), compute.jsonl and compute.txt (the benchmark's rows and table so far), logs.tar.gz
 #   (every log, at the end): at most 8 files at any moment; scratch lives under TMPDIR)
-#   BUDGET_S (part 1: 330, part 2: 210, both: 540): every step ends by then, later ones SKIP
+#   BUDGET_S (part 1: 330, part 2: 210, both: 540, part 3: 200): every step ends by then, later
+#   ones SKIP
 #   LIMITS="step=seconds ..."   a step's time box instead of its default (the table in docs/CUDA.md)
 #   BENCH_CONFIGS (model:batch:threads:precision, in order; the first two are what part 1 is
 #   for) COMPILE="bf16 fp32" (precisions PyTorch also runs compiled)  GRAPH="bf16" (precisions
 #   ringtrain also runs as one recorded CUDA graph a step; default none)  MEMORY_AB="tf32 bf16"
-#   (precisions whose memory runs with the workspace per call and kept; "" for none)  PYTHON (the one with torch:
+#   (precisions whose memory runs with the workspace per call and kept; "" for none)
+#   CPU_CONFIGS (part 3's training rows, bench-compute.sh's CONFIGS; default resnet18_cifar at
+#   batch 64, bf16 then fp32, 2 threads then 1) CPU_INFERENCE_CONFIGS (then its inference rows
+#   while time is left; "" for none)  PYTHON (the one with torch:
 #   the first python3 on PATH or /usr/bin/python3 that imports it), run in the environment as it
 #   was before the bundle's env.sh. STEPS=10 FP32_TOL=2e-3 BF16_TOL=3e-2 TF32_TOL=1e-2 (quickstart losses)
 #   GPU_CHECK_HANG=STEP   (the rehearsal's switch) that step's command never ends: its time box
@@ -38,14 +45,15 @@ while [ $# -gt 0 ]; do
     --bundle) bundle=$(realpath -- "${2:?--bundle needs a tarball or a folder}") || exit 2; shift 2 ;;
     --part) part=${2:-}; shift 2 ;;
     --rehearse) rehearse=1; shift ;;
-    *) echo "gpu-check: unknown argument $1 (use --bundle PATH, --part 1|2, --rehearse)" >&2; exit 2 ;;
+    *) echo "gpu-check: unknown argument $1 (use --bundle PATH, --part 1|2|3, --rehearse)" >&2; exit 2 ;;
   esac
 done
 case "$part" in
   1) budget_default=330 ;;
   2) budget_default=210 ;;
   all) budget_default=540 ;;
-  *) echo "gpu-check: --part $part: expected 1 or 2" >&2; exit 2 ;;
+  3) budget_default=200 ;;
+  *) echo "gpu-check: --part $part: expected 1, 2 or 3" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-output/gpu-check}
@@ -68,6 +76,10 @@ resnet18_cifar:256:1:tf32 resnet18_cifar:256:1:fp16 resnet18_cifar:64:1:bf16 \
 resnet18_cifar:1024:1:bf16"}
 bench_schedule="" small_images=2000 images=7000 train_steps=20 fibernet_args=()
 MEMORY_AB=${MEMORY_AB-tf32 bf16} memory_model=resnet18_cifar memory_batch=256
+CPU_CONFIGS=${CPU_CONFIGS:-"resnet18_cifar:64:2:bf16 resnet18_cifar:64:2:fp32 \
+resnet18_cifar:64:1:bf16 resnet18_cifar:64:1:fp32"}
+CPU_INFERENCE_CONFIGS=${CPU_INFERENCE_CONFIGS-"resnet18_cifar:64:2:bf16 resnet18_cifar:64:1:bf16"}
+cpu_schedule=""
 ops_tests=backend_ops,nn_gradcheck,nn_model,inference_plan
 if [ "$rehearse" = 1 ]; then
   backend=cpu
@@ -76,6 +88,8 @@ if [ "$rehearse" = 1 ]; then
   BENCH_CONFIGS=${REHEARSAL_CONFIGS:-"cnn_small:8:1:bf16 cnn_small:8:1:fp32"}
   bench_schedule="1 1 1" small_images=200 images=400 train_steps=4 STEPS=3
   MEMORY_AB=bf16 memory_model=cnn_small memory_batch=8
+  CPU_CONFIGS=${REHEARSAL_CPU_CONFIGS:-"cnn_small:8:1:bf16 cnn_small:8:1:fp32"}
+  CPU_INFERENCE_CONFIGS="cnn_small:8:1:fp32" cpu_schedule="1 1 1"
   fibernet_args=(--train.max_steps=4)
   # The unit suites run in full in make test; here the step needs only to run.
   ops_tests=backend_ops/loss_and_sgd_match_direct_formulas
@@ -226,6 +240,56 @@ host_python=$scratch/python
 chmod +x "$host_python"
 PYTHON=$host_python
 export PYTHON
+
+# ---- part 3: the host CPU (no GPU needed) ----------------------------------------------------
+# The CPU's model and the flags that decide oneDNN's kernels (AVX-512, AVX512-BF16, AMX), then
+# bench-compute.sh's training rows (ringtrain against PyTorch on this CPU, interleaved; the
+# peak; measure's weight-gradient choices; the per-op profile), a NOTE per row, then inference
+# rows while time is left (their table comes back as compute_inference.txt; the rest of their
+# files in logs.tar.gz, so OUT keeps at most 8 files).
+host_cpu() {
+  local flags limit
+  flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+    grep -xE 'avx512f|avx512_bf16|avx512_fp16|amx_tile|amx_bf16|amx_int8' | tr '\n' ' ')
+  report NOTE cpu 0 "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), \
+$(nproc) cores, flags: ${flags:-none of avx512f, avx512_bf16, amx_bf16}"
+  limit=$(limit_of cpu-bench 150)
+  [ "$limit" -le $((deadline - $(date +%s) - 5)) ] || limit=$((deadline - $(date +%s) - 5))
+  [ "$limit" -ge 30 ] || limit=30
+  step cpu-bench "$limit" env DEVICE=cpu ROUNDS=1 OUT_DIR="$OUT" CONFIGS="$CPU_CONFIGS" \
+    PYTHON="$PYTHON" DEADLINE=$(($(date +%s) + limit - 5)) CALL_LIMIT_S="${CALL_LIMIT_S:-90}" \
+    SCHEDULE="$cpu_schedule" tools/bench-compute.sh
+  if [ -s "$OUT/compute.jsonl" ]; then
+    "$PYTHON" - "$OUT/compute.jsonl" <<'PY' | while IFS=$'\t' read -r status detail; do report "$status" cpu-rows 0 "$detail"; done
+import json, sys
+def cell(v, unit=""):
+    return "-" if v is None else f"{v:g}{unit}"
+for r in map(json.loads, open(sys.argv[1])):
+    failed = r.get("failed", {})
+    share = r.get("fraction_of_peak")
+    detail = (f"{r['model']} b{r['batch']} {r['threads']} thr {r['precision']} ({r.get('isa') or '-'}): "
+              f"ringtrain {cell(r['ringtrain_img_s'])} img/s, PyTorch {cell(r['pytorch_img_s'])}, "
+              f"{cell(r['ratio'], 'x')}, {'-' if share is None else f'{100 * share:.0f}%'} of the peak "
+              f"{cell(r.get('peak_gflops'))} GFLOP/s")
+    if r.get("wgrad_img_s"):
+        detail += f", weight grad measure {cell(r['wgrad_img_s'])} img/s ({r.get('wgrad_choices') or '-'})"
+    detail += "".join(f"; {tool} failed: {why}" for tool, why in sorted(failed.items()))
+    print(("FAIL" if "ringtrain" in failed else "NOTE") + "\t" + detail)
+PY
+  fi
+  [ -n "$CPU_INFERENCE_CONFIGS" ] || return 0
+  limit=$((deadline - $(date +%s) - 5))
+  [ "$limit" -ge 30 ] || { report SKIP cpu-inference 0 "out of time (BUDGET_S=$BUDGET_S)"; return 0; }
+  step cpu-inference "$limit" env DEVICE=cpu MODE=inference ROUNDS=1 OUT_DIR="$logs/inference" \
+    CONFIGS="$CPU_INFERENCE_CONFIGS" PYTHON="$PYTHON" DEADLINE=$(($(date +%s) + limit - 5)) \
+    CALL_LIMIT_S="${CALL_LIMIT_S:-90}" SCHEDULE="$cpu_schedule" tools/bench-compute.sh
+  [ -s "$logs/inference/compute_inference.txt" ] && cp "$logs/inference/compute_inference.txt" "$OUT/"
+  return 0
+}
+if [ "$part" = 3 ]; then
+  host_cpu
+  finish
+fi
 
 # ---- the probe; without a GPU only the CPU-side checks ------------------------------------------
 step probe 30 "$BIN/tests/unit" --run_test=device_selection/device_probe_line

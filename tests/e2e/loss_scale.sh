@@ -48,7 +48,7 @@ poisoned --output.name=unscaled --train.loss_scale=none --train.on_nonfinite=ski
 compare_checkpoints "$work/out/dyn.ckpt.h5" "$work/out/unscaled.ckpt.h5" 10
 
 # Stopped at step 5 and resumed: the scale and clean-step count carry over.
-poisoned --output.name=parts --train.max_steps=5 >"$work/part1.log" 2>&1 || { cat "$work/part1.log"; fail "first part"; }
+poisoned --output.name=parts --train.max_steps=5 >"$work/part1.log" 2>&1 || { s=$?; cat "$work/part1.log"; fail "first part: exit $s"; }
 run --output.name=parts --resume >"$work/part2.log" 2>&1 || { cat "$work/part2.log"; fail "resume"; }
 compare_checkpoints "$work/out/dyn.ckpt.h5" "$work/out/parts.ckpt.h5" 10
 "$PYTHON" - "$work/out/dyn.ckpt.h5" "$work/out/parts.ckpt.h5" <<'PY' || fail "resume: checkpoint loss scale"
