@@ -79,12 +79,13 @@ std::string host_mib(const backend::MemoryUse& memory, size_t bytes) {
   return memory.device ? "null" : str_fixed(double(bytes) / (1 << 20), 1);
 }
 
-// The bytes that live from step to step whatever the activations: every parameter, its
-// gradient and the optimizer's moments (the floor of a step's memory, the same in every
-// framework that keeps gradients between steps).
+// The bytes a step holds whatever its activations: every parameter, its gradient (fp32, which
+// transient memory holds from its layer's backward to the next forward only) and the
+// optimizer's moments.
 size_t state_bytes(nn::Model& model, const nn::Optimizer& optimizer) {
   size_t bytes = 0;
-  for (const nn::Parameter* p : model.parameters()) bytes += p->value.bytes() + p->grad.bytes();
+  for (const nn::Parameter* p : model.parameters())
+    bytes += p->value.bytes() + size_t(p->numel()) * sizeof(float);
   for (const auto* moments : {&optimizer.first_moments(), &optimizer.second_moments()})
     for (const backend::Tensor& m : *moments) bytes += m.bytes();
   return bytes;

@@ -71,7 +71,8 @@ const Tensor& Conv2d::backward(const Tensor& dy, const GradReady& ready) {
     relu_->backward(y_, dy, dy_pre_);
     g = &dy_pre_;
   }
-  op_->backward_weights(x_, *g, weight_.grad_target(), spec_.bias ? &bias_.grad_target() : nullptr);
+  op_->backward_weights(x_, *g, weight_.grad_target(be_),
+                        spec_.bias ? &bias_.grad_target(be_) : nullptr);
   ready(weight_);
   if (spec_.bias) ready(bias_);
   if (needs_input_grad_) op_->backward_data(*g, weight_.value, dx_);
@@ -145,8 +146,8 @@ void BatchNorm2d::update_running_statistics(const Tensor& mean, const Tensor& va
 }
 
 const Tensor& BatchNorm2d::backward(const Tensor& dy, const GradReady& ready) {
-  op_->backward(x_, dy, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad_target(),
-                beta_.grad_target(), reducer_ ? &reducer_ : nullptr);
+  op_->backward(x_, dy, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad_target(be_),
+                beta_.grad_target(be_), reducer_ ? &reducer_ : nullptr);
   ready(gamma_);
   ready(beta_);
   return dx_;
@@ -228,6 +229,7 @@ BatchNormReluMaxPool::BatchNormReluMaxPool(const std::string& norm_name,
                                            const std::string& pool_name, Backend& be, int channels,
                                            int window)
     : Layer(norm_name + "+" + pool_name),
+      be_(be),
       norm_(norm_name, be, channels, true),
       pool_(pool_name, be, backend::PoolSpec{backend::PoolKind::kMax, window, window, 0, false}),
       op_(be.make_norm_relu_max_pool({channels, 1e-5f, window})) {}
@@ -244,8 +246,8 @@ const Tensor& BatchNormReluMaxPool::forward(const Tensor& x, bool training) {
 const Tensor& BatchNormReluMaxPool::backward(const Tensor& dy, const GradReady& ready) {
   Parameter& gamma = norm_.gamma();
   Parameter& beta = norm_.beta();
-  op_->backward(x_, dy, gamma.value, batch_mean_, batch_var_, dx_, gamma.grad_target(),
-                beta.grad_target(), norm_.stat_reducer());
+  op_->backward(x_, dy, gamma.value, batch_mean_, batch_var_, dx_, gamma.grad_target(be_),
+                beta.grad_target(be_), norm_.stat_reducer());
   if (transient_) op_->release_scratch();
   ready(gamma);
   ready(beta);
@@ -291,7 +293,8 @@ const Tensor& Linear::forward(const Tensor& x, bool) {
 }
 
 const Tensor& Linear::backward(const Tensor& dy, const GradReady& ready) {
-  op_->backward_weights(x_, dy, weight_.grad_target(), spec_.bias ? &bias_.grad_target() : nullptr);
+  op_->backward_weights(x_, dy, weight_.grad_target(be_),
+                        spec_.bias ? &bias_.grad_target(be_) : nullptr);
   ready(weight_);
   if (spec_.bias) ready(bias_);
   if (!needs_input_grad_) return empty_;

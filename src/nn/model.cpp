@@ -51,6 +51,7 @@ const Tensor& Model::forward(const Tensor& input, bool training) {
                input.dim(3) == input_.width,
            "model ", name_, ": input ", shape_str(input.shape()), " is not [N,", input_.channels,
            ",", input_.height, ",", input_.width, "]");
+  if (training && transient_memory_) release_consumed_grads();
   logits_ = &net_->forward(input, training);
   if (inspect_) logits_ = &inspect_->forward(*logits_, training);
   return *logits_;
@@ -148,8 +149,16 @@ void Model::set_transient_memory(bool on) {
   net_->set_transient_memory(on);
 }
 
+void Model::release_consumed_grads() {
+  for (Parameter* p : params_)
+    if (p->grad_consumed && !p->grad.is_view()) p->grad = Tensor();
+}
+
 void Model::zero_grad() {
-  for (Parameter* p : params_) be_.fill(p->grad, 0.0f);
+  for (Parameter* p : params_) {
+    if (p->grad.empty()) p->grad = be_.alloc(p->shape);
+    be_.fill(p->grad, 0.0f);
+  }
 }
 
 namespace {

@@ -88,6 +88,7 @@ void Optimizer::step(double lr) {
     }
     be_.sgd_update_many(tensors, {float(lr), float(o.momentum), 0.0f, o.nesterov});
     ++steps_;
+    for (Parameter* p : params_) p->grad_consumed = true;
     return;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -107,6 +108,7 @@ void Optimizer::step(double lr) {
                         spec);
   }
   ++steps_;
+  for (Parameter* p : params_) p->grad_consumed = true;
 }
 
 void Optimizer::save(h5::Group& group) const {

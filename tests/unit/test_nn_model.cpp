@@ -405,6 +405,70 @@ BOOST_AUTO_TEST_CASE(transient_memory_changes_no_number_and_lowers_the_peak) {
   }
 }
 
+// In transient memory a parameter's gradient lives from its layer's backward to the next
+// training forward after the optimizer step that read it (PyTorch's zero_grad(set_to_none=
+// True)): the next forward holds exactly the parameters' gradients less than the step ended
+// with (its activations are those of the step before, reused), its backward takes them again,
+// a gradient bound into a fusion bucket stays, and micro-batches between steps keep theirs.
+// The numbers are those of keeping every gradient (transient_memory_changes_no_number_...,
+// and below for accumulation).
+BOOST_AUTO_TEST_CASE(transient_gradients_live_from_backward_to_the_next_forward) {
+  auto be = backend::make_backend("ref", 1);
+  const ModelInput in{1, 16, 16};
+  Tensor x = random_tensor(*be, {8, 1, 16, 16}, 43);
+  const std::vector<int32_t> labels = labels_for(8, 5, 44);
+  auto model = make_model("fibernet", in, 5, *be, 42);
+  model->set_transient_memory(true);
+  std::vector<Parameter*> params = model->parameters();
+  std::vector<float> bucket(size_t(params.front()->numel()));
+  params.front()->bind_grad(bucket.data());  // as a fusion bucket's slot
+  Optimizer sgd(params, {0.9, false, 0.0, false}, *be);
+  auto train = [&] {
+    model->forward(x, true);
+    model->loss(labels.data());
+    model->backward();
+  };
+  train();
+  sgd.step(0.05);
+  size_t owned = 0;
+  for (const Parameter* p : params) {
+    BOOST_TEST(!p->grad.empty(), p->name);
+    BOOST_TEST(p->grad_consumed, p->name);
+    if (p != params.front()) owned += (p->grad.bytes() + 63) / 64 * 64;  // host blocks of 64 B
+  }
+  const size_t after_step = be->memory_use().in_use;
+  model->forward(x, true);
+  BOOST_TEST(be->memory_use().in_use == after_step - owned);
+  for (const Parameter* p : params) BOOST_TEST(p->grad.empty() == (p != params.front()), p->name);
+  model->loss(labels.data());
+  model->backward();
+  for (const Parameter* p : params) {
+    BOOST_TEST(!p->grad.empty(), p->name);
+    BOOST_TEST(!p->grad_consumed, p->name);
+  }
+  BOOST_TEST(params.front()->grad.raw() == static_cast<void*>(bucket.data()));
+
+  // Two micro-batches a step: the second forward comes before any step, so the first
+  // micro-batch's gradient stays and the sum is what keeping every gradient gives, bitwise.
+  auto accumulated = [&](bool transient) {
+    auto m = make_model("fibernet", in, 5, *be, 42);
+    m->set_transient_memory(transient);
+    Optimizer opt(m->parameters(), {0.9, false, 0.0, false}, *be);
+    for (int step = 0; step < 2; ++step) {
+      for (int micro = 0; micro < 2; ++micro) {
+        m->forward(x, true);
+        m->loss(labels.data());
+        m->backward(nullptr, micro > 0);
+      }
+      opt.step(0.05);
+    }
+    return std::make_pair(grads_of(*m), weights_of(*m));
+  };
+  const auto transient = accumulated(true), kept = accumulated(false);
+  BOOST_TEST(same_bits(transient.first, kept.first));
+  BOOST_TEST(same_bits(transient.second, kept.second));
+}
+
 // The residual blocks' ReLU backward folded into the block above (Model::set_fold_relu_backward,
 // the default) changes no number: three steps give the same losses, gradients and weights,
 // bitwise, as every block running its own, in fp32 and bf16, with transient memory or not.

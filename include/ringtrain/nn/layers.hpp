@@ -218,6 +218,7 @@ class BatchNormReluMaxPool : public Layer {
   std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
+  Backend& be_;
   BatchNorm2d norm_;
   Pool2d pool_;
   std::unique_ptr<backend::NormReluMaxPoolOp> op_;

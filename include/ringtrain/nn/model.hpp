@@ -79,8 +79,10 @@ class Model {
   // so that a batch too large for memory is refused before any of it is allocated.
   int64_t activation_bytes_per_image() const { return activation_bytes_; }
 
-  // Gradients given back as soon as they are used (Layer::set_transient_memory); the
-  // backend's choice by default (Backend::recycles_memory: cuda on, host backends off).
+  // Gradients given back as soon as they are used (Layer::set_transient_memory), and each
+  // parameter's own gradient from the optimizer step that read it to its layer's next backward
+  // (Parameter::grad_consumed; one bound into a fusion bucket stays); the backend's choice by
+  // default (Backend::recycles_memory: cuda on, host backends off).
   void set_transient_memory(bool on);
   bool transient_memory() const { return transient_memory_; }
 
@@ -117,6 +119,9 @@ class Model {
 
  private:
   std::string name_;
+  // Transient memory: each owned gradient an optimizer step has read goes back (forward).
+  void release_consumed_grads();
+
   Backend& be_;
   ModelInput input_;
   int classes_;

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "ringtrain/backend/backend.hpp"
 #include "ringtrain/backend/tensor.hpp"
 
 namespace ringtrain::nn {
@@ -18,7 +19,8 @@ struct Parameter {
   std::string name;  // PyTorch-style: "layer2.0.conv1.weight"
   Shape shape;
   Tensor value;                  // plain fp32 on the device
-  Tensor grad;                   // plain fp32, owned or a view into a fusion buffer
+  Tensor grad;                   // plain fp32, owned or a view into a fusion buffer; empty
+                                 // between steps in transient memory (grad_consumed)
   bool no_weight_decay = false;  // BN parameters and biases
   ParamRole role = ParamRole::kWeight;
   int64_t fan_in = 0;  // inputs per output (conv: in*k*k), for initialisation
@@ -34,8 +36,18 @@ struct Parameter {
   // micro-batches in fp32 where it lives (a fusion bucket).
   bool accumulating = false;
   Tensor grad_scratch;
-  // Where a layer's backward writes the gradient of the current micro-batch.
-  Tensor& grad_target() { return accumulating ? grad_scratch : grad; }
+  // Set by an optimizer step, which has read the gradient; cleared when a backward writes the
+  // next one. Until then nobody needs it: in transient memory Model::forward gives an owned
+  // gradient back (as PyTorch's zero_grad(set_to_none=True) frees .grad), so a step's
+  // activations never share the device with the last step's gradients.
+  bool grad_consumed = false;
+  // Where a layer's backward writes the gradient of the current micro-batch; a gradient given
+  // back since the last step is taken again here, at its own layer's backward.
+  Tensor& grad_target(backend::Backend& be) {
+    if (grad.empty()) grad = be.alloc(shape);
+    grad_consumed = false;
+    return accumulating ? grad_scratch : grad;
+  }
 };
 
 // A named non-trainable tensor saved with the model (BN running statistics).
