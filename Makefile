@@ -188,7 +188,7 @@ $(BUILD)/tests/%.o: OPT_FLAGS := $(if $(filter 1,$(DEBUG)),$(OPT_FLAGS),-O1 -g1 
 # The cpu backend's own loops over channel runs compute each lane alike at every pack width (16
 # lanes with AVX-512, 8 in the bundle's x86-64-v3 build), so the two builds agree bitwise: no
 # fused multiply-adds formed from a * b + c, which GCC formed at one width and not the other.
-$(addprefix $(BUILD)/src/backend/cpu/,norm_relu_pool.o norm_pool.o batch_statistics.o): \
+$(addprefix $(BUILD)/src/backend/cpu/,norm_relu_pool.o norm_pool.o batch_statistics.o norm_passes.o): \
   CXXFLAGS += -ffp-contract=off
 
 $(BUILD)/%.o: %.cpp $(CONFIG_H)

@@ -174,27 +174,37 @@ BOOST_AUTO_TEST_CASE(linear_matches_the_bf16_reference) {
   }
 }
 
+// x plain (oneDNN's batch norm on the cpu) and in the blocked layout a convolution writes (the
+// cpu's own passes, norm_passes.hpp).
 BOOST_AUTO_TEST_CASE(batch_norm_matches_the_bf16_reference) {
-  for (bool relu : {false, true}) {
-    Trio t;
-    if (!t.ok()) return;
-    std::printf("bf16 batch norm, relu %d\n", relu);
-    std::vector<std::vector<Tensor>> out(3);
-    for (int i = 0; i < 3; ++i) {
-      Backend& be = *t.be[i];
-      Tensor x = activation(be, {4, 16, 5, 5}, 51, -2, 3);
-      Tensor gamma = random_tensor(be, {16}, 52, 0.5f, 1.5f), beta = random_tensor(be, {16}, 53);
-      Tensor y, mean, var, dx, y_eval;
-      auto op = be.make_batch_norm({16, 1e-5f, relu});
-      op->forward_training(x, gamma, beta, y, mean, var, nullptr);
-      Tensor dy = activation(be, y.shape(), 54);
-      Tensor dgamma = be.alloc({16}), dbeta = be.alloc({16});
-      op->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, nullptr);
-      op->forward_inference(x, gamma, beta, mean, var, y_eval);
-      out[i] = {y, mean, var, dx, dgamma, dbeta, y_eval};
+  for (bool blocked : {false, true})
+    for (bool relu : {false, true}) {
+      Trio t;
+      if (!t.ok()) return;
+      std::printf("bf16 batch norm, relu %d, x %s\n", relu, blocked ? "blocked" : "plain");
+      const Shape shape{4, 16, 5, 5};
+      std::vector<float> xv = random_values(size_t(shape_numel(shape)), 51, -2, 3);
+      for (float& v : xv) v = round_to_bf16(v);
+      std::vector<std::vector<Tensor>> out(3);
+      for (int i = 0; i < 3; ++i) {
+        Backend& be = *t.be[i];
+        Tensor x = i == 0 && blocked ? as_conv_output(be, shape, xv)
+                   : i == 0          ? activation(be, shape, 51, -2, 3)
+                                     : to_device(be, shape, xv);
+        Tensor gamma = random_tensor(be, {16}, 52, 0.5f, 1.5f), beta = random_tensor(be, {16}, 53);
+        Tensor y, mean, var, dx, y_eval;
+        auto op = be.make_batch_norm({16, 1e-5f, relu});
+        op->forward_training(x, gamma, beta, y, mean, var, nullptr);
+        Tensor dy = activation(be, y.shape(), 54);
+        Tensor dgamma = be.alloc({16}), dbeta = be.alloc({16});
+        op->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, nullptr);
+        op->forward_inference(x, gamma, beta, mean, var, y_eval);
+        out[i] = {y, mean, var, dx, dgamma, dbeta, y_eval};
+      }
+      BOOST_TEST(t.be[0]->op_choices() ==
+                 str("batch norm: own passes ", int(blocked), ", oneDNN ", int(!blocked)));
+      compare("batch norm", t, {"y", "mean", "var", "dx", "dgamma", "dbeta", "y (inference)"}, out);
     }
-    compare("batch norm", t, {"y", "mean", "var", "dx", "dgamma", "dbeta", "y (inference)"}, out);
-  }
 }
 
 // The cpu's fused loops (x in the blocked layout a convolution writes) against the references'

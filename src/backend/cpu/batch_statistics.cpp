@@ -11,9 +11,6 @@
 namespace ringtrain::backend::cpu {
 namespace {
 
-// Pixels summed in fp32 before their sums go into the fp64 ones: whole rows, about this many.
-constexpr int64_t kPixelsPerFp32Sum = 256;
-
 // Per plane and lane: sum (x - shift) and sum (x - shift)^2, laid out [plane][lane][2].
 template <typename T, int N>
 void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {

@@ -40,6 +40,10 @@ struct Planes {
   bool walkable() const { return x.lanes % 8 == 0; }
 };
 
+// Pixels a plane's loops sum in fp32 before adding the sums to its fp64 ones: whole rows,
+// about this many (a 4x4 plane's sums are one fp64 addition per lane).
+constexpr int64_t kPixelsPerFp32Sum = 256;
+
 // The widest pack of lanes this build's loops take: 16 where it targets AVX-512, else 8 (a
 // 64-byte vector without AVX-512 is two registers and has no calling convention: GCC warns,
 // -Wpsabi). The bundle's x86-64-v3 build takes 8.

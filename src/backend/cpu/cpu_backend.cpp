@@ -122,7 +122,9 @@ class CpuBackend : public HostBackend {
     return cpu::make_linear(ctx_, s);
   }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormSpec& s) override {
-    return cpu::make_batch_norm(ctx_, s, fusion_allowed("RINGTRAIN_CPU_NORM_ADD"));
+    return cpu::make_batch_norm(ctx_, s,
+                                {!env_switch("RINGTRAIN_CPU_BATCH_NORM", "own", "onednn"),
+                                 fusion_allowed("RINGTRAIN_CPU_NORM_ADD")});
   }
   std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
       const NormReluMaxPoolSpec& s) override {
@@ -155,6 +157,10 @@ class CpuBackend : public HostBackend {
     };
     add("batch norm + ReLU + max pool", ctx_.norm_pool_count);
     add("batch norm + residual + ReLU", ctx_.norm_add_count);
+    const FusedCount& n = ctx_.norm_count;
+    if (n.fused + n.composed > 0)
+      out +=
+          str(out.empty() ? "" : "; ", "batch norm: own passes ", n.fused, ", oneDNN ", n.composed);
     return out;
   }
 

@@ -47,7 +47,8 @@ struct Context {
   int pack_lanes = 8;
   mutable FusedCount norm_pool_count;
   mutable FusedCount norm_add_count;
-  mutable ReorderTime reorders;  // every CachedReorder's runs
+  mutable FusedCount norm_count;  // training batch norms: our own passes (fused), oneDNN's
+  mutable ReorderTime reorders;   // every CachedReorder's runs
 };
 
 dt to_dnnl(DType dtype);

@@ -47,6 +47,15 @@ struct LanePack {
     const H h = narrow<H>(bf16_bits(v));
     std::memcpy(p, &h, sizeof h);
   }
+  // v already as T stores it (stored(), stored_finite(), or a NaN that arithmetic made: its
+  // quiet bit is in the high half): bf16 keeps the high half, with no rounding to do.
+  static void store_as_stored(float* p, F v) { store(p, v); }
+  static void store_as_stored(uint16_t* p, F v) {
+    U bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const H h = narrow<H>(bits >> 16);
+    std::memcpy(p, &h, sizeof h);
+  }
   static void store_bytes(uint8_t* p, I v) {
     const B b = narrow<B>(v);
     std::memcpy(p, &b, sizeof b);

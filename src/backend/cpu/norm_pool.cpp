@@ -1,5 +1,5 @@
-// norm_pool.cpp — oneDNN batch norm (with a synchronized-BN path and our own pass for batch
-// norm + residual + ReLU), ReLU, pooling and add.
+// norm_pool.cpp — batch norm (our own passes where they walk the layout, else oneDNN's with a
+// synchronized-BN path; our own pass for batch norm + residual + ReLU), ReLU, pooling and add.
 #include <omp.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "../host_math.hpp"
 #include "batch_statistics.hpp"
 #include "lane_pack.hpp"
+#include "norm_passes.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
 
@@ -87,12 +88,24 @@ void normalise_add_relu(const Planes& p, const T* x, const T* r, const float* a,
 
 class BatchNorm : public BatchNormOp {
  public:
-  BatchNorm(const Context& ctx, const BatchNormSpec& spec, bool fuse_residual)
-      : ctx_(ctx), s_(spec), fuse_residual_(fuse_residual) {}
+  BatchNorm(const Context& ctx, const BatchNormSpec& spec, BatchNormPaths paths)
+      : ctx_(ctx), s_(spec), paths_(paths) {}
 
   double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var, const StatReducer* reducer) override {
     Plan& p = plan_for(x);
+    const bool own = paths_.own_passes && p.walkable;
+    if (!norm_counted_) {
+      ++(own ? ctx_.norm_count.fused : ctx_.norm_count.composed);
+      norm_counted_ = true;
+    }
+    own_count_ = 0;
+    if (own) {
+      own_count_ = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
+      ensure(y, x.shape(), p.x_md);
+      normalise(p.planes, x, coefficients(p, gamma, beta, mean, var), s_.fuse_relu, y);
+      return own_count_;
+    }
     ensure_vector(mean, s_.channels);
     ensure_vector(var, s_.channels);
     ensure(y, x.shape(), p.x_md);
@@ -110,7 +123,7 @@ class BatchNorm : public BatchNormOp {
                                    const StatReducer* reducer) override {
     if (s_.fuse_relu) return 0;
     Plan& p = plan_for(x);
-    const bool fused = fuse_residual_ && p.walkable;
+    const bool fused = paths_.fuse_residual && p.walkable;
     if (!counted_) {
       ++(fused ? ctx_.norm_add_count.fused : ctx_.norm_add_count.composed);
       counted_ = true;
@@ -120,13 +133,11 @@ class BatchNorm : public BatchNormOp {
              shape_str(residual.shape()), " differs from x ", shape_str(x.shape()));
     const memory r = as_layout(ctx_, residual, p.x_md, residual_scratch_, residual_reorder_);
     const double count = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
-    global_count_ = float(count);  // for a synchronized backward
+    global_count_ = float(count);                // for oneDNN's synchronized backward
+    own_count_ = paths_.own_passes ? count : 0;  // backward in our passes too
     ensure(y, x.shape(), p.x_md);
-    const float* a = per_lane(p.planes.x, s_.channels, a_, [&](int64_t c) {
-      return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps);
-    });
-    const float* b = per_lane(p.planes.x, s_.channels, b_,
-                              [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
+    const NormCoefficients n = coefficients(p, gamma, beta, mean, var);
+    const float *a = n.a, *b = n.b;
     with_pack(p.planes, [&](auto pack) {
       constexpr int N = decltype(pack)::value;
       if (x.dtype() == DType::kBF16)
@@ -151,6 +162,14 @@ class BatchNorm : public BatchNormOp {
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
     Plan& p = plan_for(x);
+    if (own_count_ > 0) {  // the last training forward ran our passes, on this layout
+      const memory d = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
+      ensure(dx, x.shape(), p.x_md);
+      const NormCoefficients relu{a_.data(), b_.data()};
+      own_backward_.run(p.planes, x, d.get_data_handle(), gamma, mean, var, s_.eps, own_count_,
+                        s_.fuse_relu ? &relu : nullptr, dx, dgamma, dbeta, reducer);
+      return;
+    }
     bool sync = reducer && *reducer;
     bn_bwd& prim = sync ? p.global_bwd : p.train_bwd;
     memory ddst = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
@@ -213,6 +232,18 @@ class BatchNorm : public BatchNormOp {
     });
     plans_.push_back(std::move(p));
     return *plans_.back();
+  }
+
+  // a = gamma / sqrt(var + eps) and b = beta - mean a per lane, into a_ and b_ (kept for the
+  // backward's ReLU mask).
+  NormCoefficients coefficients(const Plan& p, const Tensor& gamma, const Tensor& beta,
+                                const Tensor& mean, const Tensor& var) {
+    const float* a = per_lane(p.planes.x, s_.channels, a_, [&](int64_t c) {
+      return gamma.f32()[c] / std::sqrt(var.f32()[c] + s_.eps);
+    });
+    const float* b = per_lane(p.planes.x, s_.channels, b_,
+                              [&](int64_t c) { return beta.f32()[c] - mean.f32()[c] * a[c]; });
+    return {a, b};
   }
 
   void run_forward(Plan& p, bn_fwd& prim, const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -303,8 +334,11 @@ class BatchNorm : public BatchNormOp {
 
   const Context& ctx_;
   BatchNormSpec s_;
-  bool fuse_residual_;    // false: forward_training_add_relu declines (RINGTRAIN_CPU_NORM_ADD)
-  bool counted_ = false;  // in ctx_.norm_add_count, at the first forward_training_add_relu
+  BatchNormPaths paths_;
+  bool counted_ = false;       // in ctx_.norm_add_count, at the first forward_training_add_relu
+  bool norm_counted_ = false;  // in ctx_.norm_count, at the first forward_training
+  double own_count_ = 0;       // the last training forward's count where it ran our passes
+  NormBackward own_backward_;
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<float> sums_;
   float global_count_ = 0;
@@ -535,8 +569,8 @@ class Add : public AddOp {
 }  // namespace
 
 std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec,
-                                             bool fuse_residual) {
-  return std::make_unique<BatchNorm>(ctx, spec, fuse_residual);
+                                             BatchNormPaths paths) {
+  return std::make_unique<BatchNorm>(ctx, spec, paths);
 }
 std::unique_ptr<ReluOp> make_relu(const Context& ctx) {
   return std::make_unique<Relu>(ctx);

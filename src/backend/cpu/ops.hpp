@@ -12,10 +12,16 @@ namespace ringtrain::backend::cpu {
 // Op objects keep a reference to ctx: they must not outlive their backend.
 std::unique_ptr<ConvOp> make_conv(const Context& ctx, const ConvSpec& spec);
 std::unique_ptr<LinearOp> make_linear(const Context& ctx, const LinearSpec& spec);
-// fuse_residual: forward_training_add_relu runs our own pass where the layout allows
-// (RINGTRAIN_CPU_NORM_ADD unset or fused).
+// Where the layout allows: own_passes, training forward and backward run our own passes
+// (norm_passes.hpp; RINGTRAIN_CPU_BATCH_NORM unset or own), else oneDNN's primitives;
+// fuse_residual, forward_training_add_relu runs our own pass (RINGTRAIN_CPU_NORM_ADD unset or
+// fused).
+struct BatchNormPaths {
+  bool own_passes = true;
+  bool fuse_residual = true;
+};
 std::unique_ptr<BatchNormOp> make_batch_norm(const Context& ctx, const BatchNormSpec& spec,
-                                             bool fuse_residual);
+                                             BatchNormPaths paths);
 std::unique_ptr<ReluOp> make_relu(const Context& ctx);
 std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec);
 // Our own loops; `composed` (the backend's batch norm and pool ops) runs where they do not walk
