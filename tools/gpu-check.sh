@@ -79,7 +79,7 @@ MEMORY_AB=${MEMORY_AB-tf32 bf16} memory_model=resnet18_cifar memory_batch=256
 CPU_CONFIGS=${CPU_CONFIGS:-"resnet18_cifar:64:2:bf16 resnet18_cifar:64:2:fp32 \
 resnet18_cifar:64:1:bf16 resnet18_cifar:64:1:fp32"}
 CPU_INFERENCE_CONFIGS=${CPU_INFERENCE_CONFIGS-"resnet18_cifar:64:2:bf16 resnet18_cifar:64:1:bf16"}
-cpu_schedule=""
+cpu_schedule="" norm_ab_input=1x64x64 norm_ab_batch=64
 ops_tests=backend_ops,nn_gradcheck,nn_model,inference_plan
 if [ "$rehearse" = 1 ]; then
   backend=cpu
@@ -89,7 +89,8 @@ if [ "$rehearse" = 1 ]; then
   bench_schedule="1 1 1" small_images=200 images=400 train_steps=4 STEPS=3
   MEMORY_AB=bf16 memory_model=cnn_small memory_batch=8
   CPU_CONFIGS=${REHEARSAL_CPU_CONFIGS:-"cnn_small:8:1:bf16 cnn_small:8:1:fp32"}
-  CPU_INFERENCE_CONFIGS="cnn_small:8:1:fp32" cpu_schedule="1 1 1"
+  CPU_INFERENCE_CONFIGS="cnn_small:8:1:fp32" cpu_schedule="1 1 1" norm_ab_input=1x16x16
+  norm_ab_batch=8
   fibernet_args=(--train.max_steps=4)
   # The unit suites run in full in make test; here the step needs only to run.
   ops_tests=backend_ops/loss_and_sgd_match_direct_formulas
@@ -241,20 +242,23 @@ chmod +x "$host_python"
 PYTHON=$host_python
 export PYTHON
 
+# json_field LINE KEY: a number (or null) of a flat JSON line.
+json_field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
+
 # ---- part 3: the host CPU (no GPU needed) ----------------------------------------------------
 # The CPU's model and the flags that decide oneDNN's kernels (AVX-512, AVX512-BF16, AMX), then
 # bench-compute.sh's training rows (ringtrain against PyTorch on this CPU, interleaved; the
 # peak; measure's weight-gradient choices; the per-op profile), a NOTE per row, then inference
 # rows while time is left (their table comes back as compute_inference.txt; the rest of their
-# files in logs.tar.gz, so OUT keeps at most 8 files).
+# files in logs.tar.gz, so OUT keeps at most 8 files), then norm_ab.
 host_cpu() {
   local flags limit
   flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
     grep -xE 'avx512f|avx512_bf16|avx512_fp16|amx_tile|amx_bf16|amx_int8' | tr '\n' ' ')
   report NOTE cpu 0 "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), \
 $(nproc) cores, flags: ${flags:-none of avx512f, avx512_bf16, amx_bf16}"
-  limit=$(limit_of cpu-bench 150)
-  [ "$limit" -le $((deadline - $(date +%s) - 5)) ] || limit=$((deadline - $(date +%s) - 5))
+  limit=$(limit_of cpu-bench 130)
+  [ "$limit" -le $((deadline - $(date +%s) - 60)) ] || limit=$((deadline - $(date +%s) - 60))
   [ "$limit" -ge 30 ] || limit=30
   step cpu-bench "$limit" env DEVICE=cpu ROUNDS=1 OUT_DIR="$OUT" CONFIGS="$CPU_CONFIGS" \
     PYTHON="$PYTHON" DEADLINE=$(($(date +%s) + limit - 5)) CALL_LIMIT_S="${CALL_LIMIT_S:-90}" \
@@ -277,13 +281,41 @@ for r in map(json.loads, open(sys.argv[1])):
     print(("FAIL" if "ringtrain" in failed else "NOTE") + "\t" + detail)
 PY
   fi
+  cpu_inference
+  norm_ab
+}
+
+# The inference rows, in what is left but 30 s (norm_ab's).
+cpu_inference() {
+  local limit
   [ -n "$CPU_INFERENCE_CONFIGS" ] || return 0
-  limit=$((deadline - $(date +%s) - 5))
-  [ "$limit" -ge 30 ] || { report SKIP cpu-inference 0 "out of time (BUDGET_S=$BUDGET_S)"; return 0; }
+  limit=$((deadline - $(date +%s) - 30))
+  [ "$limit" -ge 20 ] || { report SKIP cpu-inference 0 "out of time (BUDGET_S=$BUDGET_S)"; return 0; }
   step cpu-inference "$limit" env DEVICE=cpu MODE=inference ROUNDS=1 OUT_DIR="$logs/inference" \
     CONFIGS="$CPU_INFERENCE_CONFIGS" PYTHON="$PYTHON" DEADLINE=$(($(date +%s) + limit - 5)) \
     CALL_LIMIT_S="${CALL_LIMIT_S:-90}" SCHEDULE="$cpu_schedule" tools/bench-compute.sh
   [ -s "$logs/inference/compute_inference.txt" ] && cp "$logs/inference/compute_inference.txt" "$OUT/"
+  return 0
+}
+
+# The cpu batch norm's own passes against oneDNN's primitives (RINGTRAIN_CPU_BATCH_NORM), on
+# fibernet at 2 threads, alternating, bf16 then fp32, while time is left: a NOTE per precision
+# with both rates.
+norm_ab() {
+  local precision mode name json detail
+  for precision in bf16 fp32; do
+    detail=""
+    for mode in onednn own; do
+      name=cpu-norm-$precision-$mode
+      step "$name" 30 env RINGTRAIN_CPU_BATCH_NORM="$mode" OMP_NUM_THREADS=2 \
+        "$BIN/rt-bench-compute" --model fibernet --input "$norm_ab_input" --batch "$norm_ab_batch" \
+        --threads 2 --precision "$precision" --warmup 2 --windows 5 --steps 3 || continue
+      json=$(grep '^{"tool":"ringtrain"' "$logs/$name.log" | tail -1)
+      detail+="$([ -n "$detail" ] && echo ", ")$mode $(json_field "$json" img_s) img/s"
+    done
+    [ -n "$detail" ] && report NOTE "cpu-norm-$precision" 0 \
+      "fibernet $norm_ab_input b$norm_ab_batch, 2 threads, batch norm by $detail"
+  done
   return 0
 }
 if [ "$part" = 3 ]; then
@@ -393,9 +425,6 @@ $(json_field "$json" img_s) img/s"
     [ -n "$detail" ] && report NOTE "memory-$precision" 0 "$memory_model b$memory_batch: $detail"
   done
 }
-
-# json_field LINE KEY: a number (or null) of a flat JSON line.
-json_field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
 
 # 2 ranks on the one GPU: the trainer with the host-side allreduce, then the harness case that
 # compares every rank's weights bitwise after each step.
