@@ -118,10 +118,10 @@ class Model {
   void set_buffer_values(const std::vector<float>& values);
 
  private:
-  std::string name_;
   // Transient memory: each owned gradient an optimizer step has read goes back (forward).
   void release_consumed_grads();
 
+  std::string name_;
   Backend& be_;
   ModelInput input_;
   int classes_;

@@ -162,7 +162,7 @@ class BatchNorm : public BatchNormOp {
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
     Plan& p = plan_for(x);
-    if (own_count_ > 0) {  // the last training forward ran our passes, on this layout
+    if (own_count_ > 0 && p.walkable) {  // the last training forward ran our passes
       const memory d = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
       ensure(dx, x.shape(), p.x_md);
       const NormCoefficients relu{a_.data(), b_.data()};
