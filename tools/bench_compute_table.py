@@ -29,7 +29,7 @@ def new_row():
             "gflop": None, "other": [], "isa": "", "failed": {},
             "torch_mib": None, "torch_run_mib": None,
             "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None,
-            "rt_workspace_mib": None, "rt_state_mib": None,
+            "rt_workspace_mib": None, "rt_state_mib": None, "torch": None,
             "wgrad_path": None, "wgrad_choices": None, "wgrad_ms": None}
 
 
@@ -77,6 +77,8 @@ def read_rows(raw_path):
         row["other"].append(r["other_cores"])
         if r.get("gpu"):
             gpus.add(r["gpu"])
+        if r["tool"] == "pytorch" and r.get("torch"):
+            row["torch"] = r["torch"]  # the version: 1.13 (Debian) and 2.x differ a lot on AMX
         if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
             row["torch_mib"] = r["gpu_peak_mib"]
             row["torch_run_mib"] = r.get("gpu_peak_run_mib")
@@ -155,7 +157,7 @@ def summarize(rows, peaks, gpus, cpu, device):
         ratio = rt / pt if rt and pt else None
         row = {"device": device, "model": model, "input": shape, "batch": batch,
                "threads": threads, "precision": prec, "isa": v["isa"], "cpu": cpu,
-               "gpu": ", ".join(sorted(gpus)),
+               "gpu": ", ".join(sorted(gpus)), "pytorch_version": v["torch"],
                "ringtrain_img_s": round(rt, 2) if rt else None,
                "pytorch_img_s": round(pt, 2) if pt else None,
                "ratio": round(ratio, 3) if ratio else None,
@@ -240,8 +242,10 @@ def main():
     head = (f"{'model, input':<24} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
             f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
             f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
-    lines = [f"GPU: {', '.join(sorted(gpus))} (host CPU: {cpu})" if device == "cuda"
-             else f"CPU: {cpu}", head, "-" * len(head)]
+    torches = sorted({v["torch"] for v in rows.values() if v["torch"]})
+    against = f"; PyTorch {', '.join(torches)}" if torches else ""
+    lines = [f"GPU: {', '.join(sorted(gpus))} (host CPU: {cpu}){against}" if device == "cuda"
+             else f"CPU: {cpu}{against}", head, "-" * len(head)]
     summary = []
     for row, line in summarize(rows, peaks, gpus, cpu, device):
         key = (row["model"], row.get("input", ""), row["batch"], row["threads"], row["precision"])

@@ -39,11 +39,13 @@ PY
 cat >"$work/raw.jsonl" <<'JSON'
 {"tool": "peak", "threads": 1, "precision": "fp32", "gflops": 200.0}
 {"tool": "ringtrain", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 100, "windows": [100], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x"}
-{"tool": "pytorch", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 50, "windows": [50], "other_cores": 0}
+{"tool": "pytorch", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 50, "windows": [50], "other_cores": 0, "torch": "1.13.0a0"}
 {"tool": "ringtrain-profile", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 90, "windows": [90], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "profile": {"step_ms": 40.0, "conv_fwd_ms": 10.0, "conv_fwd_gflops": 150.0, "relu_ms": 2.0, "between_ms": 28.0}}
 JSON
 "$PYTHON" tools/bench_compute_table.py "$work/raw.jsonl" "$work/rows.jsonl" "$work/table2.txt" "cpu" cpu
 grep -q '^m 1x8x8 batch 8, 1 thr, fp32: 40.00 ms a step$' "$work/table2.txt" || { cat "$work/table2.txt"; fail "no block header"; }
+# The table says which PyTorch it ran against (1.13 and 2.x differ a lot on AMX).
+[ "$(head -1 "$work/table2.txt")" = "CPU: cpu; PyTorch 1.13.0a0" ] || { cat "$work/table2.txt"; fail "no PyTorch version"; }
 grep -Eq '^  conv_fwd +10.000 ms  25.0% +150.0 GFLOP/s +75% of peak$' "$work/table2.txt" \
   || { cat "$work/table2.txt"; fail "conv_fwd line"; }
 grep -Eq '^  between ops +28.000 ms  70.0%' "$work/table2.txt" || { cat "$work/table2.txt"; fail "between line"; }
