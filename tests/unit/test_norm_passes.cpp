@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -171,6 +172,35 @@ BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
         BOOST_TEST(non_finite_elsewhere == 0u);
       }
     }
+}
+
+// A NaN gamma reaches every output of its channel as NaN in bf16 too, whatever its payload: one
+// whose mantissa bits are all set would round, as a finite a x + b rounds, to -0 (the carry runs
+// through the exponent), and the ReLU would then let 0 through.
+BOOST_AUTO_TEST_CASE(nan_gamma_poisons_its_channel_in_bf16) {
+  if (!cpu_has_bf16()) return;
+  const Shape shape{2, 16, 4, 4};
+  auto cpu = make_backend("cpu", 2, Precision::kBF16);
+  const Tensor x = as_conv_output(*cpu, shape, random_values(size_t(shape_numel(shape)), 236));
+  std::vector<float> g = random_values(16, 237, 0.5f, 1.5f);
+  const uint32_t full_payload = 0x7fffffffu;
+  std::memcpy(&g[5], &full_payload, sizeof(float));
+  const Tensor gamma = to_device(*cpu, {16}, g), beta = random_tensor(*cpu, {16}, 238);
+  for (bool relu : {false, true}) {
+    auto bn = cpu->make_batch_norm({16, 1e-5f, relu});
+    Tensor y, mean, var;
+    bn->forward_training(x, gamma, beta, y, mean, var, nullptr);
+    const std::vector<float> out = to_host(*cpu, y);
+    size_t nan_in_5 = 0, non_finite_elsewhere = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (int64_t(i) / 16 % 16 == 5)
+        nan_in_5 += std::isnan(out[i]);
+      else
+        non_finite_elsewhere += !std::isfinite(out[i]);
+    }
+    BOOST_TEST(nan_in_5 == 32u, "relu " << relu);
+    BOOST_TEST(non_finite_elsewhere == 0u, "relu " << relu);
+  }
 }
 
 // RINGTRAIN_CPU_BATCH_NORM=onednn runs oneDNN's primitives (counted so, the same numbers to the

@@ -13,17 +13,21 @@
 namespace ringtrain::backend::cpu {
 namespace {
 
-// a x + b as y stores it. A NaN or inf in a channel's x makes its mean or variance, so its a and
-// b, NaN: every value of the channel is then a NaN that arithmetic quieted, whose quiet bit
-// stored_finite's bf16 rounding keeps.
+// a x + b as y stores it, for finite a and b: a NaN a or b may round to an inf or a -0 (one
+// whose mantissa bits are all set carries through the exponent), so the loops below blend a
+// channel whose a or b is not finite apart.
 template <typename T, int N>
 typename LanePack<N>::F affine(typename LanePack<N>::F pa, typename LanePack<N>::F xv,
                                typename LanePack<N>::F pb, const T* as_stored) {
   return LanePack<N>::stored_finite(pa * xv + pb, as_stored);
 }
 
-template <typename T, int N, bool kRelu>
-void normalise_planes(const Planes& p, const T* x, const float* a, const float* b, T* y) {
+// y = a x + b (+ r), with kRelu max(that, 0); a x + b rounded as stored first (the numbers of a
+// batch norm writing it, then the sum); a channel whose a or b is not finite gets a + b
+// throughout (NaN for a NaN), as oneDNN's unfused batch norm passes it on.
+template <typename T, int N, bool kRelu, bool kResidual>
+void normalise_planes(const Planes& p, const T* x, const T* r, const float* a, const float* b,
+                      T* y) {
   using P = LanePack<N>;
   const int64_t L = p.x.lanes;
 #pragma omp parallel for schedule(static)
@@ -31,12 +35,19 @@ void normalise_planes(const Planes& p, const T* x, const float* a, const float* 
     const int64_t img = p.image(plane), run = p.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
+      const typename P::I poisoned = P::non_finite(pa) | P::non_finite(pb);
       for (int64_t h = 0; h < p.h; ++h)
         for (int64_t w = 0; w < p.w; ++w) {
           const int64_t at = p.x.at(img, run, h, w) + lp;
           typename P::F v = affine<T, N>(pa, P::load(x + at), pb, x);
+          if (kResidual) v += P::load(r + at);
+          v = poisoned ? pa + pb : v;
           if (kRelu) v = v < 0.0f ? typename P::F{} : v;  // a NaN stays NaN
-          P::store_as_stored(y + at, v);
+          // Without a sum v is as stored already (or a NaN that keeps its quiet bit).
+          if (kResidual)
+            P::store(y + at, v);
+          else
+            P::store_as_stored(y + at, v);
         }
     }
   }
@@ -129,15 +140,24 @@ void with_pack_and_relu(const Planes& p, bool relu, F&& f) {
 
 }  // namespace
 
-void normalise(const Planes& p, const Tensor& x, NormCoefficients n, bool relu, Tensor& y) {
-  with_pack_and_relu(p, relu, [&](auto pack, auto r) {
+void normalise(const Planes& p, const Tensor& x, const void* residual, NormCoefficients n,
+               bool relu, Tensor& y) {
+  const auto run = [&](auto pack, auto r, auto sum) {
     constexpr int N = decltype(pack)::value;
-    constexpr bool R = decltype(r)::value;
+    constexpr bool R = decltype(r)::value, S = decltype(sum)::value;
     if (x.dtype() == DType::kBF16)
-      normalise_planes<uint16_t, N, R>(p, static_cast<const uint16_t*>(x.raw()), n.a, n.b,
-                                       static_cast<uint16_t*>(y.raw()));
+      normalise_planes<uint16_t, N, R, S>(p, static_cast<const uint16_t*>(x.raw()),
+                                          static_cast<const uint16_t*>(residual), n.a, n.b,
+                                          static_cast<uint16_t*>(y.raw()));
     else
-      normalise_planes<float, N, R>(p, x.f32(), n.a, n.b, y.f32());
+      normalise_planes<float, N, R, S>(p, x.f32(), static_cast<const float*>(residual), n.a, n.b,
+                                       y.f32());
+  };
+  with_pack_and_relu(p, relu, [&](auto pack, auto r) {
+    if (residual)
+      run(pack, r, std::true_type());
+    else
+      run(pack, r, std::false_type());
   });
 }
 

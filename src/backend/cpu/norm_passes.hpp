@@ -1,6 +1,6 @@
 // norm_passes.hpp — a batch norm's own passes over channel runs once its statistics are known
-// (batch_statistics.hpp): the normalised output, with or without its ReLU, and the backward's
-// two passes. Internal to src/backend/cpu.
+// (batch_statistics.hpp): the normalised output, with or without its ReLU and a residual sum,
+// and the backward's two passes. Internal to src/backend/cpu.
 #pragma once
 
 #include <vector>
@@ -15,10 +15,13 @@ struct NormCoefficients {
   const float* b = nullptr;
 };
 
-// y = a x + b, or with relu max(a x + b, 0), a x + b rounded as y stores it (bf16: to nearest
-// even). x and y in p's walkable layout, of x's type. A channel whose a or b is NaN (a NaN or
-// inf in its x) is NaN throughout, as oneDNN's batch norm leaves it.
-void normalise(const Planes& p, const Tensor& x, NormCoefficients n, bool relu, Tensor& y);
+// y = a x + b (+ the residual r where given: a residual block's sum), or with relu the same
+// through max(., 0); a x + b rounded as y would store it (bf16: to nearest even) before the sum.
+// x, r and y in p's walkable layout, of x's type. A channel whose a or b is NaN or inf (a NaN or
+// inf in its x, a NaN gamma or beta) is a + b throughout, NaN where either is, as oneDNN's batch
+// norm leaves it.
+void normalise(const Planes& p, const Tensor& x, const void* residual, NormCoefficients n,
+               bool relu, Tensor& y);
 
 class NormBackward {
  public:

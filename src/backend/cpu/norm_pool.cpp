@@ -7,7 +7,6 @@
 
 #include "../host_math.hpp"
 #include "batch_statistics.hpp"
-#include "lane_pack.hpp"
 #include "norm_passes.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
@@ -60,32 +59,6 @@ struct ChannelWalk {
   int64_t n, h, w;
 };
 
-// y = relu(a x + b + r) over channel runs (a and b per lane; padding lanes give 0), with a x + b
-// rounded as the batch norm would store it before the sum (bf16: the numbers of the two ops). A
-// NaN stays NaN.
-template <typename T, int N>
-void normalise_add_relu(const Planes& p, const T* x, const T* r, const float* a, const float* b,
-                        T* y) {
-  using P = LanePack<N>;
-  const int64_t L = p.x.lanes;
-#pragma omp parallel for schedule(static)
-  for (int64_t plane = 0; plane < p.count(); ++plane) {
-    const int64_t img = p.image(plane), run = p.run(plane);
-    for (int64_t lp = 0; lp < L; lp += N) {
-      const typename P::F pa = P::load(a + run * L + lp), pb = P::load(b + run * L + lp);
-      // A NaN or inf in x makes the channel's a or b so: all its outputs NaN, as unfused.
-      const typename P::I poisoned = P::non_finite(pa) | P::non_finite(pb);
-      for (int64_t h = 0; h < p.h; ++h)
-        for (int64_t w = 0; w < p.w; ++w) {
-          const int64_t at = p.x.at(img, run, h, w) + lp;
-          typename P::F v = P::stored_finite(pa * P::load(x + at) + pb, x) + P::load(r + at);
-          v = poisoned ? pa + pb : v;
-          P::store(y + at, v < 0.0f ? typename P::F{} : v);
-        }
-    }
-  }
-}
-
 class BatchNorm : public BatchNormOp {
  public:
   BatchNorm(const Context& ctx, const BatchNormSpec& spec, BatchNormPaths paths)
@@ -103,7 +76,7 @@ class BatchNorm : public BatchNormOp {
     if (own) {
       own_count_ = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
       ensure(y, x.shape(), p.x_md);
-      normalise(p.planes, x, coefficients(p, gamma, beta, mean, var), s_.fuse_relu, y);
+      normalise(p.planes, x, nullptr, coefficients(p, gamma, beta, mean, var), s_.fuse_relu, y);
       return own_count_;
     }
     ensure_vector(mean, s_.channels);
@@ -136,18 +109,7 @@ class BatchNorm : public BatchNormOp {
     global_count_ = float(count);                // for oneDNN's synchronized backward
     own_count_ = paths_.own_passes ? count : 0;  // backward in our passes too
     ensure(y, x.shape(), p.x_md);
-    const NormCoefficients n = coefficients(p, gamma, beta, mean, var);
-    const float *a = n.a, *b = n.b;
-    with_pack(p.planes, [&](auto pack) {
-      constexpr int N = decltype(pack)::value;
-      if (x.dtype() == DType::kBF16)
-        normalise_add_relu<uint16_t, N>(p.planes, static_cast<const uint16_t*>(x.raw()),
-                                        static_cast<const uint16_t*>(r.get_data_handle()), a, b,
-                                        static_cast<uint16_t*>(y.raw()));
-      else
-        normalise_add_relu<float, N>(p.planes, x.f32(),
-                                     static_cast<const float*>(r.get_data_handle()), a, b, y.f32());
-    });
+    normalise(p.planes, x, r.get_data_handle(), coefficients(p, gamma, beta, mean, var), true, y);
     return count;
   }
 
