@@ -97,11 +97,6 @@ void gradient_plane_sums(const Planes& p, const T* x, const T* dy, const float* 
   }
 }
 
-// The per-lane coefficients of dx = ag dz - c1 - (x - mu) inv c2.
-struct InputGradCoefficients {
-  const float *ag, *c1, *c2, *mu, *inv;
-};
-
 template <typename T, int N, bool kRelu>
 void input_gradient(const Planes& p, const T* x, const T* dy, const InputGradCoefficients& q,
                     NormCoefficients n, T* dx) {
@@ -161,43 +156,52 @@ void normalise(const Planes& p, const Tensor& x, const void* residual, NormCoeff
   });
 }
 
+void NormGradientSums::begin(const Planes& p, const Tensor& mean, const Tensor& var, float eps) {
+  const int64_t C = mean.numel();
+  per_lane(p.x, C, mu_, [&](int64_t c) { return mean.f32()[c]; });
+  per_lane(p.x, C, inv_, [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + eps); });
+  plane_sums_.assign(size_t(p.count() * p.x.lanes * 2), 0.0);
+}
+
+InputGradCoefficients NormGradientSums::finish(const Planes& p, const Tensor& gamma, double count,
+                                               Tensor& dgamma, Tensor& dbeta,
+                                               const StatReducer* reducer) {
+  const int64_t C = gamma.numel();
+  sums_.resize(size_t(2 * C));
+  for (int64_t c = 0; c < C; ++c) {
+    dbeta.f32()[c] = sums_[size_t(C + c)] = float(channel_total(plane_sums_, p, c, 0));
+    dgamma.f32()[c] = sums_[size_t(c)] = float(channel_total(plane_sums_, p, c, 1));
+  }
+  if (reducer && *reducer) (*reducer)(sums_.data(), sums_.size());
+  const float* ag = per_lane(p.x, C, ag_, [&](int64_t c) { return gamma.f32()[c] * inv_[c]; });
+  per_lane(p.x, C, c1_, [&](int64_t c) { return float(ag[c] * sums_[size_t(C + c)] / count); });
+  per_lane(p.x, C, c2_, [&](int64_t c) { return float(ag[c] * sums_[size_t(c)] / count); });
+  return {ag, c1_.data(), c2_.data(), mu_.data(), inv_.data()};
+}
+
 void NormBackward::run(const Planes& p, const Tensor& x, const void* dy, const Tensor& gamma,
                        const Tensor& mean, const Tensor& var, float eps, double count,
                        const NormCoefficients* relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                        const StatReducer* reducer) {
-  const int64_t C = gamma.numel();
-  per_lane(p.x, C, mu_, [&](int64_t c) { return mean.f32()[c]; });
-  per_lane(p.x, C, inv_, [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + eps); });
-  const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
+  sums_.begin(p, mean, var, eps);
   if (x.dtype() == DType::kBF16)
     run_of(p, static_cast<const uint16_t*>(x.raw()), static_cast<const uint16_t*>(dy), gamma, count,
-           relu, static_cast<uint16_t*>(dx.raw()), dgamma, dbeta, sync);
+           relu, static_cast<uint16_t*>(dx.raw()), dgamma, dbeta, reducer);
   else
     run_of(p, x.f32(), static_cast<const float*>(dy), gamma, count, relu, dx.f32(), dgamma, dbeta,
-           sync);
+           reducer);
 }
 
 template <typename T>
 void NormBackward::run_of(const Planes& p, const T* x, const T* dy, const Tensor& gamma,
                           double count, const NormCoefficients* relu, T* dx, Tensor& dgamma,
                           Tensor& dbeta, const StatReducer* reducer) {
-  const int64_t C = gamma.numel();
   const NormCoefficients n = relu ? *relu : NormCoefficients{};
-  plane_sums_.assign(size_t(p.count() * p.x.lanes * 2), 0.0);
   with_pack_and_relu(p, relu != nullptr, [&](auto pack, auto r) {
     gradient_plane_sums<T, decltype(pack)::value, decltype(r)::value>(
-        p, x, dy, mu_.data(), inv_.data(), n, plane_sums_.data());
+        p, x, dy, sums_.mu(), sums_.inv(), n, sums_.plane_sums());
   });
-  sums_.resize(size_t(2 * C));
-  for (int64_t c = 0; c < C; ++c) {
-    dbeta.f32()[c] = sums_[size_t(C + c)] = float(channel_total(plane_sums_, p, c, 0));
-    dgamma.f32()[c] = sums_[size_t(c)] = float(channel_total(plane_sums_, p, c, 1));
-  }
-  if (reducer) (*reducer)(sums_.data(), sums_.size());
-  const float* ag = per_lane(p.x, C, a_, [&](int64_t c) { return gamma.f32()[c] * inv_[c]; });
-  per_lane(p.x, C, c1_, [&](int64_t c) { return float(ag[c] * sums_[size_t(C + c)] / count); });
-  per_lane(p.x, C, c2_, [&](int64_t c) { return float(ag[c] * sums_[size_t(c)] / count); });
-  const InputGradCoefficients q{ag, c1_.data(), c2_.data(), mu_.data(), inv_.data()};
+  const InputGradCoefficients q = sums_.finish(p, gamma, count, dgamma, dbeta, reducer);
   with_pack_and_relu(p, relu != nullptr, [&](auto pack, auto r) {
     input_gradient<T, decltype(pack)::value, decltype(r)::value>(p, x, dy, q, n, dx);
   });

@@ -23,6 +23,31 @@ struct NormCoefficients {
 void normalise(const Planes& p, const Tensor& x, const void* residual, NormCoefficients n,
                bool relu, Tensor& y);
 
+// The per-lane coefficients of a batch norm's input gradient, dx = ag dz - c1 - (x - mu) inv c2.
+struct InputGradCoefficients {
+  const float *ag, *c1, *c2, *mu, *inv;
+};
+
+// What a batch norm's backward computes between its two passes (ours here and the stem's,
+// norm_relu_pool.cpp): mu and inv = 1 / sqrt(var + eps) per lane for the sums pass, which adds
+// into plane_sums ([plane][lane][2]: sum dz, sum dz x-hat); then dbeta = sum dz and dgamma =
+// sum dz x-hat, this rank's own, and from those sums over every rank (a reducer) and `count`
+// (the values per channel the statistics covered, every rank's) the input gradient's
+// coefficients: ag = gamma inv, c1 = ag sum dz / count, c2 = ag sum dz x-hat / count.
+class NormGradientSums {
+ public:
+  void begin(const Planes& p, const Tensor& mean, const Tensor& var, float eps);
+  const float* mu() const { return mu_.data(); }
+  const float* inv() const { return inv_.data(); }
+  double* plane_sums() { return plane_sums_.data(); }
+  InputGradCoefficients finish(const Planes& p, const Tensor& gamma, double count, Tensor& dgamma,
+                               Tensor& dbeta, const StatReducer* reducer);
+
+ private:
+  std::vector<double> plane_sums_;
+  std::vector<float> sums_, mu_, inv_, ag_, c1_, c2_;  // per_lane's arrays but sums_
+};
+
 class NormBackward {
  public:
   // The backward of y = relu?(a x + b) with a = gamma inv, inv = 1 / sqrt(var + eps), b from
@@ -43,8 +68,7 @@ class NormBackward {
               const NormCoefficients* relu, T* dx, Tensor& dgamma, Tensor& dbeta,
               const StatReducer* reducer);
 
-  std::vector<double> plane_sums_;
-  std::vector<float> sums_, mu_, inv_, a_, c1_, c2_;  // per_lane's arrays
+  NormGradientSums sums_;
 };
 
 }  // namespace ringtrain::backend::cpu

@@ -9,6 +9,7 @@
 
 #include "batch_statistics.hpp"
 #include "lane_pack.hpp"
+#include "norm_passes.hpp"
 #include "ops.hpp"
 
 namespace ringtrain::backend::cpu {
@@ -112,11 +113,6 @@ void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, con
   }
 }
 
-// The coefficients of dx = a dz - c1 - (x - mu) inv c2, per lane (input_gradient's).
-struct InputGradCoefficients {
-  const float *a, *c1, *c2, *mu, *inv;
-};
-
 // dx = a (dz - sum dz / M - x-hat sum dz x-hat / M) as a dz - c1 - x-hat c2 at every pixel,
 // dz = 0 in the rows and columns past the last whole tile.
 template <typename T, int N>
@@ -130,7 +126,7 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
     const int64_t img = g.image(plane), run = g.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const int64_t o = run * L + lp;
-      const F a = P::load(q.a + o), c1 = P::load(q.c1 + o), c2 = P::load(q.c2 + o);
+      const F a = P::load(q.ag + o), c1 = P::load(q.c1 + o), c2 = P::load(q.c2 + o);
       const F mu = P::load(q.mu + o), inv = P::load(q.inv + o);
       const auto at = [&](int64_t h, int64_t w) { return g.x.at(img, run, h, w) + lp; };
       const auto untiled = [&](int64_t h, int64_t w) {
@@ -266,28 +262,13 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   void backward(const Plan& p, const T* x, const T* dy, const Tensor& gamma, const Tensor& mean,
                 const Tensor& var, T* dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) {
-    const int64_t C = s_.channels;
-    const float* mu = per_lane(p.g.x, C, mu_, [&](int64_t c) { return mean.f32()[c]; });
-    const float* inv = per_lane(p.g.x, C, inv_,
-                                [&](int64_t c) { return 1.0f / std::sqrt(var.f32()[c] + s_.eps); });
-    plane_sums_.assign(size_t(p.g.count() * p.g.x.lanes * 2), 0.0);
+    gradient_.begin(p.g, mean, var, s_.eps);
     with_pack(p.g, [&](auto lanes) {
-      gradient_plane_sums<T, decltype(lanes)::value>(p.g, dy, winners_.data(),
-                                                     reinterpret_cast<const T*>(winner_x_.data()),
-                                                     mu, inv, plane_sums_.data());
+      gradient_plane_sums<T, decltype(lanes)::value>(
+          p.g, dy, winners_.data(), reinterpret_cast<const T*>(winner_x_.data()), gradient_.mu(),
+          gradient_.inv(), gradient_.plane_sums());
     });
-    sums_.resize(2 * C);
-    for (int64_t c = 0; c < C; ++c) {
-      dbeta.f32()[c] = sums_[C + c] = float(channel_total(plane_sums_, p.g, c, 0));
-      dgamma.f32()[c] = sums_[c] = float(channel_total(plane_sums_, p.g, c, 1));
-    }
-    if (reducer) (*reducer)(sums_.data(), sums_.size());
-    const float* a = per_lane(p.g.x, C, a_, [&](int64_t c) { return gamma.f32()[c] * inv[c]; });
-    const float* c1 =
-        per_lane(p.g.x, C, c1_, [&](int64_t c) { return float(a[c] * sums_[C + c] / count_); });
-    const float* c2 =
-        per_lane(p.g.x, C, c2_, [&](int64_t c) { return float(a[c] * sums_[c] / count_); });
-    const InputGradCoefficients q{a, c1, c2, mu, inv};
+    const InputGradCoefficients q = gradient_.finish(p.g, gamma, count_, dgamma, dbeta, reducer);
     with_pack(p.g, [&](auto lanes) {
       input_gradient<T, decltype(lanes)::value>(p.g, x, dy, winners_.data(), q, dx);
     });
@@ -304,10 +285,9 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   std::vector<uint8_t> winners_;
   std::vector<float> winner_x_;
   BatchStatistics statistics_;
-  std::vector<double> plane_sums_;  // the gradient's, per plane
-  std::vector<float> sums_;
-  std::vector<float> a_, b_, mu_, inv_, c1_, c2_;  // per_lane's arrays
-  double count_ = 0;  // M: the values per channel the statistics cover, every rank's
+  NormGradientSums gradient_;  // the backward's sums and coefficients
+  std::vector<float> a_, b_;   // per_lane's arrays
+  double count_ = 0;           // M: the values per channel the statistics cover, every rank's
   Tensor dy_scratch_;
   CachedReorder dy_reorder_;
 };
