@@ -267,9 +267,7 @@ void check_sync_batch_norm(const std::string& backend_name, bool relu) {
   auto rank = [&](int r) {
     auto be = make_backend(backend_name, 1);
     Shape shape{n / 2, c, hw, hw};
-    std::vector<float> xr(xv.begin() + r * half, xv.begin() + (r + 1) * half);
-    std::vector<float> dyr(dyv.begin() + r * half, dyv.begin() + (r + 1) * half);
-    Tensor xt = to_device(*be, shape, xr), dyt = to_device(*be, shape, dyr);
+    Tensor xt = to_device(*be, shape, half_of(xv, r)), dyt = to_device(*be, shape, half_of(dyv, r));
     Tensor gt = to_device(*be, {c}, gv), bt = to_device(*be, {c}, bv);
     Tensor yt, mt, vt, dxt, dgt = be->alloc({c}), dbt = be->alloc({c});
     StatReducer red = reducer.for_rank(r);
@@ -279,9 +277,7 @@ void check_sync_batch_norm(const std::string& backend_name, bool relu) {
     be->download(yt, y_got.data() + r * half);
     be->download(dxt, dx_got.data() + r * half);
   };
-  std::thread t0(rank, 0), t1(rank, 1);
-  t0.join();
-  t1.join();
+  run_two_ranks(rank);
   BOOST_TEST(count[0] == float(n * hw * hw));
   BOOST_TEST(count[1] == float(n * hw * hw));
   expect_close("sync bn y (2 ranks vs whole batch)", y_got, y_ref, 1e-5);

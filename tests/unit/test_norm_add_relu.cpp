@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "nn_test_util.hpp"
 #include "norm_outputs.hpp"
@@ -107,16 +106,11 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   NormOutputs got[2];
   auto rank = [&](int r) {
     auto be = make_backend("cpu", 1);
-    const size_t n = xv.size() / 2;
-    const std::vector<float> mine(xv.begin() + r * n, xv.begin() + (r + 1) * n);
-    const std::vector<float> res(rv.begin() + r * n, rv.begin() + (r + 1) * n);
     const StatReducer red = reducer.for_rank(r);
-    got[r] = run(*be, as_conv_output(*be, half, mine), as_conv_output(*be, half, res), 164, &red,
-                 &dy_half);
+    got[r] = run(*be, as_conv_output(*be, half, half_of(xv, r)),
+                 as_conv_output(*be, half, half_of(rv, r)), 164, &red, &dy_half);
   };
-  std::thread t0(rank, 0), t1(rank, 1);
-  t0.join();
-  t1.join();
+  run_two_ranks(rank);
   BOOST_TEST(got[0].count == double(4 * 5 * 5));
   // Each rank's loss is a mean over its half: the whole batch's dy is half the ranks', and each
   // rank's dx twice the whole batch's.

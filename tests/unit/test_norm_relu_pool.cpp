@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "nn_test_util.hpp"
 #include "norm_outputs.hpp"
@@ -146,14 +145,10 @@ BOOST_AUTO_TEST_CASE(synchronized_across_two_ranks_equals_the_whole_batch) {
   auto rank = [&](int r) {
     auto be = make_backend("cpu", 1);
     auto op = be->make_norm_relu_max_pool(spec);
-    const size_t n = xv.size() / 2;
-    std::vector<float> mine(xv.begin() + r * n, xv.begin() + (r + 1) * n);
     const StatReducer red = reducer.for_rank(r);
-    got[r] = run(*be, *op, as_conv_output(*be, half, mine), 92, &red, &dy_half);
+    got[r] = run(*be, *op, as_conv_output(*be, half, half_of(xv, r)), 92, &red, &dy_half);
   };
-  std::thread t0(rank, 0), t1(rank, 1);
-  t0.join();
-  t1.join();
+  run_two_ranks(rank);
   BOOST_TEST(got[0].count == double(4 * 6 * 6));
   BOOST_TEST(got[1].count == double(4 * 6 * 6));
   // Each rank's loss is a mean over its half: in the whole batch's mean each half's gradient

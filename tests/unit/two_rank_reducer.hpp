@@ -1,10 +1,12 @@
 // two_rank_reducer.hpp — two "ranks" as threads for synchronized batch norm tests: a
-// StatReducer per rank that sums each call's values across both, like an allreduce.
+// StatReducer per rank that sums each call's values across both, like an allreduce; running the
+// two; each one's half of a batch.
 #pragma once
 
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "ringtrain/backend/backend.hpp"
@@ -41,5 +43,19 @@ class TwoRankReducer {
   std::vector<float> slot_[2], sum_;
   int arrived_ = 0, generation_ = 0;
 };
+
+// Runs rank(0) and rank(1) on two threads, the reducer's partners, and waits for both.
+template <typename F>
+void run_two_ranks(F&& rank) {
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+}
+
+// Rank r's half of a batch's values (rank 0 the first half).
+inline std::vector<float> half_of(const std::vector<float>& values, int r) {
+  const size_t n = values.size() / 2;
+  return std::vector<float>(values.begin() + r * n, values.begin() + (r + 1) * n);
+}
 
 }  // namespace rt_test
