@@ -244,6 +244,8 @@ export PYTHON
 
 # json_field LINE KEY: a number (or null) of a flat JSON line.
 json_field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
+# step_json NAME: the JSON line rt-bench-compute printed in that step's log.
+step_json() { grep '^{"tool":"ringtrain"' "$logs/$1.log" | tail -1; }
 
 # ---- part 3: the host CPU (no GPU needed) ----------------------------------------------------
 # The CPU's model and the flags that decide oneDNN's kernels (AVX-512, AVX512-BF16, AMX), then
@@ -310,7 +312,7 @@ norm_ab() {
       step "$name" 30 env RINGTRAIN_CPU_BATCH_NORM="$mode" OMP_NUM_THREADS=2 \
         "$BIN/rt-bench-compute" --model fibernet --input "$norm_ab_input" --batch "$norm_ab_batch" \
         --threads 2 --precision "$precision" --warmup 2 --windows 5 --steps 3 || continue
-      json=$(grep '^{"tool":"ringtrain"' "$logs/$name.log" | tail -1)
+      json=$(step_json "$name")
       detail+="$([ -n "$detail" ] && echo ", ")$mode $(json_field "$json" img_s) img/s"
     done
     [ -n "$detail" ] && report NOTE "cpu-norm-$precision" 0 \
@@ -417,7 +419,7 @@ memory_ab() {
       step "$name" 40 env RINGTRAIN_CUDA_WORKSPACE="$mode" "$BIN/rt-bench-compute" \
         --backend "$backend" --model "$memory_model" --batch "$memory_batch" \
         --precision "$precision" --warmup 3 --windows 3 --steps 10 || continue
-      json=$(grep '^{"tool":"ringtrain"' "$logs/$name.log" | tail -1)
+      json=$(step_json "$name")
       detail+="$([ -n "$detail" ] && echo "; ")$mode: peak $(json_field "$json" gpu_peak_mib) \
 MiB, workspace $(json_field "$json" gpu_workspace_mib), state $(json_field "$json" state_mib), \
 $(json_field "$json" img_s) img/s"
