@@ -246,6 +246,13 @@ export PYTHON
 json_field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1"; }
 # step_json NAME: the JSON line rt-bench-compute printed in that step's log.
 step_json() { grep '^{"tool":"ringtrain"' "$logs/$1.log" | tail -1; }
+# memory_split JSON: the five largest parts of the timed steps' memory peak, by the kind of op
+# that took them, from rt-bench-compute --memory-map ("conv_fwd 310.250, outside_ops 130.000").
+memory_split() {
+  sed -n 's/.*"memory_at_peak":{\(.*\)},"conv_weight_grad".*/\1/p' <<<"$1" |
+    sed 's/"\([a-z_]*\)":{"mib":\([0-9.]*\),"blocks":[0-9]*}/\1 \2/g; s/,/\n/g' | head -5 |
+    paste -sd, | sed 's/,/, /g'
+}
 
 # ---- part 3: the host CPU (no GPU needed) ----------------------------------------------------
 # The CPU's model and the flags that decide oneDNN's kernels (AVX-512, AVX512-BF16, AMX), then
@@ -409,7 +416,8 @@ PY
 # Where the memory goes: the cuDNN workspace held by each call (the default) against one block
 # kept for the whole run (RINGTRAIN_CUDA_WORKSPACE=kept), alternating, in each precision of
 # MEMORY_AB; a NOTE per precision with each mode's timed-step peak, its largest workspace, the
-# state beside the activations (parameters, gradients, momentum) and images/s.
+# state beside the activations (parameters, gradients, momentum) and images/s, and for the
+# default the peak's five largest parts by the kind of op that took them (--memory-map).
 memory_ab() {
   local precision mode name json detail
   for precision in $MEMORY_AB; do
@@ -418,11 +426,12 @@ memory_ab() {
       name=memory-$precision-$mode
       step "$name" 40 env RINGTRAIN_CUDA_WORKSPACE="$mode" "$BIN/rt-bench-compute" \
         --backend "$backend" --model "$memory_model" --batch "$memory_batch" \
-        --precision "$precision" --warmup 3 --windows 3 --steps 10 || continue
+        --precision "$precision" --warmup 3 --windows 3 --steps 10 --memory-map || continue
       json=$(step_json "$name")
       detail+="$([ -n "$detail" ] && echo "; ")$mode: peak $(json_field "$json" gpu_peak_mib) \
 MiB, workspace $(json_field "$json" gpu_workspace_mib), state $(json_field "$json" state_mib), \
 $(json_field "$json" img_s) img/s"
+      [ "$mode" = per-call ] && detail+=", at the peak: $(memory_split "$json") MiB"
     done
     [ -n "$detail" ] && report NOTE "memory-$precision" 0 "$memory_model b$memory_batch: $detail"
   done

@@ -10,6 +10,8 @@
 //   limit; oneDNN only)
 //   rt-bench-compute --model resnet18_cifar --profile   (also the timed steps' time by op kind:
 //   a table on stderr and "profile" in the JSON line)
+//   rt-bench-compute --backend cuda --model resnet18_cifar --memory-map   (how the timed steps'
+//   memory peak splits by the kind of op that took each tensor: "memory_at_peak")
 //   rt-bench-compute --model resnet18_cifar --conv-weight-grad measure   (train.conv_weight_grad;
 //   the JSON line names what each convolution took)
 //   rt-bench-compute --model resnet18_cifar --relu-backward separate   (every residual block
@@ -120,6 +122,36 @@ std::string print_profile(const backend::OpProfile& p, int64_t steps, double wal
   return json.str();
 }
 
+// How the timed steps' memory peak was split by the kind of op that took each tensor (the
+// cuDNN workspace and memory taken outside every op apart), largest first: a table on stderr
+// and a JSON object {"conv_fwd": {"mib": .., "blocks": ..}, ...} of the tags that held any.
+std::string print_memory_map(const backend::MemoryUse& memory) {
+  const backend::MemoryByTag& split = memory.at_peak;
+  std::vector<int> tags;
+  for (int t = 0; t < backend::kMemoryTags; ++t)
+    if (split.bytes[size_t(t)] > 0) tags.push_back(t);
+  std::stable_sort(tags.begin(), tags.end(),
+                   [&](int a, int b) { return split.bytes[size_t(a)] > split.bytes[size_t(b)]; });
+  const auto mib = [](size_t bytes) { return double(bytes) / (1 << 20); };
+  std::fprintf(stderr, "memory at the timed steps' peak (%.1f MiB, %s):\n%-20s %9s %6s %7s\n",
+               mib(memory.peak),
+               memory.device ? "device bytes asked for" : "every host tensor of the process",
+               "taken by", "MiB", "share", "blocks");
+  std::ostringstream json;
+  json << '{';
+  for (size_t i = 0; i < tags.size(); ++i) {
+    const size_t t = size_t(tags[i]);
+    const char* key = backend::memory_tag_key(tags[i]);
+    std::fprintf(stderr, "%-20s %9.1f %5.1f%% %7zu\n", key, mib(split.bytes[t]),
+                 memory.peak > 0 ? 100.0 * double(split.bytes[t]) / double(memory.peak) : 0.0,
+                 split.blocks[t]);
+    json << (i ? "," : "") << '"' << key << "\":{\"mib\":" << str_fixed(mib(split.bytes[t]), 3)
+         << ",\"blocks\":" << split.blocks[t] << '}';
+  }
+  json << '}';
+  return json.str();
+}
+
 // What train.conv_weight_grad = measure timed for each convolution, as a JSON object
 // {"name": [weight gradient by oneDNN ms, by matmul ms, input gradient by oneDNN's backward-data
 // kernel ms, by the forward kernel ms], ...} (0 where a path was not timed; null when nothing
@@ -176,6 +208,9 @@ int run(int argc, char** argv) {
       "profile",
       "time every op of the timed steps by kind (each op waits for its queue to empty: on a GPU "
       "the rate drops) and print where a step's time goes")(
+      "memory-map",
+      "book the tensor memory each op takes under its kind (no op waits, unlike --profile) and "
+      "print how the timed steps' peak splits between them; --profile does this too")(
       "profile-step",
       "after the windows, one more step inside a CUDA profiler range (run under ncu "
       "--profile-from-start off: that step's kernels alone)")(
@@ -216,10 +251,9 @@ int run(int argc, char** argv) {
   auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text),
                                backend::parse_conv_weight_grad(weight_grad_text));
   std::shared_ptr<backend::OpProfile> profile;
-  if (vm.count("profile")) {
-    profile = std::make_shared<backend::OpProfile>();
-    be = backend::make_profiled_backend(std::move(be), profile);
-  }
+  if (vm.count("profile")) profile = std::make_shared<backend::OpProfile>();
+  const bool memory_map = profile || vm.count("memory-map");
+  if (memory_map) be = backend::make_profiled_backend(std::move(be), profile);
   auto model = nn::make_model(model_name, in, classes, *be, 1);
   model->set_fold_relu_backward(relu_backward == "folded");
   nn::Optimizer sgd(model->parameters(), {0.9, false, 5e-4, false}, *be);
@@ -307,6 +341,7 @@ int run(int argc, char** argv) {
   const std::string host_peak_mib = host_mib(memory, memory.peak);
   const std::string profile_json =
       profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
+  const std::string memory_map_json = memory_map ? print_memory_map(memory) : "null";
   const std::string weight_grad_ms = weight_grad_times_json(*model);
   // The recorded step's operations (kernels, copies): null without --cuda-graph.
   const std::string graph_json = graph ? str("{\"operations\":", graph->operations(), "}") : "null";
@@ -317,7 +352,7 @@ int run(int argc, char** argv) {
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
       "\"gpu_pool_peak_mib\":%s,\"gpu_workspace_mib\":%s,\"host_peak_mib\":%s,"
-      "\"state_mib\":%s,"
+      "\"state_mib\":%s,\"memory_at_peak\":%s,"
       "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
       "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"cuda_graph\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
@@ -325,8 +360,8 @@ int run(int argc, char** argv) {
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
       gpu_pool_peak_mib.c_str(), gpu_workspace_mib.c_str(), host_peak_mib.c_str(),
-      state_mib.c_str(), weight_grad_text.c_str(), relu_backward.c_str(), be->op_choices().c_str(),
-      weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
+      state_mib.c_str(), memory_map_json.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
+      be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
   return 0;
 }
 

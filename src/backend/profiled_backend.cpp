@@ -36,8 +36,9 @@ double OpProfile::total_seconds() const {
 
 namespace {
 
-// Times f() to the end of be's queue and books it (and `flops`) under kind. A call that
-// throws is not booked: the run it belonged to is over.
+// Times f() to the end of be's queue and books it (and `flops`) under kind, and the memory f()
+// takes under kind too. Without a profile only the memory is booked, and nothing waits. A call
+// that throws is not booked: the run it belonged to is over.
 class Recorder {
  public:
   Recorder(Backend& be, std::shared_ptr<OpProfile> profile)
@@ -45,6 +46,8 @@ class Recorder {
 
   template <typename F>
   auto time(OpKind kind, double flops, F&& f) {
+    const MemoryTagScope tag{int(kind)};
+    if (!profile_) return f();
     const ReorderTime reorders = be_.reorder_time();
     const auto start = Clock::now();
     if constexpr (std::is_void_v<decltype(f())>) {

@@ -1,8 +1,8 @@
 // tensor.cpp — Tensor, shape helpers, host allocation and the backend factory.
 #include "ringtrain/backend/tensor.hpp"
 
-#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 
 #include "factories.hpp"
@@ -51,32 +51,42 @@ Tensor Tensor::view(float* data, Shape shape) {
 }
 
 namespace {
-std::atomic<size_t> host_in_use{0}, host_peak{0};
-
-void raise_host_peak(size_t in_use) {
-  size_t peak = host_peak.load(std::memory_order_relaxed);
-  while (in_use > peak && !host_peak.compare_exchange_weak(peak, in_use)) {
-  }
-}
+// Host tensors of the whole process. A mutex, not atomics: the tag split at the peak must be
+// taken with the peak itself, and host tensors are made a few times a step at most.
+std::mutex host_mutex;
+MemoryLedger host_ledger;
 }  // namespace
 
 std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
   const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   RT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-  raise_host_peak(host_in_use.fetch_add(rounded) + rounded);
-  return std::shared_ptr<void>(p, [rounded](void* block) {
-    host_in_use.fetch_sub(rounded);
+  const int tag = current_memory_tag();
+  {
+    std::lock_guard<std::mutex> lock(host_mutex);
+    host_ledger.take(tag, rounded);
+  }
+  return std::shared_ptr<void>(p, [rounded, tag](void* block) {
+    {
+      std::lock_guard<std::mutex> lock(host_mutex);
+      host_ledger.give(tag, rounded);
+    }
     std::free(block);
   });
 }
 
 MemoryUse host_tensor_memory() {
-  return {host_in_use.load(), host_peak.load(), false};
+  std::lock_guard<std::mutex> lock(host_mutex);
+  MemoryUse use;
+  use.in_use = host_ledger.in_use();
+  use.peak = host_ledger.peak();
+  use.at_peak = host_ledger.at_peak();
+  return use;
 }
 
 void reset_host_tensor_peak() {
-  host_peak.store(host_in_use.load());
+  std::lock_guard<std::mutex> lock(host_mutex);
+  host_ledger.reset_peak();
 }
 
 Precision parse_precision(const std::string& text) {

@@ -2,7 +2,8 @@
 # bench_profile.sh — the per-op profile of make bench-compute: rt-bench-compute --profile's row
 # (every op kind a cnn_small step runs, its step time accounted for) and the table's block on
 # hand-made rows (milliseconds, shares, the products' share of the row's peak), with the
-# convolution weight-gradient path timed beside the default (its cell, block and summary).
+# convolution weight-gradient path timed beside the default (its cell, block and summary); the
+# memory peak split by the kind of op that took each tensor (--memory-map, and with --profile).
 source "$(dirname "$0")/lib/e2e.sh"
 e2e_workdir bench-profile
 
@@ -32,8 +33,34 @@ assert row["gpu_peak_mib"] is None and row["host_peak_mib"] >= 3.2, row
 # no cuDNN workspace on the host.
 assert row["state_mib"] == round(3 * 421642 * 4 / 2**20, 1), row["state_mib"]
 assert row["gpu_workspace_mib"] is None, row
+# The peak split by the kind of op that took each tensor (a profile books memory too): the parts
+# make up the peak; the state was made outside every op; the convolutions' outputs are theirs.
+split = row["memory_at_peak"]
+assert set(split) <= set(kinds) | {"bn_fwd", "bn_bwd", "add", "reorder", "transfer", "other",
+                                   "workspace", "outside_ops"}, split
+parts = sum(v["mib"] for v in split.values())
+assert abs(parts - row["host_peak_mib"]) <= 0.05 + 0.0005 * len(split), (parts, row["host_peak_mib"])
+assert split["outside_ops"]["mib"] >= row["state_mib"] and split["conv_fwd"]["blocks"] >= 2, split
+assert "workspace" not in split, split  # the host has no cuDNN workspace
 PY
 [ $? = 0 ] || fail "the profile row is wrong"
+grep -q "^memory at the timed steps' peak ([0-9.]* MiB, every host tensor of the process):$" \
+  "$work/table.txt" || { cat "$work/table.txt"; fail "no memory table"; }
+
+# --memory-map alone books the memory and times nothing; without either flag there is no split.
+OMP_NUM_THREADS=1 "$BIN/rt-bench-compute" --model cnn_small --batch 8 --threads 1 --warmup 1 \
+  --windows 1 --steps 1 --memory-map >"$work/map.json" 2>"$work/map.txt" \
+  || { cat "$work/map.txt"; fail "rt-bench-compute --memory-map failed"; }
+OMP_NUM_THREADS=1 "$BIN/rt-bench-compute" --model cnn_small --batch 8 --threads 1 --warmup 1 \
+  --windows 1 --steps 1 >"$work/plain.json" 2>"$work/plain.txt" \
+  || { cat "$work/plain.txt"; fail "rt-bench-compute failed"; }
+"$PYTHON" - "$work/map.json" "$work/plain.json" <<'PY' || fail "the --memory-map row is wrong"
+import json, sys
+mapped, plain = (json.loads(open(f).read()) for f in sys.argv[1:3])
+assert mapped["tool"] == "ringtrain" and mapped["profile"] is None, mapped
+assert mapped["memory_at_peak"]["conv_fwd"]["mib"] > 0, mapped["memory_at_peak"]
+assert plain["memory_at_peak"] is None, plain
+PY
 
 # The table: a peak of 200 GFLOP/s, conv_fwd at 150 -> 75% of it; 10 of a 40 ms step -> 25.0%.
 cat >"$work/raw.jsonl" <<'JSON'

@@ -15,6 +15,7 @@
 #include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/backend/devices.hpp"
+#include "ringtrain/backend/memory_ledger.hpp"
 #include "ringtrain/build_config.hpp"
 #include "ringtrain/core/error.hpp"
 
@@ -287,6 +288,50 @@ BOOST_AUTO_TEST_CASE(pool_counts_requested_bytes_beside_blocks_and_resets_both_p
   BOOST_TEST(f.pool->peak_bytes_requested() == 8 * kMiB);
 }
 
+// rt-bench-compute --memory-map: each request is booked under the tag its thread had when it
+// was made (the op kind running, the workspace, or none), and the split kept is the one of the
+// moment the requested bytes peaked, whatever is given back or taken after.
+BOOST_AUTO_TEST_CASE(pool_splits_its_requested_peak_by_the_tag_each_request_was_made_under) {
+  FakePool f;
+  const auto conv = size_t(backend::OpKind::kConvForward);
+  const auto norm = size_t(backend::OpKind::kBatchNormForward);
+  const auto ws = size_t(backend::kWorkspaceTag), outside = size_t(backend::kOutsideOpsTag);
+  auto state = f.pool->allocate(kMiB + 1);  // no scope: outside ops, 1 MiB + 512
+  std::shared_ptr<void> y, workspace, z;
+  {
+    const backend::MemoryTagScope op{int(conv)};
+    y = f.pool->allocate(3 * kMiB);
+    {
+      const backend::MemoryTagScope inner(backend::kWorkspaceTag);
+      workspace = f.pool->allocate(5 * kMiB);
+    }
+    z = f.pool->allocate(100);  // the op's tag again once the workspace's scope ended
+  }
+  workspace.reset();  // after the peak: the split keeps it
+  {
+    const backend::MemoryTagScope op{int(norm)};
+    auto below = f.pool->allocate(4 * kMiB);  // 1 MiB short of the peak: no new split
+  }
+  const backend::MemoryByTag split = f.pool->requested_at_peak();
+  BOOST_TEST(f.pool->peak_bytes_requested() == 9 * kMiB + 1024);
+  BOOST_TEST(split.bytes[conv] == 3 * kMiB + 512);
+  BOOST_TEST(split.blocks[conv] == 2u);
+  BOOST_TEST(split.bytes[ws] == 5 * kMiB);
+  BOOST_TEST(split.bytes[outside] == kMiB + 512);
+  BOOST_TEST(split.bytes[norm] == 0u);
+  BOOST_TEST(split.total_bytes() == f.pool->peak_bytes_requested());
+  // From what is in use now: the batch norm's block, taken again, makes the new peak.
+  f.pool->reset_peak();
+  {
+    const backend::MemoryTagScope op{int(norm)};
+    auto again = f.pool->allocate(4 * kMiB);
+  }
+  const backend::MemoryByTag after = f.pool->requested_at_peak();
+  BOOST_TEST(after.bytes[norm] == 4 * kMiB);
+  BOOST_TEST(after.bytes[ws] == 0u);
+  BOOST_TEST(after.total_bytes() == 8 * kMiB + 1024);
+}
+
 BOOST_AUTO_TEST_CASE(pool_out_of_memory_frees_its_cache_and_retries) {
   FakePool f;
   f.state->capacity = 200 * kMiB;
@@ -472,8 +517,10 @@ BOOST_AUTO_TEST_CASE(workspace_is_held_only_by_its_call_unless_kept,
       cuda::Context ctx(CudaOptions{});
       unsetenv("RINGTRAIN_CUDA_WORKSPACE");
       const size_t before = ctx.pool().bytes_requested_in_use();
+      ctx.pool().reset_peak();
       BOOST_TEST(ctx.workspace(0) == nullptr);
       {
+        const backend::MemoryTagScope op{int(backend::OpKind::kConvForward)};
         const std::shared_ptr<void> ws = ctx.workspace(3 * mib);
         BOOST_TEST(ws != nullptr);
         BOOST_TEST(ctx.pool().bytes_requested_in_use() == before + 3 * mib);
@@ -482,6 +529,8 @@ BOOST_AUTO_TEST_CASE(workspace_is_held_only_by_its_call_unless_kept,
       { const std::shared_ptr<void> smaller = ctx.workspace(mib); }
       BOOST_TEST(ctx.pool().bytes_requested_in_use() == before + (kept ? 3 * mib : 0));
       BOOST_TEST(ctx.workspace_peak() == 3 * mib);
+      // Booked as the workspace even inside an op's scope: --memory-map names it apart.
+      BOOST_TEST(ctx.pool().requested_at_peak().bytes[size_t(backend::kWorkspaceTag)] == 3 * mib);
       ctx.reset_workspace_peak();
       BOOST_TEST(ctx.workspace_peak() == 0u);
     }

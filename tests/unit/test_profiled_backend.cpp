@@ -1,5 +1,6 @@
 // test_profiled_backend.cpp — the per-op profile: every op of a training step booked under its
-// kind, the products' FLOPs the model's own count, and the numbers the same as unprofiled.
+// kind, the products' FLOPs the model's own count, and the numbers the same as unprofiled; the
+// memory each op takes booked under its kind, and the split of the peak.
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cstring>
@@ -122,6 +123,80 @@ BOOST_AUTO_TEST_CASE(reorders_inside_ops_are_booked_apart) {
   auto ref = backend::make_profiled_backend(backend::make_backend("ref", 1), ref_profile);
   one_step(*ref);
   BOOST_TEST(ref_profile->calls[size_t(OpKind::kReorder)] == 0);
+}
+
+// rt-bench-compute --memory-map: the profiled backend books what each op takes under its kind,
+// with a profile or without one (null: nothing timed). Host tensors of the whole process make
+// the ledger, so the test reads what these calls added: ref's convolution forward takes its
+// output alone, the loss its logits' gradient; the tensors made outside the ops stay
+// outside_ops.
+BOOST_AUTO_TEST_CASE(memory_is_booked_under_the_kind_of_op_that_took_it) {
+  for (const bool timed : {false, true}) {
+    BOOST_TEST_CONTEXT("profile " << timed) {
+      auto profile = timed ? std::make_shared<backend::OpProfile>() : nullptr;
+      auto be = backend::make_profiled_backend(backend::make_backend("ref", 1), profile);
+      backend::ConvSpec spec;
+      spec.in_channels = 2, spec.out_channels = 5, spec.kernel = 3, spec.padding = 1;
+      auto conv = be->make_conv(spec);
+      backend::Tensor x = be->alloc({3, 2, 7, 7}), w = be->alloc({5, 2, 3, 3}), b = be->alloc({5});
+      be->fill(x, 0.5f), be->fill(w, 0.25f), be->fill(b, 0.0f);
+      be->reset_memory_peak();
+      const backend::MemoryUse before = be->memory_use();
+      BOOST_TEST(before.at_peak.total_bytes() == before.peak);
+      backend::Tensor y, dlogits;
+      conv->forward(x, w, &b, y);
+      backend::Tensor logits = be->alloc({3, 4});
+      be->fill(logits, 1.0f);
+      const int32_t labels[] = {0, 1, 3};
+      be->softmax_cross_entropy(logits, labels, dlogits, 0.0f);
+      const backend::MemoryUse after = be->memory_use();
+      auto added = [&](int tag) {
+        return after.at_peak.bytes[size_t(tag)] - before.at_peak.bytes[size_t(tag)];
+      };
+      BOOST_TEST(added(int(OpKind::kConvForward)) == 2944u);  // 2,940 bytes in 64-byte blocks
+      BOOST_TEST(added(int(OpKind::kLoss)) == 64u);
+      BOOST_TEST(added(backend::kOutsideOpsTag) == 64u);  // the logits
+      BOOST_TEST(after.at_peak.total_bytes() == after.peak);
+      BOOST_TEST(after.peak - before.peak == 2944u + 64 + 64);
+      if (timed) BOOST_TEST(profile->calls[size_t(OpKind::kConvForward)] == 1);
+    }
+  }
+  BOOST_TEST(std::string(backend::memory_tag_key(backend::kWorkspaceTag)) == "workspace");
+  BOOST_TEST(std::string(backend::memory_tag_key(backend::kOutsideOpsTag)) == "outside_ops");
+  BOOST_TEST(std::string(backend::memory_tag_key(int(OpKind::kLoss))) == "loss");
+}
+
+// The split kept is that of the first moment the total reached its peak: given back or taken
+// after, below or at the same peak, it stays; reset_peak starts it from what is in use.
+BOOST_AUTO_TEST_CASE(the_ledger_keeps_the_split_of_the_peak) {
+  backend::MemoryLedger ledger;
+  const int conv = int(OpKind::kConvForward), norm = int(OpKind::kBatchNormForward);
+  ledger.take(backend::kOutsideOpsTag, 100);
+  ledger.take(conv, 50);
+  ledger.give(conv, 50);
+  ledger.take(norm, 50);  // the same total as the peak: the conv's split stays
+  BOOST_TEST(ledger.peak() == 150u);
+  BOOST_TEST(ledger.at_peak().bytes[size_t(conv)] == 50u);
+  BOOST_TEST(ledger.at_peak().bytes[size_t(norm)] == 0u);
+  BOOST_TEST(ledger.now().bytes[size_t(norm)] == 50u);
+  ledger.take(norm, 1);
+  BOOST_TEST(ledger.at_peak().bytes[size_t(norm)] == 51u);
+  BOOST_TEST(ledger.at_peak().blocks[size_t(norm)] == 2u);
+  BOOST_TEST(ledger.at_peak().bytes[size_t(conv)] == 0u);
+  ledger.give(norm, 51);
+  ledger.reset_peak();
+  BOOST_TEST(ledger.peak() == 100u);
+  BOOST_TEST(ledger.at_peak().total_bytes() == 100u);
+  BOOST_TEST(ledger.in_use() == 100u);
+  {
+    const backend::MemoryTagScope outer(conv);
+    {
+      const backend::MemoryTagScope inner(backend::kWorkspaceTag);
+      BOOST_TEST(backend::current_memory_tag() == backend::kWorkspaceTag);
+    }
+    BOOST_TEST(backend::current_memory_tag() == conv);
+  }
+  BOOST_TEST(backend::current_memory_tag() == backend::kOutsideOpsTag);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "ringtrain/backend/memory_ledger.hpp"
 #include "ringtrain/backend/tensor.hpp"
 #include "ringtrain/core/digest.hpp"
 
@@ -34,6 +35,9 @@ struct MemoryUse {
   bool device = false;
   size_t block_peak = 0;      // cuda: the pool's blocks, size classes and best fit included
   size_t workspace_peak = 0;  // cuda: the largest cuDNN workspace one call took
+  // How `peak` was split by what took the memory (memory_ledger.hpp), the first moment it was
+  // reached: the op kinds only where a profiled backend ran the ops, else all outside_ops.
+  MemoryByTag at_peak;
 };
 
 // What activations are stored in and convolutions multiply: fp32; bf16 or fp16 with fp32

@@ -189,6 +189,7 @@ void Context::ensure(Tensor& t, const Shape& shape) const {
 std::shared_ptr<void> Context::workspace(size_t bytes) {
   if (bytes == 0) return nullptr;
   workspace_peak_ = std::max(workspace_peak_, bytes);
+  const MemoryTagScope tag(kWorkspaceTag);  // booked apart from the op that asked for it
   if (!workspace_kept_) return pool_->allocate(bytes);
   if (bytes > kept_workspace_bytes_) {
     kept_workspace_.reset();  // back to the pool first, so the larger block may reuse it

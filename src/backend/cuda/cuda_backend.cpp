@@ -138,8 +138,14 @@ class CudaBackend : public Backend {
   }
   MemoryUse memory_use() const override {
     const DevicePool& pool = ctx_.pool();
-    return {pool.bytes_requested_in_use(), pool.peak_bytes_requested(), true,
-            pool.peak_bytes_in_use(), ctx_.workspace_peak()};
+    MemoryUse use;
+    use.in_use = pool.bytes_requested_in_use();
+    use.peak = pool.peak_bytes_requested();
+    use.device = true;
+    use.block_peak = pool.peak_bytes_in_use();
+    use.workspace_peak = ctx_.workspace_peak();
+    use.at_peak = pool.requested_at_peak();
+    return use;
   }
   void reset_memory_peak() override {
     ctx_.pool().reset_peak();

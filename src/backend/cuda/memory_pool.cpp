@@ -136,6 +136,7 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
   }
   if (block == nullptr) block = allocate_new(size);
   const size_t requested = (bytes + 511) / 512 * 512;
+  const int tag = current_memory_tag();
   size_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -143,22 +144,22 @@ std::shared_ptr<void> DevicePool::allocate(size_t bytes) {
     if (recording_) recording_->blocks.insert(block);
     in_use_ += size;
     peak_in_use_ = std::max(peak_in_use_, in_use_);
-    requested_ += requested;
-    peak_requested_ = std::max(peak_requested_, requested_);
+    requested_.take(tag, requested);
   }
   std::shared_ptr<DevicePool> self = shared_from_this();
-  return std::shared_ptr<void>(block, [self, size, requested, epoch](void* p) {
-    self->give_back(p, size, requested, epoch);
+  return std::shared_ptr<void>(block, [self, size, requested, tag, epoch](void* p) {
+    self->give_back(p, size, requested, tag, epoch);
   });
 }
 
-void DevicePool::give_back(void* block, size_t size, size_t requested, size_t epoch) noexcept {
+void DevicePool::give_back(void* block, size_t size, size_t requested, int tag,
+                           size_t epoch) noexcept {
   std::shared_ptr<Recorded> keeper;  // dropped after the lock: it may be the last reference
   bool kept = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
-    requested_ -= requested;
+    requested_.give(tag, requested);
     keeper = recording_of(block);
     if (keeper) {
       keeper->blocks.insert(block);
@@ -289,16 +290,20 @@ size_t DevicePool::peak_bytes_in_use() const {
 }
 size_t DevicePool::bytes_requested_in_use() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return requested_;
+  return requested_.in_use();
 }
 size_t DevicePool::peak_bytes_requested() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return peak_requested_;
+  return requested_.peak();
+}
+MemoryByTag DevicePool::requested_at_peak() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return requested_.at_peak();
 }
 void DevicePool::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   peak_in_use_ = in_use_;
-  peak_requested_ = requested_;
+  requested_.reset_peak();
 }
 size_t DevicePool::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mutex_);

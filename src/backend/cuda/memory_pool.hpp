@@ -21,6 +21,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "ringtrain/backend/memory_ledger.hpp"
+
 namespace ringtrain::backend::cuda {
 
 // The device calls a pool makes.
@@ -75,6 +77,8 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   // block, before size classes and best fit: what torch.cuda.max_memory_allocated counts.
   size_t bytes_requested_in_use() const;
   size_t peak_bytes_requested() const;
+  // How that peak was split by the tag each request was made under (memory_ledger.hpp).
+  MemoryByTag requested_at_peak() const;
   // Both peaks start again from what is in use now (a benchmark's timed steps after set-up).
   void reset_peak();
   size_t bytes_cached() const;
@@ -112,7 +116,7 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   void* take_cached(size_t wanted, size_t& size);
   static void* take_from(std::multimap<size_t, void*>& list, size_t wanted, size_t& size);
   void* allocate_new(size_t size);
-  void give_back(void* block, size_t size, size_t requested, size_t epoch) noexcept;
+  void give_back(void* block, size_t size, size_t requested, int tag, size_t epoch) noexcept;
   void release_recorded(Recorded& recorded) noexcept;
   // Whether a live recording ended after a block of this epoch was taken (its replays may
   // address the block). Under mutex_.
@@ -134,7 +138,7 @@ class DevicePool : public std::enable_shared_from_this<DevicePool> {
   size_t recordings_ended_ = 0;
   size_t kept_for_recordings_ = 0;
   size_t in_use_ = 0, peak_in_use_ = 0, cached_ = 0, mallocs_ = 0;
-  size_t requested_ = 0, peak_requested_ = 0;
+  MemoryLedger requested_;  // the bytes asked for, 512-byte granules, by tag
 };
 
 }  // namespace ringtrain::backend::cuda
