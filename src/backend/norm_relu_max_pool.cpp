@@ -25,8 +25,13 @@ class ComposedNormReluMaxPool : public NormReluMaxPoolOp {
     norm_->backward(x, dnormed_, gamma, mean, var, dx, dgamma, dbeta, reducer);
   }
 
-  // As the two layers' parent dropped the pool's input gradient once batch norm had read it.
-  void release_scratch() override { dnormed_ = Tensor(); }
+  // The normalised tensor and its gradient, and what the two ops kept from this step.
+  void release_saved() override {
+    normed_ = Tensor();
+    dnormed_ = Tensor();
+    norm_->release_saved();
+    pool_->release_saved();
+  }
 
  private:
   std::unique_ptr<BatchNormOp> norm_;

@@ -117,6 +117,7 @@ class ProfiledConv : public ConvOp {
   std::string weight_grad_choice() const override { return op_->weight_grad_choice(); }
   void preset_weight_grad(const std::string& choice) override { op_->preset_weight_grad(choice); }
   WeightGradTimes weight_grad_times() const override { return op_->weight_grad_times(); }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   Recorder& r_;
@@ -138,6 +139,7 @@ class ProfiledLinear : public LinearOp {
     r_.time(OpKind::kMatmulBackwardWeights, flops(dy.dim(0)),
             [&] { op_->backward_weights(x, dy, dw, dbias); });
   }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   double flops(int64_t batch) const {
@@ -175,6 +177,7 @@ class ProfiledBatchNorm : public BatchNormOp {
     r_.time(OpKind::kBatchNormBackward, 0,
             [&] { op_->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer); });
   }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   Recorder& r_;
@@ -197,7 +200,7 @@ class ProfiledNormReluMaxPool : public NormReluMaxPoolOp {
     r_.time(OpKind::kBatchNormBackward, 0,
             [&] { op_->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer); });
   }
-  void release_scratch() override { op_->release_scratch(); }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   Recorder& r_;
@@ -217,6 +220,7 @@ class ProfiledRelu : public ReluOp {
                        Tensor& dx) override {
     r_.time(OpKind::kRelu, 0, [&] { op_->backward_of_sum(y, dy_a, dy_b, dx); });
   }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   Recorder& r_;
@@ -232,6 +236,7 @@ class ProfiledPool : public PoolOp {
   void backward(const Tensor& dy, Tensor& dx) override {
     r_.time(OpKind::kPool, 0, [&] { op_->backward(dy, dx); });
   }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   Recorder& r_;
@@ -244,6 +249,7 @@ class ProfiledAdd : public AddOp {
   void forward(const Tensor& a, const Tensor& b, Tensor& out) override {
     r_.time(OpKind::kAdd, 0, [&] { op_->forward(a, b, out); });
   }
+  void release_saved() override { op_->release_saved(); }
 
  private:
   Recorder& r_;

@@ -211,6 +211,10 @@ const Tensor& BasicBlock::backward(const Tensor& dy, const GradReady& ready) {
     conv1_.release_input_grad();
     if (down_conv_) down_conv_->release_input_grad();
     dsum_ = Tensor();
+    y_ = Tensor();  // the block above has read it (its input), and the ReLU's mask here
+    add_relu_->release_saved();
+    relu_out_->release_saved();
+    add_grads_->release_saved();
   }
   return needs_input_grad_ ? dx_ : empty_;
 }

@@ -76,7 +76,13 @@ const Tensor& Conv2d::backward(const Tensor& dy, const GradReady& ready) {
   ready(weight_);
   if (spec_.bias) ready(bias_);
   if (needs_input_grad_) op_->backward_data(*g, weight_.value, dx_);
-  if (transient_) dy_pre_ = Tensor();
+  // The layer above has run its backward, and this one's is done: nothing reads what forward
+  // kept until the next forward makes it again.
+  if (transient_) {
+    dy_pre_ = x_ = y_ = Tensor();
+    op_->release_saved();
+    if (relu_) relu_->release_saved();
+  }
   return needs_input_grad_ ? dx_ : empty_;
 }
 
@@ -150,6 +156,10 @@ const Tensor& BatchNorm2d::backward(const Tensor& dy, const GradReady& ready) {
                 beta_.grad_target(be_), reducer_ ? &reducer_ : nullptr);
   ready(gamma_);
   ready(beta_);
+  if (transient_) {
+    x_ = y_ = Tensor();
+    op_->release_saved();
+  }
   return dx_;
 }
 
@@ -175,6 +185,10 @@ const Tensor& ReLU::forward(const Tensor& x, bool) {
 
 const Tensor& ReLU::backward(const Tensor& dy, const GradReady&) {
   op_->backward(y_, dy, dx_);
+  if (transient_) {
+    y_ = Tensor();
+    op_->release_saved();
+  }
   return dx_;
 }
 
@@ -199,6 +213,10 @@ const Tensor& Pool2d::forward(const Tensor& x, bool training) {
 
 const Tensor& Pool2d::backward(const Tensor& dy, const GradReady&) {
   op_->backward(dy, dx_);
+  if (transient_) {
+    y_ = Tensor();
+    op_->release_saved();
+  }
   return dx_;
 }
 
@@ -248,7 +266,10 @@ const Tensor& BatchNormReluMaxPool::backward(const Tensor& dy, const GradReady& 
   Parameter& beta = norm_.beta();
   op_->backward(x_, dy, gamma.value, batch_mean_, batch_var_, dx_, gamma.grad_target(be_),
                 beta.grad_target(be_), norm_.stat_reducer());
-  if (transient_) op_->release_scratch();
+  if (transient_) {
+    x_ = y_ = Tensor();
+    op_->release_saved();
+  }
   ready(gamma);
   ready(beta);
   return dx_;
@@ -297,9 +318,12 @@ const Tensor& Linear::backward(const Tensor& dy, const GradReady& ready) {
                         spec_.bias ? &bias_.grad_target(be_) : nullptr);
   ready(weight_);
   if (spec_.bias) ready(bias_);
-  if (!needs_input_grad_) return empty_;
-  op_->backward_data(dy, weight_.value, dx_);
-  return dx_;
+  if (needs_input_grad_) op_->backward_data(dy, weight_.value, dx_);
+  if (transient_) {
+    x_ = y_ = Tensor();
+    op_->release_saved();
+  }
+  return needs_input_grad_ ? dx_ : empty_;
 }
 
 double Linear::forward_flops(const Shape&) const {

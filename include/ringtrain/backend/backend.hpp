@@ -160,9 +160,19 @@ class PendingLoss {
   bool known_ = false;
 };
 
-class ConvOp {
+// What every op may keep from one call to the next: its forward's converted inputs and weights,
+// masks, cuDNN's reserve space, conversion scratch. release_saved() gives it back once a
+// training step's backward has run (Layer::set_transient_memory: memory that a caching device
+// pool takes again cheaply); the next call makes it again. A backward after release_saved
+// without a forward in between is not allowed.
+class SavedStateOp {
  public:
-  virtual ~ConvOp() = default;
+  virtual ~SavedStateOp() = default;
+  virtual void release_saved() {}
+};
+
+class ConvOp : public SavedStateOp {
+ public:
   // y = conv(x, w) + bias (then ReLU if spec.fuse_relu). w is plain [out, in, k, k].
   virtual void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
   // w is the last forward's, unchanged since: a backend may read the copy that forward made.
@@ -186,18 +196,16 @@ class ConvOp {
   virtual WeightGradTimes weight_grad_times() const { return {}; }
 };
 
-class LinearOp {
+class LinearOp : public SavedStateOp {
  public:
-  virtual ~LinearOp() = default;
   // x is [N, F] or [N, C, H, W] with C*H*W = F; w is plain [out, F]; y is [N, out].
   virtual void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
   virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;
 };
 
-class BatchNormOp {
+class BatchNormOp : public SavedStateOp {
  public:
-  virtual ~BatchNormOp() = default;
   // Normalises with the batch's statistics and returns them in mean and var (biased),
   // plain [C]. With a reducer the statistics are over every rank's batch. Returns the
   // number of values per channel they cover (N*H*W, summed over ranks with a reducer).
@@ -236,9 +244,8 @@ struct NormReluMaxPoolSpec {
   int window = 2;
 };
 
-class NormReluMaxPoolOp {
+class NormReluMaxPoolOp : public SavedStateOp {
  public:
-  virtual ~NormReluMaxPoolOp() = default;
   // As BatchNormOp::forward_training, with y the pooled output.
   virtual double forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                   Tensor& y, Tensor& mean, Tensor& var,
@@ -249,14 +256,10 @@ class NormReluMaxPoolOp {
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
                         const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                         const StatReducer* reducer) = 0;
-  // Gives back what the op keeps from a backward to the next forward without needing it (the
-  // default's full-size gradient), for a layer in transient memory (Layer::set_transient_memory).
-  virtual void release_scratch() {}
 };
 
-class ReluOp {
+class ReluOp : public SavedStateOp {
  public:
-  virtual ~ReluOp() = default;
   virtual void forward(const Tensor& x, Tensor& y) = 0;
   // y is forward's output: dx = dy where y > 0, else 0.
   virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
@@ -267,18 +270,16 @@ class ReluOp {
                                Tensor& dx) = 0;
 };
 
-class PoolOp {
+class PoolOp : public SavedStateOp {
  public:
-  virtual ~PoolOp() = default;
   virtual void forward(const Tensor& x, Tensor& y, bool training) = 0;
   // Uses what the last training forward kept (max positions), for the same x shape.
   virtual void backward(const Tensor& dy, Tensor& dx) = 0;
 };
 
 // out = a + b (then ReLU if fuse_relu); a residual connection.
-class AddOp {
+class AddOp : public SavedStateOp {
  public:
-  virtual ~AddOp() = default;
   virtual void forward(const Tensor& a, const Tensor& b, Tensor& out) = 0;
 };
 

@@ -54,10 +54,12 @@ class Layer {
   virtual void set_stat_reducer(const backend::StatReducer& reducer) { (void)reducer; }
   virtual void set_needs_input_grad(bool needed) { needs_input_grad_ = needed; }
   // Training that gives memory back as soon as it is dead (Backend::recycles_memory): a
-  // parent drops each child's input gradient once the layer below has read it, and a block
-  // drops the outputs only its own sum reads. Peak memory is then the activations backward
-  // needs and a few gradients, not every layer's gradient at once. Off: every tensor stays
-  // from one step to the next.
+  // parent drops each child's input gradient once the layer below has read it, a block drops
+  // the outputs only its own sum reads, and each layer gives back what its forward kept (its
+  // input, its output, its ops' saved state: SavedStateOp) at the end of its backward, the
+  // layer above having run its own. Peak memory is then the activations backward still needs
+  // and a few gradients, as autograd frees a saved tensor once its node has run. Off: every
+  // tensor stays from one step to the next.
   virtual void set_transient_memory(bool on) { transient_ = on; }
   // Drops the gradient the last backward returned (its parent is done with it); the next
   // backward allocates it again.

@@ -167,6 +167,13 @@ class Conv : public ConvOp {
     column_sums(ctx_, dy, dy.numel() / s_.out_channels, s_.out_channels, *dbias, sum_scratch_);
   }
 
+  // The filter's copy in the product's form (what autograd keeps for a 16-bit convolution's
+  // backward too) and the inputs' conversions.
+  void release_saved() override {
+    x_cast_ = dy_cast_ = w_cast_ = bias_cast_ = sum_scratch_ = Tensor();
+    cast_of_ = nullptr;
+  }
+
  private:
   struct Plan {
     Shape x_shape, y_shape;
@@ -382,6 +389,8 @@ class Linear : public LinearOp {
     RT_CHECK(dbias != nullptr, "linear backward_weights: the layer has a bias but no dbias");
     column_sums(ctx_, dy, n, out, *dbias, sum_scratch_);
   }
+
+  void release_saved() override { x_cast_ = dy_cast_ = w_cast_ = sum_scratch_ = Tensor(); }
 
  private:
   // C = op(A) op(B) in column-major terms; C's type is its own.

@@ -113,6 +113,14 @@ class BatchNorm : public BatchNormOp {
     dx_f32_ = Tensor();
   }
 
+  // The forward's output kept as the ReLU's mask, cuDNN's reserve space and the input's
+  // conversion; cuDNN's cache of this forward goes with them.
+  void release_saved() override {
+    relu_y_ = beta_ = reserve_ = x_cast_ = Tensor();
+    reserve_bytes_ = 0;
+    cudnn_saved_ = persistent_saved_ = false;
+  }
+
  private:
   void backward_through(const Tensor& x_in, const Tensor& dy_in, const Tensor& gamma,
                         const Tensor& mean, const Tensor& var, Tensor& dx, Tensor& dgamma,
@@ -389,6 +397,8 @@ class Relu : public ReluOp {
                                   y.numel(), ctx_.stream());
   }
 
+  void release_saved() override { dy_cast_ = dy_b_cast_ = Tensor(); }
+
  private:
   Context& ctx_;
   ActivationDesc relu_;
@@ -427,6 +437,12 @@ class Pool : public PoolOp {
     CUDNN_CHECK(cudnnPoolingBackward(ctx_.cudnn(), p.pool.get(), &kOne, p.y_desc.get(), y_.raw(),
                                      p.y_desc.get(), dy.raw(), p.x_desc.get(), x_.raw(), &kZero,
                                      p.x_desc.get(), dx.raw()));
+  }
+
+  // The forward's input and output, which cuDNN's backward reads.
+  void release_saved() override {
+    x_ = y_ = dy_cast_ = Tensor();
+    last_ = nullptr;
   }
 
  private:
@@ -494,6 +510,8 @@ class Add : public AddOp {
     kernels::add_typed(a.raw(), b.raw(), out.raw(), elem_of(a.dtype()), a.numel(), relu_,
                        ctx_.stream());
   }
+
+  void release_saved() override { b_cast_ = Tensor(); }
 
  private:
   Context& ctx_;

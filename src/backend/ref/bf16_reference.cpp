@@ -49,6 +49,10 @@ class Bf16Weighted : public Op {
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
     op_->backward_weights(rounded(be_, x, x_), rounded(be_, dy, dy_), dw, dbias);
   }
+  void release_saved() override {
+    x_ = w_ = dy_ = Tensor();
+    op_->release_saved();
+  }
 
  private:
   Backend& be_;
@@ -78,6 +82,10 @@ class Bf16BatchNorm : public BatchNormOp {
                   reducer);
     round_in_place(dx);
   }
+  void release_saved() override {
+    x_ = dy_ = Tensor();
+    op_->release_saved();
+  }
 
  private:
   Backend& be_;
@@ -101,6 +109,10 @@ class Bf16Relu : public ReluOp {
     op_->backward_of_sum(y, rounded(be_, dy_a, dy_), rounded(be_, dy_b, dy_b_), dx);
     round_in_place(dx);
   }
+  void release_saved() override {
+    x_ = dy_ = dy_b_ = Tensor();
+    op_->release_saved();
+  }
 
  private:
   Backend& be_;
@@ -119,6 +131,10 @@ class Bf16Pool : public PoolOp {
     op_->backward(rounded(be_, dy, dy_), dx);
     round_in_place(dx);
   }
+  void release_saved() override {
+    x_ = dy_ = Tensor();
+    op_->release_saved();
+  }
 
  private:
   Backend& be_;
@@ -132,6 +148,10 @@ class Bf16Add : public AddOp {
   void forward(const Tensor& a, const Tensor& b, Tensor& out) override {
     op_->forward(rounded(be_, a, a_), rounded(be_, b, b_), out);
     round_in_place(out);
+  }
+  void release_saved() override {
+    a_ = b_ = Tensor();
+    op_->release_saved();
   }
 
  private:
