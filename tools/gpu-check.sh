@@ -370,7 +370,9 @@ train() {
 }
 
 gpu_unit() {
-  step gpu-unit 90 "$BIN/tests/unit" --run_test=cuda_backend,device_selection,device_wait,mixed_precision
+  local cases=cuda_backend,device_selection,device_wait,mixed_precision
+  cases+=:norm_add_relu/cuda_runs_batch_norm_residual_and_relu_as_one_kernel
+  step gpu-unit 90 "$BIN/tests/unit" --run_test="$cases"
 }
 
 # One round of the compute benchmark against PyTorch on the same GPU, every measurement in $OUT

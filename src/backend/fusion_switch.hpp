@@ -1,6 +1,7 @@
 // fusion_switch.hpp — the environment switches between two ways a backend runs the same
 // numbers: those that keep one fused kernel out of a run (RINGTRAIN_CUDA_BN_RELU,
-// RINGTRAIN_CUDA_CONV_RELU, RINGTRAIN_CPU_NORM_POOL, RINGTRAIN_CPU_NORM_ADD) and
+// RINGTRAIN_CUDA_BN_ADD_RELU, RINGTRAIN_CUDA_CONV_RELU, RINGTRAIN_CPU_NORM_POOL,
+// RINGTRAIN_CPU_NORM_ADD) and
 // RINGTRAIN_CUDA_WORKSPACE. Internal to src/backend.
 #pragma once
 

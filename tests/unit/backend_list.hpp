@@ -3,6 +3,7 @@
 // once per test binary and runs the rest.
 #pragma once
 
+#include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -27,6 +28,15 @@ inline bool cuda_testable() {
   }();
   return testable;
 }
+
+// A precondition for GPU-only cases: skipped, and said why, where cuda_testable() is false.
+struct GpuPresent {
+  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
+    boost::test_tools::assertion_result result(cuda_testable());
+    result.message() << "needs a GPU (" << ringtrain::backend::cuda_device_status() << ")";
+    return result;
+  }
+};
 
 // The fast backends the op tests hold against "ref": cpu, and cuda when testable.
 inline std::vector<std::string> testable_backends() {

@@ -39,14 +39,6 @@ std::string input_error_of(const std::function<void()>& f) {
   return "(no InputError)";
 }
 
-struct GpuPresent {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result result(rt_test::cuda_testable());
-    result.message() << "needs a GPU (" << cuda_device_status() << ")";
-    return result;
-  }
-};
-
 struct NoGpu {
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
     boost::test_tools::assertion_result result(!rt_test::cuda_testable());
@@ -493,7 +485,7 @@ BOOST_AUTO_TEST_CASE(pool_out_of_memory_while_recording_says_so) {
   BOOST_TEST(f.pool->bytes_cached() == 64 * kMiB);  // nothing freed: no device wait
 }
 
-BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPresent())) {
+BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(rt_test::GpuPresent())) {
   auto pool = cuda::DevicePool::create(0, true);  // caching, whatever RINGTRAIN_CUDA_POOL says
   void* first = pool->allocate(1000).get();       // given back at once
   BOOST_TEST(pool->device_allocations() == 1u);
@@ -509,7 +501,7 @@ BOOST_AUTO_TEST_CASE(pool_reuses_blocks, *boost::unit_test::precondition(GpuPres
 // hands each call its own), unless RINGTRAIN_CUDA_WORKSPACE=kept holds the largest block for
 // the context's life; anything else is refused, naming the variable.
 BOOST_AUTO_TEST_CASE(workspace_is_held_only_by_its_call_unless_kept,
-                     *boost::unit_test::precondition(GpuPresent())) {
+                     *boost::unit_test::precondition(rt_test::GpuPresent())) {
   const size_t mib = size_t(1) << 20;
   for (const bool kept : {false, true}) {
     BOOST_TEST_CONTEXT("kept " << kept) {
@@ -577,7 +569,7 @@ float round_to_bits(float x, int mantissa) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(bf16_and_fp16_round_to_nearest_even,
-                     *boost::unit_test::precondition(GpuPresent())) {
+                     *boost::unit_test::precondition(rt_test::GpuPresent())) {
   std::vector<float> in = rt_test::random_values(4096, 7, -100.0f, 100.0f);
   in.push_back(1.0f + std::ldexp(1.0f, -8));   // a bf16 tie: rounds to even (1.0)
   in.push_back(1.0f + std::ldexp(1.0f, -11));  // an fp16 tie: rounds to even (1.0)
@@ -591,7 +583,8 @@ BOOST_AUTO_TEST_CASE(bf16_and_fp16_round_to_nearest_even,
   BOOST_TEST(wrong_h == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(segments_pack_and_finite_flag, *boost::unit_test::precondition(GpuPresent())) {
+BOOST_AUTO_TEST_CASE(segments_pack_and_finite_flag,
+                     *boost::unit_test::precondition(rt_test::GpuPresent())) {
   auto pool = cuda::DevicePool::create(0);
   // Three tensors of awkward sizes packed into one fusion buffer, scaled by 1/2.
   const int64_t sizes[3] = {5, 1000, 3};

@@ -17,14 +17,6 @@ namespace bdata = boost::unit_test::data;
 
 namespace {
 
-struct GpuPresent {
-  boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
-    boost::test_tools::assertion_result result(cuda_testable());
-    result.message() << "needs a GPU (" << cuda_device_status() << ")";
-    return result;
-  }
-};
-
 std::unique_ptr<Backend> cuda_backend(Precision precision, bool deterministic = false) {
   CudaOptions options;
   options.precision = precision;

@@ -1,13 +1,15 @@
 // test_norm_add_relu.cpp — batch norm + residual + ReLU in one pass (the cpu backend's own loop,
 // BatchNormOp::forward_training_add_relu) against the reference's batch norm then add, with
 // oneDNN's backward after it; synchronized across two ranks, the same bits at any thread count,
-// the environment's switch, and a residual block either way.
+// the environment's switch, and a residual block either way; on a GPU, cuDNN's fused kernel.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "norm_outputs.hpp"
 #include "ringtrain/core/error.hpp"
@@ -64,6 +66,54 @@ BOOST_AUTO_TEST_CASE(fused_matches_reference_batch_norm_then_add) {
       BOOST_TEST(cpu->op_choices() == "batch norm + residual + ReLU: fused 1, oneDNN 0");
       expect_all_close(got, want);
     }
+}
+
+// cuda: cuDNN's BN_ADD_ACTIVATION kernel on NHWC activations, in bf16 and in tf32 (fp32 data),
+// against the reference on the same values (x, the residual and dy exact in bf16, so that
+// rounding them decides no ReLU mask); op_choices says it ran fused, so the case cannot pass
+// on the separate path. bf16 stores y and dx rounded (2^-9 relative); tf32 leaves batch norm
+// in fp32.
+BOOST_AUTO_TEST_CASE(cuda_runs_batch_norm_residual_and_relu_as_one_kernel,
+                     *boost::unit_test::precondition(GpuPresent())) {
+  const Shape shape{4, 32, 8, 8};
+  const auto bf16_exact = [](std::vector<float> v) {
+    for (float& f : v) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+      std::memcpy(&f, &u, 4);
+    }
+    return v;
+  };
+  const std::vector<float> xv = bf16_exact(random_values(size_t(shape_numel(shape)), 151, -1, 3));
+  const std::vector<float> rv = bf16_exact(random_values(xv.size(), 152));
+  const std::vector<float> dyv = bf16_exact(random_values(xv.size(), 153));
+  auto ref = make_backend("ref", 1);
+  const NormOutputs want =
+      run(*ref, to_device(*ref, shape, xv), to_device(*ref, shape, rv), 154, nullptr, &dyv);
+  for (const Precision precision : {Precision::kBF16, Precision::kTF32}) {
+    BOOST_TEST_CONTEXT(precision_name(precision)) {
+      CudaOptions options;
+      options.precision = precision;
+      auto gpu = make_cuda_backend(options);
+      const NormOutputs got =
+          run(*gpu, to_device(*gpu, shape, xv), to_device(*gpu, shape, rv), 154, nullptr, &dyv);
+      BOOST_TEST(gpu->op_choices().find("batch norm + residual + ReLU: fused 1, separate 0") !=
+                     std::string::npos,
+                 gpu->op_choices());
+      if (precision == Precision::kTF32) {
+        expect_all_close(got, want);
+        continue;
+      }
+      BOOST_TEST(got.count == want.count);
+      expect_close("y", got.y, want.y, 1e-2);
+      expect_close("batch mean", got.mean, want.mean, 1e-4);
+      expect_close("batch var", got.var, want.var, 1e-4);
+      expect_close("dx", got.dx, want.dx, 1e-2);
+      expect_close("dgamma", got.dgamma, want.dgamma, 1e-3);
+      expect_close("dbeta", got.dbeta, want.dbeta, 1e-3);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(same_bits_at_any_thread_count) {

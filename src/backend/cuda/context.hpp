@@ -56,14 +56,17 @@ class Context {
   Precision precision() const { return precision_; }
   bool deterministic() const { return deterministic_; }
   // Layers whose first forward ran an op pair in one cuDNN kernel (fused) or as two
-  // (separate), for Backend::op_choices: batch norms with a ReLU, and convolutions with a bias
-  // and a ReLU (and an inference residual).
+  // (separate), for Backend::op_choices: batch norms with a ReLU, a residual block's second
+  // batch norm with its sum and ReLU, and convolutions with a bias and a ReLU (and an inference
+  // residual).
   struct FusionCount {
     int fused = 0;
     int separate = 0;
   };
   FusionCount& bn_relu_count() { return bn_relu_count_; }
   const FusionCount& bn_relu_count() const { return bn_relu_count_; }
+  FusionCount& bn_add_relu_count() { return bn_add_relu_count_; }
+  const FusionCount& bn_add_relu_count() const { return bn_add_relu_count_; }
   FusionCount& conv_relu_count() { return conv_relu_count_; }
   const FusionCount& conv_relu_count() const { return conv_relu_count_; }
 
@@ -130,6 +133,7 @@ class Context {
   size_t kept_workspace_bytes_ = 0;
   size_t workspace_peak_ = 0;
   FusionCount bn_relu_count_;
+  FusionCount bn_add_relu_count_;
   FusionCount conv_relu_count_;
 };
 

@@ -133,6 +133,7 @@ class CudaBackend : public Backend {
           str(choices.empty() ? "" : "; ", what, ": fused ", n.fused, ", separate ", n.separate);
     };
     say("batch norm + ReLU", ctx_.bn_relu_count());
+    say("batch norm + residual + ReLU", ctx_.bn_add_relu_count());
     say("conv + bias + ReLU", ctx_.conv_relu_count());
     return choices;
   }

@@ -21,6 +21,7 @@ const float kOne = 1.0f, kZero = 0.0f;
 const cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 const cudnnBatchNormOps_t kBnOnly = CUDNN_BATCHNORM_OPS_BN;
 const cudnnBatchNormOps_t kBnRelu = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+const cudnnBatchNormOps_t kBnAddRelu = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
 
 void download_floats(Context& ctx, const float* device, float* host, size_t n) {
   CUDA_CHECK(
@@ -41,6 +42,7 @@ class BatchNorm : public BatchNormOp {
     RT_CHECK(s_.eps >= CUDNN_BN_MIN_EPSILON, "batch norm: eps ", s_.eps,
              " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
     relu_fusable_ = fusion_allowed("RINGTRAIN_CUDA_BN_RELU");
+    add_fusable_ = fusion_allowed("RINGTRAIN_CUDA_BN_ADD_RELU");
     CUDNN_CHECK(cudnnSetActivationDescriptor(relu_.get(), CUDNN_ACTIVATION_RELU,
                                              CUDNN_NOT_PROPAGATE_NAN, 0.0));
   }
@@ -60,17 +62,7 @@ class BatchNorm : public BatchNormOp {
       apply_relu(y);
       return count_;
     }
-    const double m = double(N_ * HW_);
-    RT_CHECK(m > 1, "batch norm: training needs more than one value per channel, input ",
-             shape_str(x.shape()));
-    // With an average factor of 1 the "running" outputs are this batch's mean and its
-    // unbiased variance; zeroed first because 0 * NaN in uninitialised memory is NaN.
-    kernels::fill(mean.f32(), C_, 0.0f, ctx_.stream());
-    kernels::fill(var.f32(), C_, 0.0f, ctx_.stream());
-    // cuDNN's own saved mean and inverse deviation: its backward reads them as an opaque
-    // cache of this forward, in whatever form it wrote them.
-    ctx_.ensure(saved_mean_, {C_});
-    ctx_.ensure(saved_inv_var_, {C_});
+    const double m = statistics_for_cudnn(x, mean, var);
     persistent_saved_ =
         is_nhwc(x) && persistent_usable_ && forward_persistent(x, gamma, beta, y, mean, var);
     if (!persistent_saved_)
@@ -78,15 +70,52 @@ class BatchNorm : public BatchNormOp {
           ctx_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.get(), x.raw(),
           x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
           var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw()));
-    cudnn_saved_ = true;
-    saved_shape_ = x.shape();
-    kernels::axpby(0.0f, nullptr, float((m - 1) / m), var.f32(), C_, ctx_.stream());
+    statistics_from_cudnn(x, m, var);
     if (persistent_saved_ && relu_fused_) {
       relu_y_ = y;   // cuDNN applied the ReLU; backward reads y as its mask
       beta_ = beta;  // ... and beta (the optimizer changes it only after backward)
     } else {
       apply_relu(y);
     }
+    count_ = m;
+    return m;
+  }
+
+  // relu(bn(x) + residual) in one of cuDNN's NHWC kernels (BN_ADD_ACTIVATION), the block's
+  // separate add and its pass over memory gone. Declines (0) where the batch norm is
+  // synchronized or has its own ReLU, x is not NHWC, or cuDNN has no such kernel for the layer
+  // (then never again for it). Backward takes the sum's gradient masked by the ReLU, as after
+  // forward_training; cuDNN's backward of this forward masks it by y once more, which changes
+  // nothing, and writes the residual's gradient, which the block has already.
+  double forward_training_add_relu(const Tensor& x_in, const Tensor& gamma, const Tensor& beta,
+                                   const Tensor& residual, Tensor& y, Tensor& mean, Tensor& var,
+                                   const StatReducer* reducer) override {
+    if ((reducer && *reducer) || s_.fuse_relu || !add_fusable_) return 0;
+    ctx_.activate();
+    const Tensor& x = set_dims(x_in);
+    if (!is_nhwc(x) || !persistent_usable_) return declined_add();
+    RT_CHECK(residual.shape() == x.shape(), "batch norm + residual: residual ",
+             shape_str(residual.shape()), " differs from x ", shape_str(x.shape()));
+    const Tensor& z = ctx_.as_form_of(residual, x, z_cast_);
+    ctx_.ensure(mean, {C_});
+    ctx_.ensure(var, {C_});
+    ctx_.ensure_act(y, x.shape());
+    const double m = statistics_for_cudnn(x, mean, var);
+    relu_fused_ = add_fused_ = true;
+    const cudnnStatus_t status = run_forward_persistent(x, gamma, beta, y, mean, var, &z);
+    z_cast_ = Tensor();
+    if (status != CUDNN_STATUS_SUCCESS) {
+      RT_CHECK(cudnn_unsupported(status), "cudnnBatchNormalizationForwardTrainingEx (batch norm ",
+               "+ residual + ReLU, ", shape_str(x.shape()), "): ", cudnnGetErrorString(status));
+      relu_fused_ = add_fused_ = add_fusable_ = false;
+      return declined_add();
+    }
+    if (!add_counted_) ctx_.bn_add_relu_count().fused += 1;
+    add_counted_ = true;
+    persistent_saved_ = true;
+    statistics_from_cudnn(x, m, var);
+    relu_y_ = y;   // backward's ReLU mask
+    beta_ = beta;  // ... and what it rebuilds the values before it from
     count_ = m;
     return m;
   }
@@ -108,6 +137,7 @@ class BatchNorm : public BatchNormOp {
     // each would be one more activation-sized block per layer for the whole step.
     dy_bn_ = Tensor();
     dy_cast_ = Tensor();
+    dz_ = Tensor();
     x_f32_ = Tensor();
     dy_f32_ = Tensor();
     dx_f32_ = Tensor();
@@ -116,7 +146,7 @@ class BatchNorm : public BatchNormOp {
   // The forward's output kept as the ReLU's mask, cuDNN's reserve space and the input's
   // conversion; cuDNN's cache of this forward goes with them.
   void release_saved() override {
-    relu_y_ = beta_ = reserve_ = x_cast_ = Tensor();
+    relu_y_ = beta_ = reserve_ = x_cast_ = z_cast_ = dz_ = Tensor();
     reserve_bytes_ = 0;
     cudnn_saved_ = persistent_saved_ = false;
   }
@@ -184,6 +214,7 @@ class BatchNorm : public BatchNormOp {
   bool forward_persistent(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                           Tensor& mean, Tensor& var) {
     relu_fused_ = s_.fuse_relu && relu_fusable_;
+    add_fused_ = false;
     cudnnStatus_t status = run_forward_persistent(x, gamma, beta, y, mean, var);
     if (relu_fused_ && cudnn_unsupported(status)) {
       relu_fusable_ = relu_fused_ = false;
@@ -208,14 +239,17 @@ class BatchNorm : public BatchNormOp {
     return false;
   }
 
-  // The batch norm (and, with relu_fused_, its ReLU) of forward_persistent, once.
+  // The batch norm (and, with relu_fused_, its ReLU; with add_fused_, z added before it) of
+  // forward_persistent or forward_training_add_relu, once.
   cudnnStatus_t run_forward_persistent(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                       Tensor& y, Tensor& mean, Tensor& var) {
-    const cudnnBatchNormOps_t ops = relu_fused_ ? kBnRelu : kBnOnly;
+                                       Tensor& y, Tensor& mean, Tensor& var,
+                                       const Tensor* z = nullptr) {
+    const cudnnBatchNormOps_t ops = persistent_ops();
     cudnnActivationDescriptor_t act = relu_fused_ ? relu_.get() : nullptr;
+    cudnnTensorDescriptor_t z_desc = add_fused_ ? x_desc_.get() : nullptr;
     size_t ws_bytes = 0;
     cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        ctx_.cudnn(), kPersistent, ops, x_desc_.get(), nullptr, x_desc_.get(), param_desc_.get(),
+        ctx_.cudnn(), kPersistent, ops, x_desc_.get(), z_desc, x_desc_.get(), param_desc_.get(),
         act, &ws_bytes);
     if (status == CUDNN_STATUS_SUCCESS)
       status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
@@ -223,32 +257,70 @@ class BatchNorm : public BatchNormOp {
     if (status != CUDNN_STATUS_SUCCESS) return status;
     ctx_.ensure(reserve_, {int64_t(reserve_bytes_ / sizeof(float)) + 1});
     return cudnnBatchNormalizationForwardTrainingEx(
-        ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, x_desc_.get(), x.raw(), nullptr, nullptr,
-        x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(), beta.raw(), 1.0, mean.raw(),
-        var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), act,
-        ctx_.workspace(ws_bytes).get(), ws_bytes, reserve_.raw(), reserve_bytes_);
+        ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, x_desc_.get(), x.raw(), z_desc,
+        add_fused_ ? z->raw() : nullptr, x_desc_.get(), y.raw(), param_desc_.get(), gamma.raw(),
+        beta.raw(), 1.0, mean.raw(), var.raw(), s_.eps, saved_mean_.raw(), saved_inv_var_.raw(),
+        act, ctx_.workspace(ws_bytes).get(), ws_bytes, reserve_.raw(), reserve_bytes_);
+  }
+
+  // Before a training forward through cuDNN: the values per channel, checked, returned. With an
+  // average factor of 1 the "running" outputs are this batch's mean and its unbiased
+  // variance; zeroed first because 0 * NaN in uninitialised memory is NaN. cuDNN's own saved
+  // mean and inverse deviation are made: its backward reads them as an opaque cache of this
+  // forward, in whatever form it wrote them.
+  double statistics_for_cudnn(const Tensor& x, Tensor& mean, Tensor& var) {
+    const double m = double(N_ * HW_);
+    RT_CHECK(m > 1, "batch norm: training needs more than one value per channel, input ",
+             shape_str(x.shape()));
+    kernels::fill(mean.f32(), C_, 0.0f, ctx_.stream());
+    kernels::fill(var.f32(), C_, 0.0f, ctx_.stream());
+    ctx_.ensure(saved_mean_, {C_});
+    ctx_.ensure(saved_inv_var_, {C_});
+    return m;
+  }
+
+  // After it: cuDNN's cache is this x's, and the variance the biased one forward returns.
+  void statistics_from_cudnn(const Tensor& x, double m, Tensor& var) {
+    cudnn_saved_ = true;
+    saved_shape_ = x.shape();
+    kernels::axpby(0.0f, nullptr, float((m - 1) / m), var.f32(), C_, ctx_.stream());
+  }
+
+  // What the last persistent forward ran: the batch norm, with its ReLU, with z added first.
+  cudnnBatchNormOps_t persistent_ops() const {
+    return add_fused_ ? kBnAddRelu : relu_fused_ ? kBnRelu : kBnOnly;
+  }
+
+  // forward_training_add_relu's decline, counted once for op_choices.
+  double declined_add() {
+    if (!add_counted_) ctx_.bn_add_relu_count().separate += 1;
+    add_counted_ = true;
+    return 0;
   }
 
   // Backward of forward_persistent's forward, reading its saved statistics and reserve space.
   // With the ReLU fused there, dy is the gradient of the ReLU's output: cuDNN masks it by y,
-  // the forward's output, and reads beta to rebuild the values before the ReLU.
+  // the forward's output, and reads beta to rebuild the values before the ReLU. With z added,
+  // cuDNN also writes z's gradient (dy masked), into scratch: the caller's dy is that already.
   void backward_persistent(const Tensor& x, const Tensor& dy, const Tensor& gamma, Tensor& dx,
                            Tensor& dgamma, Tensor& dbeta) {
-    const cudnnBatchNormOps_t ops = relu_fused_ ? kBnRelu : kBnOnly;
+    const cudnnBatchNormOps_t ops = persistent_ops();
     cudnnActivationDescriptor_t act = relu_fused_ ? relu_.get() : nullptr;
     cudnnTensorDescriptor_t y_desc = relu_fused_ ? x_desc_.get() : nullptr;
+    cudnnTensorDescriptor_t dz_desc = add_fused_ ? x_desc_.get() : nullptr;
     const void* y = relu_fused_ ? relu_y_.raw() : nullptr;
     const void* beta = relu_fused_ ? beta_.raw() : nullptr;
+    if (add_fused_) ctx_.ensure_act(dz_, x.shape());
     size_t ws_bytes = 0;
     CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        ctx_.cudnn(), kPersistent, ops, x_desc_.get(), y_desc, x_desc_.get(), nullptr,
+        ctx_.cudnn(), kPersistent, ops, x_desc_.get(), y_desc, x_desc_.get(), dz_desc,
         x_desc_.get(), param_desc_.get(), act, &ws_bytes));
     CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
         ctx_.cudnn(), kPersistent, ops, &kOne, &kZero, &kOne, &kZero, x_desc_.get(), x.raw(),
-        y_desc, y, x_desc_.get(), dy.raw(), nullptr, nullptr, x_desc_.get(), dx.raw(),
-        param_desc_.get(), gamma.raw(), beta, dgamma.raw(), dbeta.raw(), s_.eps, saved_mean_.raw(),
-        saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes).get(), ws_bytes, reserve_.raw(),
-        reserve_bytes_));
+        y_desc, y, x_desc_.get(), dy.raw(), dz_desc, add_fused_ ? dz_.raw() : nullptr,
+        x_desc_.get(), dx.raw(), param_desc_.get(), gamma.raw(), beta, dgamma.raw(), dbeta.raw(),
+        s_.eps, saved_mean_.raw(), saved_inv_var_.raw(), act, ctx_.workspace(ws_bytes).get(),
+        ws_bytes, reserve_.raw(), reserve_bytes_));
   }
 
   // y = gamma * (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -337,8 +409,11 @@ class BatchNorm : public BatchNormOp {
   Shape saved_shape_;                  // ... and had this x shape
   bool persistent_saved_ = false;      // ... through forward_persistent, with reserve_
   bool persistent_usable_ = true;      // until cuDNN said it has none for this layer
-  bool relu_fused_ = false;            // the last forward_persistent applied the ReLU too
+  bool relu_fused_ = false;            // the last persistent forward applied the ReLU too
   bool relu_fusable_ = true;           // until cuDNN said it has no BN_ACTIVATION kernel here
+  bool add_fused_ = false;             // the last forward_persistent added z (BN_ADD_ACTIVATION)
+  bool add_fusable_ = true;            // until cuDNN said it has no BN_ADD_ACTIVATION kernel here
+  bool add_counted_ = false;           // in Context::bn_add_relu_count
   Tensor beta_;                        // ... and the beta it read, for backward
   bool counted_ = false;               // in Context::bn_relu_count
   Tensor reserve_;                     // forward_persistent's reserve space, for backward
@@ -346,6 +421,8 @@ class BatchNorm : public BatchNormOp {
   Tensor relu_y_;                   // fused ReLU: the last forward's output
   Tensor dy_bn_;                    // fused ReLU: dy masked by relu_y_ > 0
   Tensor x_cast_, dy_cast_;         // inputs converted to the activation form
+  Tensor z_cast_;                   // the residual converted to x's form
+  Tensor dz_;                       // BN_ADD_ACTIVATION's backward: z's gradient, unread
   Tensor x_f32_, dy_f32_, dx_f32_;  // synchronized BN's plain fp32 copies
   std::vector<float> host_;
 };
