@@ -27,8 +27,8 @@ def new_row():
     return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
             "ringtrain-graph": [], "graph_operations": None,
             "gflop": None, "other": [], "isa": "", "failed": {},
-            "torch_mib": None, "torch_run_mib": None,
-            "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None,
+            "torch_mib": None, "torch_run_mib": None, "torch_after_mib": None,
+            "rt_mib": None, "rt_run_mib": None, "rt_pool_mib": None, "rt_after_mib": None,
             "rt_workspace_mib": None, "rt_state_mib": None, "torch": None,
             "wgrad_path": None, "wgrad_choices": None, "wgrad_ms": None}
 
@@ -82,6 +82,7 @@ def read_rows(raw_path):
         if r["tool"] == "pytorch" and r.get("gpu_peak_mib") is not None:
             row["torch_mib"] = r["gpu_peak_mib"]
             row["torch_run_mib"] = r.get("gpu_peak_run_mib")
+            row["torch_after_mib"] = r.get("gpu_after_forward_mib")
         if r["tool"] == "ringtrain-graph":
             row["graph_operations"] = r["cuda_graph"].get("operations")
         if r["tool"] == "ringtrain-wgrad":
@@ -97,6 +98,7 @@ def read_rows(raw_path):
                 row["rt_pool_mib"] = r.get("gpu_pool_peak_mib")
                 row["rt_workspace_mib"] = r.get("gpu_workspace_mib")
                 row["rt_state_mib"] = r.get("state_mib")
+                row["rt_after_mib"] = r.get("gpu_after_forward_mib")
     attach_failures(rows, failures)
     return rows, peaks, gpus, profiles
 
@@ -192,6 +194,8 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["ringtrain_gpu_pool_peak_mib"] = v["rt_pool_mib"]
             row["ringtrain_gpu_workspace_mib"] = v["rt_workspace_mib"]
             row["ringtrain_state_mib"] = v["rt_state_mib"]
+            row["pytorch_gpu_after_forward_mib"] = v["torch_after_mib"]
+            row["ringtrain_gpu_after_forward_mib"] = v["rt_after_mib"]
         failed = v["failed"]
         vs = f"{vs_fp32:>6.2f}x" if vs_fp32 else f"{'':>7}"
         ratio_cell = f"{ratio:>5.2f}x" if ratio else f"{'-':>6}"
@@ -222,6 +226,11 @@ def summarize(rows, peaks, gpus, cpu, device):
             memory = (f" | GPU MiB in the timed steps ringtrain {v['rt_mib'] or '-'}, "
                       f"pytorch {v['torch_mib'] or '-'}; whole run "
                       f"{v['rt_run_mib'] or '-'}, {v['torch_run_mib'] or '-'}")
+            if v["rt_after_mib"] or v["torch_after_mib"]:
+                # Once forward and the loss have run: the saved activations beside the state,
+                # where the peak adds what backward holds at once.
+                memory += (f"; after forward ringtrain {v['rt_after_mib'] or '-'}, "
+                           f"pytorch {v['torch_after_mib'] or '-'}")
             if v["rt_workspace_mib"] is not None and v["rt_state_mib"] is not None:
                 # What ringtrain's peak holds beside activations: the largest cuDNN
                 # workspace of one call, and parameters + gradients + optimizer state.

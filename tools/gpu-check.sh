@@ -409,7 +409,9 @@ for r in rows:
                  f"{cell(r.get('graph_ratio_compile'), 'x')} compile), " if "graph_img_s" in r else "")
               + f"GPU MiB {cell(r.get('ringtrain_gpu_peak_mib'))} vs {cell(r.get('pytorch_gpu_peak_mib'))} "
               f"(whole run {cell(r.get('ringtrain_gpu_peak_run_mib'))} vs "
-              f"{cell(r.get('pytorch_gpu_peak_run_mib'))})")
+              f"{cell(r.get('pytorch_gpu_peak_run_mib'))}; after forward "
+              f"{cell(r.get('ringtrain_gpu_after_forward_mib'))} vs "
+              f"{cell(r.get('pytorch_gpu_after_forward_mib'))})")
     detail += "".join(f"; {tool} failed: {why}" for tool, why in sorted(failed.items()))
     print(f"{status}\t{detail}")
 PY

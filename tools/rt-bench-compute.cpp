@@ -342,6 +342,19 @@ int run(int argc, char** argv) {
   const std::string profile_json =
       profile ? print_profile(timed, int64_t(windows) * steps, wall) : "null";
   const std::string memory_map_json = memory_map ? print_memory_map(memory) : "null";
+  // One more training step, untimed: the tensor memory in use once forward and the loss have
+  // run (the activations backward will read, beside the state), as bench_compute_torch.py
+  // measures PyTorch's; device memory only.
+  std::string gpu_after_forward_mib = "null";
+  if (memory.device && !inference && !graph) {
+    model->forward(x, true);
+    model->loss_later(labels.data());
+    be->synchronize();
+    gpu_after_forward_mib = device_mib(memory, be->memory_use().in_use);
+    model->backward();
+    sgd.step(0.01);
+    be->synchronize();
+  }
   const std::string weight_grad_ms = weight_grad_times_json(*model);
   // The recorded step's operations (kernels, copies): null without --cuda-graph.
   const std::string graph_json = graph ? str("{\"operations\":", graph->operations(), "}") : "null";
@@ -352,7 +365,7 @@ int run(int argc, char** argv) {
       "6f,"
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
       "\"gpu_pool_peak_mib\":%s,\"gpu_workspace_mib\":%s,\"host_peak_mib\":%s,"
-      "\"state_mib\":%s,\"memory_at_peak\":%s,"
+      "\"state_mib\":%s,\"gpu_after_forward_mib\":%s,\"memory_at_peak\":%s,"
       "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
       "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"cuda_graph\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
@@ -360,7 +373,7 @@ int run(int argc, char** argv) {
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
       gpu_pool_peak_mib.c_str(), gpu_workspace_mib.c_str(), host_peak_mib.c_str(),
-      state_mib.c_str(), memory_map_json.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
+      state_mib.c_str(), gpu_after_forward_mib.c_str(), memory_map_json.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
       be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
   return 0;
 }

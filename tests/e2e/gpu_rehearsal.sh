@@ -58,6 +58,9 @@ expected="PASS unpack;PASS libraries;PASS probe;NOTE gpu-probe;PASS gpu-unit;PAS
 [ "$(steps_of part1)" = "$expected" ] || fail "part 1 steps: $(cat "$work/part1/out/report.txt")"
 grep -q '^FAIL train-np2 .* timed out after 3 s' "$work/part1/out/report.txt" ||
   fail "the hung step was not cut at its box: $(cat "$work/part1/out/report.txt")"
+# Each config's note: the memory after forward beside the peaks, both sides.
+grep -qE '^NOTE bench-rows +0  cnn_small b8 fp32: .* GPU MiB - vs 1 \(whole run - vs 2; after forward - vs 0\.5\)' \
+  "$work/part1/out/report.txt" || fail "bench-rows note: $(grep bench-rows "$work/part1/out/report.txt")"
 # The workspace A/B's note: both modes, each with its peak, workspace, state and rate; the
 # default's peak in its five largest parts by the kind of op that took them.
 grep -qE '^NOTE memory-bf16 +0  cnn_small b8: kept: peak null MiB, workspace null, state [0-9.]+, [0-9.]+ img/s; per-call: peak null MiB, workspace null, state [0-9.]+, [0-9.]+ img/s, at the peak: [a-z_]+ [0-9.]+(, [a-z_]+ [0-9.]+){4} MiB$' \
@@ -73,7 +76,7 @@ done
   fail "the report did not hold the 5 steps before the benchmark: $(cat "$work/part1/calls")"
 grep -q '"failed": "timed out after 3 s' "$work/part1/out/compute-raw.jsonl" ||
   fail "the hung compile is not a failed row: $(cat "$work/part1/out/compute-raw.jsonl")"
-grep -qE '^cnn_small 1x28x28 +8 +1 fp32 \| +[0-9.]+ +100\.0 .* \| compile failed \| GPU MiB in the timed steps ringtrain -, pytorch 1\.0; whole run -, 2\.0 \| pytorch-compile failed: timed out after 3 s' \
+grep -qE '^cnn_small 1x28x28 +8 +1 fp32 \| +[0-9.]+ +100\.0 .* \| compile failed \| GPU MiB in the timed steps ringtrain -, pytorch 1\.0; whole run -, 2\.0; after forward ringtrain -, pytorch 0\.5 \| pytorch-compile failed: timed out after 3 s' \
   "$work/part1/out/compute.txt" || fail "fp32 row: $(cat "$work/part1/out/compute.txt")"
 [ "$(wc -l <"$work/part1/out/compute.jsonl")" = 2 ] || fail "summary rows: $(cat "$work/part1/out/compute.jsonl")"
 # python (torch, torch.compile) ran in the environment as it was before the bundle's env.sh.
