@@ -373,8 +373,9 @@ int run(int argc, char** argv) {
       precision_text.c_str(), be->instruction_set().c_str(), img_s, windows_json.str().c_str(),
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
       gpu_pool_peak_mib.c_str(), gpu_workspace_mib.c_str(), host_peak_mib.c_str(),
-      state_mib.c_str(), gpu_after_forward_mib.c_str(), memory_map_json.c_str(), weight_grad_text.c_str(), relu_backward.c_str(),
-      be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
+      state_mib.c_str(), gpu_after_forward_mib.c_str(), memory_map_json.c_str(),
+      weight_grad_text.c_str(), relu_backward.c_str(), be->op_choices().c_str(),
+      weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
   return 0;
 }
 
