@@ -11,7 +11,7 @@
 namespace ringtrain::backend::cpu {
 namespace {
 
-// Per plane and lane: sum (x - shift) and sum (x - shift)^2, laid out [plane][lane][2].
+// Per plane and lane: sum (x - shift) and sum (x - shift)^2 (plane_sums_at's layout).
 template <typename T, int N>
 void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {
   using P = LanePack<N>;
@@ -21,7 +21,7 @@ void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {
     const int64_t img = p.image(plane), run = p.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F k = P::load(shift + run * L + lp);
-      double* sums = out + (plane * L + lp) * 2;
+      double* sums = plane_sums_at(out, p, plane, lp);
       for (int64_t h0 = 0; h0 < p.h; h0 += rows) {
         typename P::F s1{}, s2{};
         for (int64_t h = h0; h < std::min(p.h, h0 + rows); ++h)
@@ -30,10 +30,8 @@ void plane_sums(const Planes& p, const T* x, const float* shift, double* out) {
             s1 += v;
             s2 += v * v;
           }
-        for (int l = 0; l < N; ++l) {
-          sums[l * 2] += s1[l];
-          sums[l * 2 + 1] += s2[l];
-        }
+        P::add_lanes(sums, s1);
+        P::add_lanes(sums + L, s2);
       }
     }
   }
@@ -62,12 +60,13 @@ void BatchStatistics::sums_about(const Planes& p, const T* x, const float* shift
 template <typename T>
 double BatchStatistics::compute_of(const Planes& p, int64_t channels, const T* x, float* mean,
                                    float* var, const StatReducer* reducer) {
-  const int64_t C = channels, L = p.x.lanes;
-  const auto total = [&](int64_t c, int which) { return channel_total(plane_sums_, p, c, which); };
+  const int64_t C = channels, L = p.x.lanes, width = p.x.runs * L;
+  const auto total = [&](int64_t c, int which) { return totals_[size_t(which * width + c)]; };
   if (!reducer) {
     const float* shift = per_lane(
         p.x, C, shift_, [&](int64_t c) { return value_at(x + p.x.at(0, c / L, 0, 0) + c % L); });
     sums_about(p, x, shift);
+    channel_totals(plane_sums_, p, totals_);
     const double count = double(p.n * p.h * p.w);
     for (int64_t c = 0; c < C; ++c) {
       const double d = total(c, 0) / count;
@@ -78,6 +77,7 @@ double BatchStatistics::compute_of(const Planes& p, int64_t channels, const T* x
     return count;
   }
   sums_about(p, x, per_lane(p.x, C, shift_, [](int64_t) { return 0.0f; }));
+  channel_totals(plane_sums_, p, totals_);
   sums_.resize(size_t(C + 1));
   for (int64_t c = 0; c < C; ++c) sums_[c] = float(total(c, 0));
   sums_[C] = float(p.n * p.h * p.w);
@@ -85,6 +85,7 @@ double BatchStatistics::compute_of(const Planes& p, int64_t channels, const T* x
   const double count = sums_[C];
   for (int64_t c = 0; c < C; ++c) mean[c] = float(sums_[c] / count);
   sums_about(p, x, per_lane(p.x, C, shift_, [&](int64_t c) { return mean[c]; }));
+  channel_totals(plane_sums_, p, totals_);
   for (int64_t c = 0; c < C; ++c) sums_[c] = float(total(c, 1));
   (*reducer)(sums_.data(), size_t(C));
   for (int64_t c = 0; c < C; ++c) var[c] = float(sums_[c] / count);

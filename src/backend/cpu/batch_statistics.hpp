@@ -24,7 +24,7 @@ class BatchStatistics {
   template <typename T>
   void sums_about(const Planes& p, const T* x, const float* shift);
 
-  std::vector<double> plane_sums_;
+  std::vector<double> plane_sums_, totals_;
   std::vector<float> shift_, sums_;
 };
 

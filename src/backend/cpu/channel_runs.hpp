@@ -74,15 +74,29 @@ const float* per_lane(const ChannelRuns& r, int64_t channels, std::vector<float>
   return out.data();
 }
 
-// Channel c's total of `which` (0 or 1) in per-plane sums laid out [plane][lane][2], over the
-// images in order.
-inline double channel_total(const std::vector<double>& sums, const Planes& p, int64_t c,
-                            int which) {
-  const int64_t L = p.x.lanes, run = c / L, lane = c % L;
-  double total = 0;
+// The loops' per-plane fp64 sums (two of them) are laid out [plane][which][lane], so that a
+// pack's lanes add to contiguous doubles: the first sum of lane lp of a plane, the second
+// lying p.x.lanes on.
+inline double* plane_sums_at(double* sums, const Planes& p, int64_t plane, int64_t lp) {
+  return sums + plane * 2 * p.x.lanes + lp;
+}
+
+// Each channel's totals of those sums over the images in order, into `totals` laid out
+// [which][run * lanes + lane]: channel c's first at c, its second at runs * lanes + c. The
+// images' planes are added one after another, a run's lanes side by side: contiguous adds, where
+// a walk channel by channel reads one double per image scattered across the sums (for 512
+// channels of 4x4 images it cost a small batch norm as much as its passes).
+inline void channel_totals(const std::vector<double>& sums, const Planes& p,
+                           std::vector<double>& totals) {
+  const int64_t L = p.x.lanes, width = p.x.runs * L;
+  totals.assign(size_t(2 * width), 0.0);
   for (int64_t img = 0; img < p.n; ++img)
-    total += sums[size_t(((img * p.x.runs + run) * L + lane) * 2 + which)];
-  return total;
+    for (int64_t run = 0; run < p.x.runs; ++run)
+      for (int64_t which = 0; which < 2; ++which) {
+        const double* from = sums.data() + ((img * p.x.runs + run) * 2 + which) * L;
+        double* to = totals.data() + which * width + run * L;
+        for (int64_t l = 0; l < L; ++l) to[l] += from[l];
+      }
 }
 
 inline float value_at(const float* p) {

@@ -14,6 +14,12 @@ namespace ringtrain::backend::cpu {
 
 template <int N>
 struct LanePack {
+  // to[l] += v[l] for each lane: a pack's fp32 sums into fp64 ones, lane by lane.
+  template <typename V>
+  static void add_lanes(double* to, const V& v) {
+    for (int l = 0; l < N; ++l) to[l] += v[l];
+  }
+
   // typedef, not using: GCC 12 drops a vector_size that depends on N from an alias template.
   typedef float F __attribute__((vector_size(4 * N)));     // values
   typedef int32_t I __attribute__((vector_size(4 * N)));   // masks (-1 or 0) and small ints
@@ -59,6 +65,17 @@ struct LanePack {
   static void store_bytes(uint8_t* p, I v) {
     const B b = narrow<B>(v);
     std::memcpy(p, &b, sizeof b);
+  }
+
+  // v where mask is set (-1), +0 where it is not (0), by its bits. Written `mask ? v : F{}`
+  // with v just loaded, GCC folds the select into a zero-masking load, which Zen 5 runs far
+  // slower than a load and a logical and: a batch norm's masked backward pass took 1.4 x as long
+  // (docs/TUNING.md).
+  static F keep(F v, I mask) {
+    U bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    bits &= (U)mask;  // a vector cast keeps the bits
+    return reinterpret_cast_bits(bits);
   }
 
   // v as storing it in T keeps it: itself for fp32, rounded to bf16 for bf16.

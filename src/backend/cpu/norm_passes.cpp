@@ -59,10 +59,10 @@ typename LanePack<N>::F masked(typename LanePack<N>::F d, typename LanePack<N>::
                                typename LanePack<N>::F pa, typename LanePack<N>::F pb,
                                const T* as_stored) {
   if (!kRelu) return d;
-  return affine<T, N>(pa, xv, pb, as_stored) > 0.0f ? d : typename LanePack<N>::F{};
+  return LanePack<N>::keep(d, affine<T, N>(pa, xv, pb, as_stored) > 0.0f);
 }
 
-// Per plane and lane: sum dz and sum dz x-hat, x-hat = (x - mu) inv, laid out [plane][lane][2];
+// Per plane and lane: sum dz and sum dz x-hat, x-hat = (x - mu) inv (plane_sums_at's layout);
 // fp32 over about kPixelsPerFp32Sum pixels at a time, then fp64.
 template <typename T, int N, bool kRelu>
 void gradient_plane_sums(const Planes& p, const T* x, const T* dy, const float* mu,
@@ -77,7 +77,7 @@ void gradient_plane_sums(const Planes& p, const T* x, const T* dy, const float* 
       const int64_t o = run * L + lp;
       const F pm = P::load(mu + o), pi = P::load(inv + o);
       const F pa = kRelu ? P::load(n.a + o) : F{}, pb = kRelu ? P::load(n.b + o) : F{};
-      double* sums = out + (plane * L + lp) * 2;
+      double* sums = plane_sums_at(out, p, plane, lp);
       for (int64_t h0 = 0; h0 < p.h; h0 += rows) {
         F sd{}, sdx{};
         for (int64_t h = h0; h < std::min(p.h, h0 + rows); ++h)
@@ -88,10 +88,8 @@ void gradient_plane_sums(const Planes& p, const T* x, const T* dy, const float* 
             sd += dz;
             sdx += dz * ((xv - pm) * pi);
           }
-        for (int l = 0; l < N; ++l) {
-          sums[l * 2] += sd[l];
-          sums[l * 2 + 1] += sdx[l];
-        }
+        P::add_lanes(sums, sd);
+        P::add_lanes(sums + L, sdx);
       }
     }
   }
@@ -168,9 +166,11 @@ InputGradCoefficients NormGradientSums::finish(const Planes& p, const Tensor& ga
                                                const StatReducer* reducer) {
   const int64_t C = gamma.numel();
   sums_.resize(size_t(2 * C));
+  channel_totals(plane_sums_, p, totals_);
+  const int64_t width = p.x.runs * p.x.lanes;
   for (int64_t c = 0; c < C; ++c) {
-    dbeta.f32()[c] = sums_[size_t(C + c)] = float(channel_total(plane_sums_, p, c, 0));
-    dgamma.f32()[c] = sums_[size_t(c)] = float(channel_total(plane_sums_, p, c, 1));
+    dbeta.f32()[c] = sums_[size_t(C + c)] = float(totals_[size_t(c)]);
+    dgamma.f32()[c] = sums_[size_t(c)] = float(totals_[size_t(width + c)]);
   }
   if (reducer && *reducer) (*reducer)(sums_.data(), sums_.size());
   const float* ag = per_lane(p.x, C, ag_, [&](int64_t c) { return gamma.f32()[c] * inv_[c]; });

@@ -30,7 +30,7 @@ struct InputGradCoefficients {
 
 // What a batch norm's backward computes between its two passes (ours here and the stem's,
 // norm_relu_pool.cpp): mu and inv = 1 / sqrt(var + eps) per lane for the sums pass, which adds
-// into plane_sums ([plane][lane][2]: sum dz, sum dz x-hat); then dbeta = sum dz and dgamma =
+// into plane_sums (plane_sums_at's layout: sum dz, sum dz x-hat); then dbeta = sum dz and dgamma =
 // sum dz x-hat, this rank's own, and from those sums over every rank (a reducer) and `count`
 // (the values per channel the statistics covered, every rank's) the input gradient's
 // coefficients: ag = gamma inv, c1 = ag sum dz / count, c2 = ag sum dz x-hat / count.
@@ -44,7 +44,7 @@ class NormGradientSums {
                                Tensor& dbeta, const StatReducer* reducer);
 
  private:
-  std::vector<double> plane_sums_;
+  std::vector<double> plane_sums_, totals_;
   std::vector<float> sums_, mu_, inv_, ag_, c1_, c2_;  // per_lane's arrays but sums_
 };
 

@@ -93,21 +93,18 @@ void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, con
     const int64_t img = g.image(plane), run = g.run(plane);
     for (int64_t lp = 0; lp < L; lp += N) {
       const typename P::F pm = P::load(mu + run * L + lp), pi = P::load(inv + run * L + lp);
-      double* sums = out + (plane * L + lp) * 2;
+      double* sums = plane_sums_at(out, g, plane, lp);
       for (int64_t oh = 0; oh < g.oh; ++oh) {
         typename P::F sd{}, sdx{};
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           const int64_t tile = ((plane * g.oh + oh) * g.ow + ow) * L + lp;
           const typename P::F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
-          const typename P::F dz =
-              P::load_bytes(winners + tile) != int32_t(kNoWinner) ? d : typename P::F{};
+          const typename P::F dz = P::keep(d, P::load_bytes(winners + tile) != int32_t(kNoWinner));
           sd += dz;
           sdx += dz * ((P::load(winner_x + tile) - pm) * pi);
         }
-        for (int l = 0; l < N; ++l) {
-          sums[l * 2] += sd[l];
-          sums[l * 2 + 1] += sdx[l];
-        }
+        P::add_lanes(sums, sd);
+        P::add_lanes(sums + L, sdx);
       }
     }
   }
@@ -144,7 +141,7 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
               P::load_bytes(winners + ((plane * g.oh + oh) * g.ow + ow) * L + lp);
           for (int64_t j = 0; j < k; ++j) {
             const int64_t w = ow * k + j;
-            const F dz = won == int32_t(i * k + j) ? d : F{};
+            const F dz = P::keep(d, won == int32_t(i * k + j));
             P::store(dx + at(h, w), a * dz - c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
           }
         }
