@@ -1,8 +1,9 @@
-// norm_outputs.hpp — what the fused batch norm tests (norm_relu_pool, norm_add_relu) compare: one
-// forward and backward's outputs on the host, to the reference's tolerances or bitwise, and two
-// ranks' halves laid side by side.
+// norm_outputs.hpp — what the batch norm tests (norm_passes, norm_relu_pool, norm_add_relu)
+// compare: one forward and backward's outputs on the host, to the reference's tolerances or
+// bitwise, two ranks' halves laid side by side, and where a NaN put into one channel went.
 #pragma once
 
+#include <cmath>
 #include <vector>
 
 #include "nn_test_util.hpp"
@@ -27,15 +28,38 @@ inline NormOutputs download_norm_outputs(Backend& be, double count, const Tensor
           count};
 }
 
-// Against the reference: fp32 sums in another order.
-inline void expect_all_close(const NormOutputs& got, const NormOutputs& want) {
+// Relative tolerances against the reference; the defaults are fp32 sums in another order.
+struct NormTolerances {
+  double y = 2e-5, mean = 2e-5, var = 1e-4, dx = 1e-4, dgamma = 2e-5, dbeta = 2e-5;
+};
+
+inline void expect_all_close(const NormOutputs& got, const NormOutputs& want,
+                             const NormTolerances& tol = {}) {
   BOOST_TEST(got.count == want.count);
-  expect_close("y", got.y, want.y, 2e-5);
-  expect_close("batch mean", got.mean, want.mean, 2e-5);
-  expect_close("batch var", got.var, want.var, 1e-4);
-  expect_close("dx", got.dx, want.dx, 1e-4);
-  expect_close("dgamma", got.dgamma, want.dgamma, 2e-5);
-  expect_close("dbeta", got.dbeta, want.dbeta, 2e-5);
+  expect_close("y", got.y, want.y, tol.y);
+  expect_close("batch mean", got.mean, want.mean, tol.mean);
+  expect_close("batch var", got.var, want.var, tol.var);
+  expect_close("dx", got.dx, want.dx, tol.dx);
+  expect_close("dgamma", got.dgamma, want.dgamma, tol.dgamma);
+  expect_close("dbeta", got.dbeta, want.dbeta, tol.dbeta);
+}
+
+// A NaN or inf put into one channel must stay there: in a plain y of `channels` channels of
+// `pixels` values each, the NaNs among `channel`'s values and the non-finite values elsewhere.
+struct ChannelPoison {
+  size_t nan_in_channel = 0, non_finite_elsewhere = 0;
+};
+
+inline ChannelPoison poison_of(const std::vector<float>& y, int64_t channels, int64_t pixels,
+                               int64_t channel) {
+  ChannelPoison out;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (int64_t(i) / pixels % channels == channel)
+      out.nan_in_channel += std::isnan(y[i]);
+    else
+      out.non_finite_elsewhere += !std::isfinite(y[i]);
+  }
+  return out;
 }
 
 inline void expect_same_bits(const NormOutputs& got, const NormOutputs& want) {

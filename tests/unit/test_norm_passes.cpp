@@ -153,18 +153,12 @@ BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
       BOOST_TEST_REQUIRE((std::isnan(bad) ? std::isnan(stored) : stored == bad));
       for (bool relu : {false, true}) {
         const NormOutputs out = run(*cpu, x, relu, 232);
-        size_t nan_in_3 = 0, non_finite_elsewhere = 0;
-        for (size_t i = 0; i < out.y.size(); ++i) {
-          if (int64_t(i) / 16 % 16 == 3)
-            nan_in_3 += std::isnan(out.y[i]);
-          else
-            non_finite_elsewhere += !std::isfinite(out.y[i]);
-        }
+        const ChannelPoison p = poison_of(out.y, 16, 16, 3);
         std::printf(
             "%s, x holds %g, relu %d: %zu of 32 outputs of its channel NaN, %zu elsewhere\n",
-            precision_name(precision), bad, relu, nan_in_3, non_finite_elsewhere);
-        BOOST_TEST(nan_in_3 == 32u);
-        BOOST_TEST(non_finite_elsewhere == 0u);
+            precision_name(precision), bad, relu, p.nan_in_channel, p.non_finite_elsewhere);
+        BOOST_TEST(p.nan_in_channel == 32u);
+        BOOST_TEST(p.non_finite_elsewhere == 0u);
       }
     }
 }
@@ -186,15 +180,9 @@ BOOST_AUTO_TEST_CASE(nan_gamma_poisons_its_channel_in_bf16) {
     Tensor y, mean, var;
     bn->forward_training(x, gamma, beta, y, mean, var, nullptr);
     const std::vector<float> out = to_host(*cpu, y);
-    size_t nan_in_5 = 0, non_finite_elsewhere = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (int64_t(i) / 16 % 16 == 5)
-        nan_in_5 += std::isnan(out[i]);
-      else
-        non_finite_elsewhere += !std::isfinite(out[i]);
-    }
-    BOOST_TEST(nan_in_5 == 32u, "relu " << relu);
-    BOOST_TEST(non_finite_elsewhere == 0u, "relu " << relu);
+    const ChannelPoison p = poison_of(out, 16, 16, 5);
+    BOOST_TEST(p.nan_in_channel == 32u, "relu " << relu);
+    BOOST_TEST(p.non_finite_elsewhere == 0u, "relu " << relu);
   }
 }
 

@@ -209,18 +209,11 @@ BOOST_AUTO_TEST_CASE(non_finite_input_poisons_its_channel_only) {
     auto op = cpu->make_norm_relu_max_pool({16, 1e-5f, 2});
     NormOutputs out = run(*cpu, *op, x, 132);
     BOOST_TEST(cpu->op_choices() == "batch norm + ReLU + max pool: fused 1, oneDNN 0");
-    size_t nan_in_3 = 0, non_finite_elsewhere = 0;
-    for (size_t i = 0; i < out.y.size(); ++i) {
-      const int64_t channel = int64_t(i) / 4 % 16;  // y is [2, 16, 2, 2]
-      if (channel == 3)
-        nan_in_3 += std::isnan(out.y[i]);
-      else
-        non_finite_elsewhere += !std::isfinite(out.y[i]);
-    }
+    const ChannelPoison p = poison_of(out.y, 16, 4, 3);  // y is [2, 16, 2, 2]
     std::printf("x holds %g: %zu of 8 pooled outputs of its channel NaN, %zu elsewhere\n", bad,
-                nan_in_3, non_finite_elsewhere);
-    BOOST_TEST(nan_in_3 == 8u);
-    BOOST_TEST(non_finite_elsewhere == 0u);
+                p.nan_in_channel, p.non_finite_elsewhere);
+    BOOST_TEST(p.nan_in_channel == 8u);
+    BOOST_TEST(p.non_finite_elsewhere == 0u);
   }
 }
 
