@@ -94,6 +94,34 @@ BOOST_AUTO_TEST_CASE(gemm_is_bitwise_repeatable) {
   }
 }
 
+// Every convolution of a backend brings x and dy into the matmul's layouts, unfolds and
+// multiplies in one shared scratch, grown to the largest need: further convolutions of the
+// same shape take no host memory beyond what the first one's pass took, and give its bits.
+BOOST_AUTO_TEST_CASE(gemm_scratch_is_shared_by_every_convolution) {
+  for (Precision precision : {Precision::kF32, Precision::kBF16}) {
+    auto be = cpu_or_skip(precision, ConvWeightGrad::kGemm);
+    if (!be) continue;
+    for (const ConvCase& c : {kCases[0], kCases[2]}) {  // in chunks (stride 1); strided
+      print_conv_case(precision == Precision::kF32 ? "fp32" : "bf16", c);
+      const ConvSpec& s = c.spec;
+      const ConvInputs in = conv_inputs_as_in_training(*be, c, 61);
+      std::vector<std::unique_ptr<ConvOp>> ops;
+      std::vector<Tensor> ys(4), dws;
+      for (Tensor& y : ys) {
+        ops.push_back(be->make_conv(s));
+        ops.back()->forward(in.x, in.w, nullptr, y);
+        dws.push_back(be->alloc({s.out_channels, s.in_channels, s.kernel, s.kernel}));
+      }
+      ops[0]->backward_weights(in.x, ys[0], dws[0], nullptr);
+      const size_t after_first = be->memory_use().in_use;
+      for (size_t i = 1; i < ops.size(); ++i)
+        ops[i]->backward_weights(in.x, ys[i], dws[i], nullptr);
+      BOOST_TEST(be->memory_use().in_use == after_first);
+      BOOST_TEST(same_bits(to_host(*be, dws[0]), to_host(*be, dws[3])));
+    }
+  }
+}
+
 // measure decides each convolution once, at its first backward pass, whichever way; a
 // convolution with a bias takes oneDNN's kernel (the bias gradient is its alone).
 BOOST_AUTO_TEST_CASE(measure_decides_once_per_convolution) {

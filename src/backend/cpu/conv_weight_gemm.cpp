@@ -34,7 +34,6 @@ ConvWeightGemm::ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const S
         const int64_t iy = j / w_ + tap / k - s_.padding, ix = j % w_ + tap % k - s_.padding;
         inside_[size_t(tap * h_ * w_ + j)] = iy >= 0 && iy < h_ && ix >= 0 && ix < w_;
       }
-    ensure(col_, Shape{patch, chunk_images_ * h_ * w_}, col_md_);
   } else {
     x_md_ = memory::desc({n_, c_, h_, w_}, ctx.act, tag::nhwc);
     col_md_ = memory::desc({pixels, patch}, ctx.act, tag::ab);
@@ -45,49 +44,57 @@ ConvWeightGemm::ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const S
       return dnnl::matmul(dnnl::matmul::primitive_desc(
           dnnl::matmul::desc(dy_t_md_, col_md_, product_md_), ctx.engine));
     });
-    // Zeroed once: the padding's places in col are never written, so they stay zero.
-    ensure(col_, Shape{pixels, patch}, col_md_);
-    std::memset(col_.raw(), 0, col_md_.get_size());
   }
-  ensure(product_, planes_ ? Shape{patch, o} : Shape{o, patch}, product_md_);
+}
+
+// Memory in layout `want` holding src: src itself where it has that layout, else a reorder of
+// it into the shared scratch.
+memory ConvWeightGemm::in_layout(const memory& src, const memory::desc& want,
+                                 SharedScratch& scratch, CachedReorder& reorder) const {
+  if (src.get_desc() == want) return src;
+  memory dst(want, ctx_.engine, scratch.at_least(want.get_size()));
+  reorder.run(ctx_, src, dst);
+  return dst;
 }
 
 void ConvWeightGemm::run(const memory& x, const memory& dy, float* dw) {
-  memory x_unfolded = as_layout(ctx_, x, Shape{n_, c_, h_, w_}, x_md_, x_scratch_, x_reorder_);
-  memory dy_nhwc =
-      as_layout(ctx_, dy, Shape{n_, s_.out_channels, oh_, ow_}, dy_nhwc_, dy_scratch_, dy_reorder_);
+  WeightGemmScratch& scratch = ctx_.weight_gemm;
+  const memory x_unfolded = in_layout(x, x_md_, scratch.x, x_reorder_);
+  const memory dy_nhwc = in_layout(dy, dy_nhwc_, scratch.dy, dy_reorder_);
+  void* col = scratch.col.at_least(col_md_.get_size());
+  const memory product(product_md_, ctx_.engine, scratch.product.at_least(product_md_.get_size()));
   if (planes_) {
-    run_planes(x_unfolded, dy_nhwc);
+    run_planes(x_unfolded, dy_nhwc, col, product);
   } else {
-    unfold_patches(x_unfolded.get_data_handle());
+    unfold_patches(x_unfolded.get_data_handle(), col);
     matmul_.execute(ctx_.stream,
                     {{DNNL_ARG_SRC, memory(dy_t_md_, ctx_.engine, dy_nhwc.get_data_handle())},
-                     {DNNL_ARG_WEIGHTS, mem_of(ctx_, col_)},
-                     {DNNL_ARG_DST, mem_of(ctx_, product_)}});
+                     {DNNL_ARG_WEIGHTS, memory(col_md_, ctx_.engine, col)},
+                     {DNNL_ARG_DST, product}});
   }
-  dw_reorder_.run(ctx_, memory(product_as_w_, ctx_.engine, product_.raw()),
+  dw_reorder_.run(ctx_, memory(product_as_w_, ctx_.engine, product.get_data_handle()),
                   memory(dw_plain_, ctx_.engine, dw));
 }
 
 // Chunk by chunk in the images' order, so the sums are the same from run to run: the chunk's
 // planes unfolded into col, then col x dy's rows of those images, written into the product by
 // the first chunk and added to it by the rest (a sum post-op, in fp32).
-void ConvWeightGemm::run_planes(const memory& x_nchw, const memory& dy_nhwc) {
+void ConvWeightGemm::run_planes(const memory& x_nchw, const memory& dy_nhwc, void* col,
+                                const memory& product) {
   const int64_t hw = h_ * w_, o = s_.out_channels;
   const size_t elem = memory::data_type_size(ctx_.act);
-  const memory product = mem_of(ctx_, product_);
   for (int64_t first = 0; first < n_; first += chunk_images_) {
     const int64_t images = std::min(chunk_images_, n_ - first);
     if (ctx_.act == dt::bf16) {
       unfold_planes(static_cast<const uint16_t*>(x_nchw.get_data_handle()),
-                    static_cast<uint16_t*>(col_.raw()), first, images);
+                    static_cast<uint16_t*>(col), first, images);
     } else {
       unfold_planes(static_cast<const uint32_t*>(x_nchw.get_data_handle()),
-                    static_cast<uint32_t*>(col_.raw()), first, images);
+                    static_cast<uint32_t*>(col), first, images);
     }
     ChunkMatmul& mm = chunk_matmul(images, first > 0);
     auto* dy_rows = static_cast<char*>(dy_nhwc.get_data_handle()) + size_t(first * hw * o) * elem;
-    mm.prim.execute(ctx_.stream, {{DNNL_ARG_SRC, memory(mm.col_md, ctx_.engine, col_.raw())},
+    mm.prim.execute(ctx_.stream, {{DNNL_ARG_SRC, memory(mm.col_md, ctx_.engine, col)},
                                   {DNNL_ARG_WEIGHTS, memory(mm.dy_md, ctx_.engine, dy_rows)},
                                   {DNNL_ARG_DST, product}});
   }
@@ -148,13 +155,13 @@ void ConvWeightGemm::unfold_planes(const U* x, U* col, int64_t first_image, int6
 }
 
 // col[(n, oy, ox), (ky, kx, c)] = x[n, oy*stride + ky - pad, ox*stride + kx - pad, c] where
-// that lies inside the image; the rest is the zero col was made with.
-void ConvWeightGemm::unfold_patches(const void* x_nhwc) {
+// that lies inside the image, else 0 (col is shared scratch: every place is written).
+void ConvWeightGemm::unfold_patches(const void* x_nhwc, void* col_out) const {
   const int64_t k = s_.kernel, stride = s_.stride, pad = s_.padding;
   const size_t elem = memory::data_type_size(ctx_.act);
   const size_t run = size_t(c_) * elem, patch = size_t(k * k) * run;
   const auto* x = static_cast<const char*>(x_nhwc);
-  auto* col = static_cast<char*>(col_.raw());
+  auto* col = static_cast<char*>(col_out);
   const int64_t n = n_, oh = oh_, ow = ow_, h = h_, w = w_;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t img = 0; img < n; ++img)
@@ -163,12 +170,13 @@ void ConvWeightGemm::unfold_patches(const void* x_nhwc) {
         char* row = col + size_t((img * oh + oy) * ow + ox) * patch;
         for (int64_t ky = 0; ky < k; ++ky) {
           const int64_t iy = oy * stride + ky - pad;
-          if (iy < 0 || iy >= h) continue;
           for (int64_t kx = 0; kx < k; ++kx) {
             const int64_t ix = ox * stride + kx - pad;
-            if (ix < 0 || ix >= w) continue;
-            std::memcpy(row + size_t(ky * k + kx) * run, x + size_t((img * h + iy) * w + ix) * run,
-                        run);
+            char* to = row + size_t(ky * k + kx) * run;
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+              std::memset(to, 0, run);
+            else
+              std::memcpy(to, x + size_t((img * h + iy) * w + ix) * run, run);
           }
         }
       }

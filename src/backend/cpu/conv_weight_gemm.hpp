@@ -19,8 +19,10 @@ namespace ringtrain::backend::cpu {
 // - strided and the rest: dW[O, (KH, KW, I)] = dy^T[O, p] x col[p, (KH, KW, I)], col holding
 //   each pixel's patch (runs of I channels copied from NHWC x), cheaper to unfold there.
 // x and dy are reordered from their layouts first, the matmul accumulates in fp32, and its
-// result is reordered into the plain gradient. Bitwise repeatable for a fixed thread count:
-// the unfold is a copy, the matmul has no atomics.
+// result is reordered into the plain gradient. x and dy in the matmul's layouts, the unfold
+// and the product live in the backend's shared scratch (Context::weight_gemm): what the
+// largest convolution needs, not a copy of each convolution's x and dy kept beside them. Bitwise
+// repeatable for a fixed thread count: the unfold is a copy, the matmul has no atomics.
 class ConvWeightGemm {
  public:
   ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const Shape& x_shape,
@@ -31,8 +33,10 @@ class ConvWeightGemm {
  private:
   template <typename U>
   void unfold_planes(const U* x_nchw, U* col, int64_t first_image, int64_t images) const;
-  void unfold_patches(const void* x_nhwc);
-  void run_planes(const memory& x_nchw, const memory& dy_nhwc);
+  void unfold_patches(const void* x_nhwc, void* col) const;
+  void run_planes(const memory& x_nchw, const memory& dy_nhwc, void* col, const memory& product);
+  memory in_layout(const memory& src, const memory::desc& want, SharedScratch& scratch,
+                   CachedReorder& reorder) const;
   // The first orientation's matmul over a chunk of `images` images, writing the product or
   // adding to it (made once for each, and for a last, shorter chunk).
   struct ChunkMatmul {
@@ -50,7 +54,6 @@ class ConvWeightGemm {
   // dy_t_md_: dy's NHWC memory seen as dy^T (the second orientation); product_as_w_: the
   // matmul's result seen as [O, I, KH, KW].
   memory::desc x_md_, dy_nhwc_, dy_t_md_, col_md_, product_md_, product_as_w_, dw_plain_;
-  Tensor x_scratch_, dy_scratch_, col_, product_;
   CachedReorder x_reorder_, dy_reorder_, dw_reorder_;
   dnnl::matmul matmul_;  // the second orientation's
   // The first orientation runs over chunks of about kChunkPixels output pixels (whole images),

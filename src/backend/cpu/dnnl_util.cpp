@@ -1,6 +1,7 @@
 // dnnl_util.cpp — layouts on Tensors, allocation and cached reorders for the oneDNN ops.
 #include "dnnl_util.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "../factories.hpp"
@@ -53,6 +54,14 @@ void ensure(Tensor& t, const Shape& shape, const memory::desc& md) {
 
 void ensure_vector(Tensor& t, int64_t n) {
   ensure(t, Shape{n}, plain_desc(Shape{n}));
+}
+
+void* SharedScratch::at_least(size_t bytes) {
+  if (block_.empty() || block_.bytes() < bytes) {
+    const int64_t floats = std::max<int64_t>(1, int64_t((bytes + 3) / sizeof(float)));
+    ensure(block_, Shape{floats}, plain_desc(Shape{floats}));
+  }
+  return block_.raw();
 }
 
 void CachedReorder::run(const Context& ctx, const memory& src, const memory& dst) {

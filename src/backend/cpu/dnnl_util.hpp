@@ -33,6 +33,24 @@ struct FusedCount {
   int composed = 0;
 };
 
+// Host memory grown to the largest request and handed to whichever op asks next: for what an
+// op needs only while one call runs, shared by all the ops of a backend (they run one after
+// another on its stream) instead of each keeping its own.
+class SharedScratch {
+ public:
+  // At least `bytes` of memory, 64-byte aligned; valid until the next call.
+  void* at_least(size_t bytes);
+
+ private:
+  Tensor block_;
+};
+
+// The scratch of the convolutions' matmul weight-gradient path (conv_weight_gemm.hpp): x and dy
+// in the matmul's layouts, the unfolded input and the product.
+struct WeightGemmScratch {
+  SharedScratch x, dy, col, product;
+};
+
 // The engine and stream every op of one backend uses, what activations are stored in (f32, or
 // bf16 for train.precision = bf16: weights are then multiplied in bf16 too, while parameters,
 // gradients and statistics stay f32), and the path of convolution weight gradients.
@@ -49,6 +67,7 @@ struct Context {
   mutable FusedCount norm_add_count;
   mutable FusedCount norm_count;  // training batch norms: our own passes (fused), oneDNN's
   mutable ReorderTime reorders;   // every CachedReorder's runs
+  mutable WeightGemmScratch weight_gemm;
 };
 
 dt to_dnnl(DType dtype);
