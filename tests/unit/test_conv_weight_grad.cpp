@@ -94,30 +94,68 @@ BOOST_AUTO_TEST_CASE(gemm_is_bitwise_repeatable) {
   }
 }
 
-// Every convolution of a backend brings x and dy into the matmul's layouts, unfolds and
-// multiplies in one shared scratch, grown to the largest need: further convolutions of the
-// same shape take no host memory beyond what the first one's pass took, and give its bits.
-BOOST_AUTO_TEST_CASE(gemm_scratch_is_shared_by_every_convolution) {
-  for (Precision precision : {Precision::kF32, Precision::kBF16}) {
-    auto be = cpu_or_skip(precision, ConvWeightGrad::kGemm);
-    if (!be) continue;
-    for (const ConvCase& c : {kCases[0], kCases[2]}) {  // in chunks (stride 1); strided
-      print_conv_case(precision == Precision::kF32 ? "fp32" : "bf16", c);
-      const ConvSpec& s = c.spec;
-      const ConvInputs in = conv_inputs_as_in_training(*be, c, 61);
-      std::vector<std::unique_ptr<ConvOp>> ops;
-      std::vector<Tensor> ys(4), dws;
-      for (Tensor& y : ys) {
-        ops.push_back(be->make_conv(s));
-        ops.back()->forward(in.x, in.w, nullptr, y);
-        dws.push_back(be->alloc({s.out_channels, s.in_channels, s.kernel, s.kernel}));
+// What a convolution call needs only while it runs (x and dy in a primitive's layouts, the
+// weights for backward data, the weight gradient before its reorder into the plain one, the
+// matmul path's unfold and product) is one scratch shared by the backend's convolutions, grown
+// to the largest need: further convolutions of the same shape take no host memory beyond what
+// the first one's passes took, and give its bits.
+BOOST_AUTO_TEST_CASE(call_scratch_is_shared_by_every_convolution) {
+  for (Precision precision : {Precision::kF32, Precision::kBF16})
+    for (ConvWeightGrad path : {ConvWeightGrad::kOnednn, ConvWeightGrad::kGemm}) {
+      auto be = cpu_or_skip(precision, path);
+      if (!be) continue;
+      for (const ConvCase& c : {kCases[0], kCases[2]}) {  // in chunks (stride 1); strided
+        print_conv_case(precision == Precision::kF32 ? "fp32" : "bf16", c);
+        const ConvSpec& s = c.spec;
+        const ConvInputs in = conv_inputs_as_in_training(*be, c, 61);
+        std::vector<std::unique_ptr<ConvOp>> ops;
+        std::vector<Tensor> ys(4), dws;
+        for (Tensor& y : ys) {
+          ops.push_back(be->make_conv(s));
+          ops.back()->forward(in.x, in.w, nullptr, y);
+          dws.push_back(be->alloc({s.out_channels, s.in_channels, s.kernel, s.kernel}));
+        }
+        Tensor dx;
+        auto backward = [&](size_t i) {
+          ops[i]->backward_data(ys[i], in.w, dx);
+          ops[i]->backward_weights(in.x, ys[i], dws[i], nullptr);
+        };
+        backward(0);
+        const size_t after_first = be->memory_use().in_use;
+        for (size_t i = 1; i < ops.size(); ++i) backward(i);
+        BOOST_TEST(be->memory_use().in_use == after_first);
+        BOOST_TEST(same_bits(to_host(*be, dws[0]), to_host(*be, dws[3])));
       }
-      ops[0]->backward_weights(in.x, ys[0], dws[0], nullptr);
-      const size_t after_first = be->memory_use().in_use;
-      for (size_t i = 1; i < ops.size(); ++i)
-        ops[i]->backward_weights(in.x, ys[i], dws[i], nullptr);
-      BOOST_TEST(be->memory_use().in_use == after_first);
-      BOOST_TEST(same_bits(to_host(*be, dws[0]), to_host(*be, dws[3])));
+    }
+}
+
+// measure times both paths of each gradient in scratch of its own and gives it back with the
+// decision: a convolution leaves in use what the same convolution leaves with its choices
+// preset (no path it did not choose holds memory).
+BOOST_AUTO_TEST_CASE(measure_leaves_only_the_chosen_paths_scratch) {
+  for (Precision precision : {Precision::kF32, Precision::kBF16}) {
+    auto timed = cpu_or_skip(precision, ConvWeightGrad::kMeasure);
+    auto preset = cpu_or_skip(precision, ConvWeightGrad::kMeasure);
+    if (!timed) continue;
+    for (const ConvCase& c : {kCases[0], kCases[1], kCases[2], kCases[6]}) {
+      std::string choice;
+      size_t taken[2] = {0, 0};
+      for (int run = 0; run < 2; ++run) {
+        Backend& be = run == 0 ? *timed : *preset;
+        const ConvSpec& s = c.spec;
+        const ConvInputs in = conv_inputs_as_in_training(be, c, 71);
+        auto op = be.make_conv(s);
+        if (run == 1) op->preset_weight_grad(choice);
+        Tensor y, dx, dw = be.alloc({s.out_channels, s.in_channels, s.kernel, s.kernel});
+        op->forward(in.x, in.w, nullptr, y);
+        const size_t before = be.memory_use().in_use;
+        op->backward_data(y, in.w, dx);
+        op->backward_weights(in.x, y, dw, nullptr);
+        taken[run] = be.memory_use().in_use - before;
+        if (run == 0) choice = op->weight_grad_choice();
+      }
+      print_conv_case(choice.c_str(), c);
+      BOOST_TEST(taken[0] == taken[1]);
     }
   }
 }

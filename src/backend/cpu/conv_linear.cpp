@@ -38,12 +38,18 @@ void check_same_shape(const Tensor& t, const Shape& want, const char* op, const 
            shape_str(want));
 }
 
-// Writes a primitive's diff weights (in want's layout) into the plain gradient dw.
+// Where a primitive writes its diff weights (in want's layout): the plain gradient dw itself,
+// or scratch (then reordered into dw).
 memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memory::desc& plain,
                         void* dw, const Shape& shape, Tensor& scratch) {
   if (want == plain) return memory(plain, ctx.engine, dw);
   ensure(scratch, shape, want);
   return mem_of(ctx, scratch);
+}
+memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memory::desc& plain,
+                        void* dw, SharedScratch& scratch) {
+  if (want == plain) return memory(plain, ctx.engine, dw);
+  return memory(want, ctx.engine, scratch.at_least(want.get_size()));
 }
 
 // wt = w with each of its `filters` filters of `taps` values turned by 180 degrees, in place
@@ -60,7 +66,7 @@ class Conv : public ConvOp {
 
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     Plan& p = plan_for(x);
-    memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), x_scratch_, x_reorder_);
+    memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), ctx_.call_scratch.x, x_reorder_);
     memory wts = weights(w, p);
     // The step's copy for backward_data: in w_scratch_ when forward reordered w into it.
     forward_copy_of_ = wts.get_data_handle() == w_scratch_.raw() ? w.raw() : nullptr;
@@ -79,7 +85,7 @@ class Conv : public ConvOp {
     if (data_ == DataPath::kUndecided) decide_data_path(p, dy, w, dx);
     if (!data_ran_) count(data_) += 1;  // counted once it runs: a stem's never does
     data_ran_ = true;
-    run_backward_data(p, data_, dy, w, dx);
+    run_backward_data(p, data_, dy, w, dx, ctx_.call_scratch);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
@@ -88,7 +94,7 @@ class Conv : public ConvOp {
     if (weight_grad_ == Path::kUndecided) decide_weight_grad(p, x, dy, dw, dbias);
     if (weight_grad_ == Path::kGemm && !p.gemm)
       p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
-    run_weight_grad(p, weight_grad_, x, dy, dw, dbias);
+    run_weight_grad(p, weight_grad_, x, dy, dw, dbias, ctx_.call_scratch);
   }
 
   // "gemm" or "onednn" (the weight gradient's path; "onednn" where a bias keeps it oneDNN's),
@@ -182,9 +188,13 @@ class Conv : public ConvOp {
       p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
       path = Path::kGemm;
       if (ctx_.weight_grad == ConvWeightGrad::kMeasure) {
-        std::tie(times_.onednn_ms, times_.gemm_ms) =
-            interleaved_medians_ms([&] { run_weight_grad(p, Path::kOnednn, x, dy, dw, dbias); },
-                                   [&] { run_weight_grad(p, Path::kGemm, x, dy, dw, dbias); });
+        // Both paths are timed in scratch of their own, given back with the decision: the
+        // backend's shared scratch grows only for the paths that run (a convolution that keeps
+        // oneDNN's kernel leaves none of the matmul's behind).
+        CallScratch timing;
+        std::tie(times_.onednn_ms, times_.gemm_ms) = interleaved_medians_ms(
+            [&] { run_weight_grad(p, Path::kOnednn, x, dy, dw, dbias, timing); },
+            [&] { run_weight_grad(p, Path::kGemm, x, dy, dw, dbias, timing); });
         if (times_.onednn_ms < times_.gemm_ms) path = Path::kOnednn;
       }
     }
@@ -221,30 +231,30 @@ class Conv : public ConvOp {
   void decide_data_path(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
     DataPath path = DataPath::kOnednn;
     if (timed_data()) {
-      std::tie(times_.data_onednn_ms, times_.data_forward_ms) =
-          interleaved_medians_ms([&] { run_backward_data(p, DataPath::kOnednn, dy, w, dx); },
-                                 [&] { run_backward_data(p, DataPath::kForward, dy, w, dx); });
+      CallScratch timing;  // as decide_weight_grad's
+      std::tie(times_.data_onednn_ms, times_.data_forward_ms) = interleaved_medians_ms(
+          [&] { run_backward_data(p, DataPath::kOnednn, dy, w, dx, timing); },
+          [&] { run_backward_data(p, DataPath::kForward, dy, w, dx, timing); });
       if (times_.data_forward_ms < times_.data_onednn_ms) path = DataPath::kForward;
-    }
-    if (path != DataPath::kForward) {  // the timing's flipped filter is not needed again
-      std::vector<float>().swap(flipped_);
-      wf_scratch_ = Tensor();
     }
     set_data_path(path);
   }
 
-  void run_backward_data(Plan& p, DataPath path, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  // scratch: the backend's shared scratch, or measure's own while it times the paths.
+  void run_backward_data(Plan& p, DataPath path, const Tensor& dy, const Tensor& w, Tensor& dx,
+                         CallScratch& scratch) {
     if (path == DataPath::kForward)
-      backward_data_by_forward(p, dy, w, dx);
+      backward_data_by_forward(p, dy, w, dx, scratch);
     else
-      onednn_backward_data(p, dy, w, dx);
+      onednn_backward_data(p, dy, w, dx, scratch);
   }
 
-  void onednn_backward_data(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  void onednn_backward_data(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx,
+                            CallScratch& scratch) {
     if (!p.bwd_data) build_backward_data(p);
-    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
-    memory wts = as_layout(ctx_, weights_for_backward(w, p), w_shape(),
-                           p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), scratch.dy, dy_reorder_);
+    memory wts = as_layout(ctx_, weights_for_backward(w, p), p.bwd_data_pd.weights_desc(),
+                           scratch.weights, wb_reorder_);
     ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
     p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
                                      {DNNL_ARG_WEIGHTS, wts},
@@ -257,38 +267,40 @@ class Conv : public ConvOp {
   // into the kernel's layout (rounding to bf16 in bf16 runs, as every weight reorder does)
   // reads them as [i, o, k, k] through strides, which swaps the channels: a third faster than
   // writing the swap ourselves for a 512x512 filter (docs/TUNING.md).
-  void backward_data_by_forward(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  void backward_data_by_forward(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx,
+                                CallScratch& scratch) {
     if (!p.data_fwd) build_data_forward(p);
-    memory src = as_layout(ctx_, dy, p.data_fwd_pd.src_desc(), dy_scratch_, dy_reorder_);
+    memory src = as_layout(ctx_, dy, p.data_fwd_pd.src_desc(), scratch.dy, dy_reorder_);
     const int64_t in = s_.in_channels, out = s_.out_channels, k = s_.kernel, taps = k * k;
-    flipped_.resize(size_t(out * in * taps));
-    turn_filters(static_cast<const float*>(w.raw()), out * in, taps, flipped_.data());
     const memory::desc swapped({in, out, k, k}, dt::f32, memory::dims{taps, in * taps, k, 1});
-    memory wts = as_layout(ctx_, memory(swapped, ctx_.engine, flipped_.data()), {in, out, k, k},
-                           p.data_fwd_pd.weights_desc(), wf_scratch_, wf_reorder_);
+    void* turned = scratch.filters.at_least(swapped.get_size());
+    turn_filters(static_cast<const float*>(w.raw()), out * in, taps, static_cast<float*>(turned));
+    memory wts = as_layout(ctx_, memory(swapped, ctx_.engine, turned), p.data_fwd_pd.weights_desc(),
+                           scratch.weights, wf_reorder_);
     ensure(dx, p.x_shape, p.data_fwd_pd.dst_desc());
     p.data_fwd.execute(
         ctx_.stream,
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, dx)}});
   }
 
+  // scratch: the backend's shared scratch, or measure's own while it times the paths.
   void run_weight_grad(Plan& p, Path path, const Tensor& x, const Tensor& dy, Tensor& dw,
-                       Tensor* dbias) {
+                       Tensor* dbias, CallScratch& scratch) {
     if (path == Path::kGemm)
-      p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()));
+      p.gemm->run(mem_of(ctx_, x), mem_of(ctx_, dy), static_cast<float*>(dw.raw()), scratch);
     else
-      onednn_backward_weights(p, x, dy, dw, dbias);
+      onednn_backward_weights(p, x, dy, dw, dbias, scratch);
   }
 
   void onednn_backward_weights(Plan& p, const Tensor& x, const Tensor& dy, Tensor& dw,
-                               Tensor* dbias) {
+                               Tensor* dbias, CallScratch& scratch) {
     if (!p.bwd_weights) build_backward_weights(p);
     const Shape w_shape = this->w_shape();
-    memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), x_scratch_, x_reorder_);
-    memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), scratch.x, x_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), scratch.dy, dy_reorder_);
     memory::desc plain = plain_desc(w_shape);
     memory dwts = plain_or_scratch(ctx_, p.bwd_weights_pd.diff_weights_desc(), plain, dw.raw(),
-                                   w_shape, dw_scratch_);
+                                   scratch.weights);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwts}};
     if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = mem_of(ctx_, *dbias);
@@ -412,11 +424,11 @@ class Conv : public ConvOp {
   ConvSpec s_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
-  Tensor x_scratch_, w_scratch_, wb_scratch_, wf_scratch_, dy_scratch_, dw_scratch_,
-      residual_scratch_;
+  // w_scratch_: forward's weights, kept for backward_data (weights_for_backward); what a call
+  // needs only while it runs is in ctx_.call_scratch.
+  Tensor w_scratch_, residual_scratch_;
   CachedReorder x_reorder_, w_reorder_, wb_reorder_, wf_reorder_, dy_reorder_, dw_reorder_,
       residual_reorder_;
-  std::vector<float> flipped_;  // the forward data path's filters, turned, plain [out, in, k, k]
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution

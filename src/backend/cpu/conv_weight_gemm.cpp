@@ -47,20 +47,9 @@ ConvWeightGemm::ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const S
   }
 }
 
-// Memory in layout `want` holding src: src itself where it has that layout, else a reorder of
-// it into the shared scratch.
-memory ConvWeightGemm::in_layout(const memory& src, const memory::desc& want,
-                                 SharedScratch& scratch, CachedReorder& reorder) const {
-  if (src.get_desc() == want) return src;
-  memory dst(want, ctx_.engine, scratch.at_least(want.get_size()));
-  reorder.run(ctx_, src, dst);
-  return dst;
-}
-
-void ConvWeightGemm::run(const memory& x, const memory& dy, float* dw) {
-  WeightGemmScratch& scratch = ctx_.weight_gemm;
-  const memory x_unfolded = in_layout(x, x_md_, scratch.x, x_reorder_);
-  const memory dy_nhwc = in_layout(dy, dy_nhwc_, scratch.dy, dy_reorder_);
+void ConvWeightGemm::run(const memory& x, const memory& dy, float* dw, CallScratch& scratch) {
+  const memory x_unfolded = as_layout(ctx_, x, x_md_, scratch.x, x_reorder_);
+  const memory dy_nhwc = as_layout(ctx_, dy, dy_nhwc_, scratch.dy, dy_reorder_);
   void* col = scratch.col.at_least(col_md_.get_size());
   const memory product(product_md_, ctx_.engine, scratch.product.at_least(product_md_.get_size()));
   if (planes_) {

@@ -20,23 +20,23 @@ namespace ringtrain::backend::cpu {
 //   each pixel's patch (runs of I channels copied from NHWC x), cheaper to unfold there.
 // x and dy are reordered from their layouts first, the matmul accumulates in fp32, and its
 // result is reordered into the plain gradient. x and dy in the matmul's layouts, the unfold
-// and the product live in the backend's shared scratch (Context::weight_gemm): what the
-// largest convolution needs, not a copy of each convolution's x and dy kept beside them. Bitwise
-// repeatable for a fixed thread count: the unfold is a copy, the matmul has no atomics.
+// and the product live in the backend's shared scratch (Context::call_scratch): what the
+// largest convolution needs, not a copy of each convolution's x and dy kept beside them.
+// Bitwise repeatable for a fixed thread count: the unfold is a copy, the matmul has no atomics.
 class ConvWeightGemm {
  public:
   ConvWeightGemm(const Context& ctx, const ConvSpec& spec, const Shape& x_shape,
                  const Shape& y_shape);
-  // dw: plain f32 [O, I, KH, KW] memory of spec's shape, overwritten.
-  void run(const memory& x, const memory& dy, float* dw);
+  // dw: plain f32 [O, I, KH, KW] memory of spec's shape, overwritten. x and dy in the
+  // matmul's layouts, the unfold and the product go to `scratch` (the backend's
+  // Context::call_scratch, or measure's own while it times the path).
+  void run(const memory& x, const memory& dy, float* dw, CallScratch& scratch);
 
  private:
   template <typename U>
   void unfold_planes(const U* x_nchw, U* col, int64_t first_image, int64_t images) const;
   void unfold_patches(const void* x_nhwc, void* col) const;
   void run_planes(const memory& x_nchw, const memory& dy_nhwc, void* col, const memory& product);
-  memory in_layout(const memory& src, const memory::desc& want, SharedScratch& scratch,
-                   CachedReorder& reorder) const;
   // The first orientation's matmul over a chunk of `images` images, writing the product or
   // adding to it (made once for each, and for a last, shorter chunk).
   struct ChunkMatmul {

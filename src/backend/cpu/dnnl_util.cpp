@@ -92,6 +92,19 @@ memory as_layout(const Context& ctx, const memory& src, const Shape& shape,
   return dst;
 }
 
+memory as_layout(const Context& ctx, const memory& src, const memory::desc& want,
+                 SharedScratch& scratch, CachedReorder& reorder) {
+  if (src.get_desc() == want) return src;
+  memory dst(want, ctx.engine, scratch.at_least(want.get_size()));
+  reorder.run(ctx, src, dst);
+  return dst;
+}
+
+memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want,
+                 SharedScratch& scratch, CachedReorder& reorder) {
+  return as_layout(ctx, mem_of(ctx, t), want, scratch, reorder);
+}
+
 void reorder_to(const Context& ctx, const memory& src, const memory& dst, CachedReorder& r) {
   r.run(ctx, src, dst);
 }

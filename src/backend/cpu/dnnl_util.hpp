@@ -45,10 +45,12 @@ class SharedScratch {
   Tensor block_;
 };
 
-// The scratch of the convolutions' matmul weight-gradient path (conv_weight_gemm.hpp): x and dy
-// in the matmul's layouts, the unfolded input and the product.
-struct WeightGemmScratch {
-  SharedScratch x, dy, col, product;
+// What a convolution call brings into a primitive's layouts and drops when it returns: x, dy,
+// weights (for backward data; the weight gradient before its reorder into the plain one), the
+// filters turned for backward data by the forward kernel, and the matmul weight-gradient
+// path's unfolded input and product (conv_weight_gemm.hpp). No call takes one of them twice.
+struct CallScratch {
+  SharedScratch x, dy, weights, filters, col, product;
 };
 
 // The engine and stream every op of one backend uses, what activations are stored in (f32, or
@@ -67,7 +69,7 @@ struct Context {
   mutable FusedCount norm_add_count;
   mutable FusedCount norm_count;  // training batch norms: our own passes (fused), oneDNN's
   mutable ReorderTime reorders;   // every CachedReorder's runs
-  mutable WeightGemmScratch weight_gemm;
+  mutable CallScratch call_scratch;
 };
 
 dt to_dnnl(DType dtype);
@@ -116,6 +118,12 @@ class CachedReorder {
 // into scratch (allocated once per layout).
 memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want, Tensor& scratch,
                  CachedReorder& reorder);
+// The same into shared scratch (what one call needs: the reorder's result is valid until the
+// scratch's next use).
+memory as_layout(const Context& ctx, const memory& src, const memory::desc& want,
+                 SharedScratch& scratch, CachedReorder& reorder);
+memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want,
+                 SharedScratch& scratch, CachedReorder& reorder);
 // The same for memory viewed with another desc (a plain [O, F] weight seen as [O, C, H, W]).
 memory as_layout(const Context& ctx, const memory& src, const Shape& shape,
                  const memory::desc& want, Tensor& scratch, CachedReorder& reorder);
