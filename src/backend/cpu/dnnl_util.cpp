@@ -58,7 +58,8 @@ void ensure_vector(Tensor& t, int64_t n) {
 
 void* SharedScratch::at_least(size_t bytes) {
   if (block_.empty() || block_.bytes() < bytes) {
-    const int64_t floats = std::max<int64_t>(1, int64_t((bytes + 3) / sizeof(float)));
+    const int64_t floats =
+        std::max<int64_t>(1, int64_t((bytes + sizeof(float) - 1) / sizeof(float)));
     ensure(block_, Shape{floats}, plain_desc(Shape{floats}));
   }
   return block_.raw();

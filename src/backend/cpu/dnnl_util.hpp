@@ -38,7 +38,8 @@ struct FusedCount {
 // another on its stream) instead of each keeping its own.
 class SharedScratch {
  public:
-  // At least `bytes` of memory, 64-byte aligned; valid until the next call.
+  // At least `bytes` of memory, 64-byte aligned: the same block as before unless it was
+  // smaller (then a larger one replaces it, and earlier pointers are stale).
   void* at_least(size_t bytes);
 
  private:
