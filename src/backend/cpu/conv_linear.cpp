@@ -41,12 +41,6 @@ void check_same_shape(const Tensor& t, const Shape& want, const char* op, const 
 // Where a primitive writes its diff weights (in want's layout): the plain gradient dw itself,
 // or scratch (then reordered into dw).
 memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memory::desc& plain,
-                        void* dw, const Shape& shape, Tensor& scratch) {
-  if (want == plain) return memory(plain, ctx.engine, dw);
-  ensure(scratch, shape, want);
-  return mem_of(ctx, scratch);
-}
-memory plain_or_scratch(const Context& ctx, const memory::desc& want, const memory::desc& plain,
                         void* dw, SharedScratch& scratch) {
   if (want == plain) return memory(plain, ctx.engine, dw);
   return memory(want, ctx.engine, scratch.at_least(want.get_size()));
@@ -444,9 +438,9 @@ class Linear : public LinearOp {
 
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     Plan& p = plan_for(x);
-    memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), x_scratch_, x_reorder_);
-    memory wts = as_layout(ctx_, memory(p.w_plain, ctx_.engine, w.raw()), p.w_shape,
-                           p.fwd_pd.weights_desc(), w_scratch_, w_reorder_);
+    memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), ctx_.call_scratch.x, x_reorder_);
+    memory wts = as_layout(ctx_, memory(p.w_plain, ctx_.engine, w.raw()), p.fwd_pd.weights_desc(),
+                           ctx_.call_scratch.weights, w_reorder_);
     ensure(y, p.y_shape, p.fwd_pd.dst_desc());
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, y)}};
@@ -464,9 +458,10 @@ class Linear : public LinearOp {
       });
       p.bwd_data = ip_bwd_data(p.bwd_data_pd);
     }
-    memory ddst = as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
-    memory wts = as_layout(ctx_, memory(p.w_plain, ctx_.engine, w.raw()), p.w_shape,
-                           p.bwd_data_pd.weights_desc(), wb_scratch_, wb_reorder_);
+    memory ddst =
+        as_layout(ctx_, dy, p.bwd_data_pd.diff_dst_desc(), ctx_.call_scratch.dy, dy_reorder_);
+    memory wts = as_layout(ctx_, memory(p.w_plain, ctx_.engine, w.raw()),
+                           p.bwd_data_pd.weights_desc(), ctx_.call_scratch.weights, wb_reorder_);
     ensure(dx, p.x_shape, p.bwd_data_pd.diff_src_desc());
     p.bwd_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ddst},
                                      {DNNL_ARG_WEIGHTS, wts},
@@ -486,10 +481,11 @@ class Linear : public LinearOp {
       p.bwd_weights = ip_bwd_weights(p.bwd_weights_pd);
     }
     check_same_shape(dw, Shape{s_.out_features, s_.in_features}, "linear backward_weights", "dw");
-    memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), x_scratch_, x_reorder_);
-    memory ddst = as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), dy_scratch_, dy_reorder_);
+    memory src = as_layout(ctx_, x, p.bwd_weights_pd.src_desc(), ctx_.call_scratch.x, x_reorder_);
+    memory ddst =
+        as_layout(ctx_, dy, p.bwd_weights_pd.diff_dst_desc(), ctx_.call_scratch.dy, dy_reorder_);
     memory dwts = plain_or_scratch(ctx_, p.bwd_weights_pd.diff_weights_desc(), p.w_plain, dw.raw(),
-                                   p.w_shape, dw_scratch_);
+                                   ctx_.call_scratch.weights);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwts}};
     if (s_.bias) args[DNNL_ARG_DIFF_BIAS] = mem_of(ctx_, *dbias);
@@ -552,7 +548,6 @@ class Linear : public LinearOp {
   LinearSpec s_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* current_ = nullptr;
-  Tensor x_scratch_, w_scratch_, wb_scratch_, dy_scratch_, dw_scratch_;
   CachedReorder x_reorder_, w_reorder_, wb_reorder_, dy_reorder_, dw_reorder_;
 };
 

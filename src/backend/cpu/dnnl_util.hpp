@@ -46,10 +46,12 @@ class SharedScratch {
   Tensor block_;
 };
 
-// What a convolution call brings into a primitive's layouts and drops when it returns: x, dy,
-// weights (for backward data; the weight gradient before its reorder into the plain one), the
-// filters turned for backward data by the forward kernel, and the matmul weight-gradient
-// path's unfolded input and product (conv_weight_gemm.hpp). No call takes one of them twice.
+// What a convolution or linear call brings into a primitive's layouts and drops when it
+// returns: x, dy, weights (a linear's forward's, backward data's; the weight gradient before
+// its reorder into the plain one), the filters turned for backward data by the forward kernel,
+// and the matmul weight-gradient path's unfolded input and product (conv_weight_gemm.hpp). No
+// call takes one of them twice. (A convolution's forward weights outlive the call: backward
+// data reads them, so they stay the op's.)
 struct CallScratch {
   SharedScratch x, dy, weights, filters, col, product;
 };
