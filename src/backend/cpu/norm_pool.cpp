@@ -72,12 +72,12 @@ class BatchNorm : public BatchNormOp {
       ++(own ? ctx_.norm_count.fused : ctx_.norm_count.composed);
       norm_counted_ = true;
     }
-    own_count_ = 0;
+    backward_by_own_passes_ = own;
     if (own) {
-      own_count_ = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
+      count_ = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
       ensure(y, x.shape(), p.x_md);
       normalise(p.planes, x, nullptr, coefficients(p, gamma, beta, mean, var), s_.fuse_relu, y);
-      return own_count_;
+      return count_;
     }
     ensure_vector(mean, s_.channels);
     ensure_vector(var, s_.channels);
@@ -85,10 +85,10 @@ class BatchNorm : public BatchNormOp {
     if (reducer && *reducer) {
       global_statistics(p, x, mean, var, *reducer);
       run_forward(p, p.global_fwd, x, gamma, beta, mean, var, y);
-      return global_count_;
+      return count_;
     }
     run_forward(p, p.train_fwd, x, gamma, beta, mean, var, y);
-    return double(x.dim(0) * x.dim(2) * x.dim(3));
+    return count_ = double(x.dim(0) * x.dim(2) * x.dim(3));
   }
 
   double forward_training_add_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -105,12 +105,11 @@ class BatchNorm : public BatchNormOp {
     RT_CHECK(residual.shape() == x.shape(), "batch norm + residual: residual ",
              shape_str(residual.shape()), " differs from x ", shape_str(x.shape()));
     const memory r = as_layout(ctx_, residual, p.x_md, residual_scratch_, residual_reorder_);
-    const double count = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
-    global_count_ = float(count);                // for oneDNN's synchronized backward
-    own_count_ = paths_.own_passes ? count : 0;  // backward in our passes too
+    count_ = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
+    backward_by_own_passes_ = paths_.own_passes;  // else oneDNN's, synchronized by count_
     ensure(y, x.shape(), p.x_md);
     normalise(p.planes, x, r.get_data_handle(), coefficients(p, gamma, beta, mean, var), true, y);
-    return count;
+    return count_;
   }
 
   void forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -124,11 +123,11 @@ class BatchNorm : public BatchNormOp {
                 const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) override {
     Plan& p = plan_for(x);
-    if (own_count_ > 0 && p.walkable) {  // the last training forward ran our passes
+    if (backward_by_own_passes_ && p.walkable) {
       const memory d = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
       ensure(dx, x.shape(), p.x_md);
       const NormCoefficients relu{a_.data(), b_.data()};
-      own_backward_.run(p.planes, x, d.get_data_handle(), gamma, mean, var, s_.eps, own_count_,
+      own_backward_.run(p.planes, x, d.get_data_handle(), gamma, mean, var, s_.eps, count_,
                         s_.fuse_relu ? &relu : nullptr, dx, dgamma, dbeta, reducer);
       return;
     }
@@ -241,9 +240,9 @@ class BatchNorm : public BatchNormOp {
     }
     sums_[C] = float(walk.count());
     reducer(sums_.data(), sums_.size());
-    global_count_ = sums_[C];
+    count_ = sums_[C];
     float* m = mean.f32();
-    for (int64_t c = 0; c < C; ++c) m[c] = sums_[c] / global_count_;
+    for (int64_t c = 0; c < C; ++c) m[c] = float(sums_[c] / count_);
 #pragma omp parallel for
     for (int64_t c = 0; c < C; ++c) {
       double s = 0;
@@ -255,7 +254,7 @@ class BatchNorm : public BatchNormOp {
     }
     reducer(sums_.data(), C);
     float* v = var.f32();
-    for (int64_t c = 0; c < C; ++c) v[c] = sums_[c] / global_count_;
+    for (int64_t c = 0; c < C; ++c) v[c] = float(sums_[c] / count_);
   }
 
   // dx so far is gamma*inv_std*dy (statistics held constant); add the terms through the
@@ -285,7 +284,7 @@ class BatchNorm : public BatchNormOp {
 #pragma omp parallel for
     for (int64_t c = 0; c < C; ++c) {
       float inv_std = 1.0f / std::sqrt(var.f32()[c] + s_.eps);
-      float k = gamma.f32()[c] * inv_std / global_count_;
+      float k = float(gamma.f32()[c] * inv_std / count_);
       float mu = mean.f32()[c], sg = sums_[c], sb = sums_[C + c];
       walk.channel(c, [&](int64_t off) {
         set_element(out, off,
@@ -299,11 +298,13 @@ class BatchNorm : public BatchNormOp {
   BatchNormPaths paths_;
   bool counted_ = false;       // in ctx_.norm_add_count, at the first forward_training_add_relu
   bool norm_counted_ = false;  // in ctx_.norm_count, at the first forward_training
-  double own_count_ = 0;       // the last training forward's count where it ran our passes
+  // The last training forward's values per channel (every rank's where synchronized), and
+  // whether its backward runs our passes (else oneDNN's primitive).
+  double count_ = 0;
+  bool backward_by_own_passes_ = false;
   NormBackward own_backward_;
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<float> sums_;
-  float global_count_ = 0;
   Tensor dy_scratch_;
   CachedReorder dy_reorder_;
   BatchStatistics statistics_;
