@@ -33,7 +33,10 @@ std::string library_versions(int device) noexcept;
 std::unique_ptr<Backend> create_backend(const CudaOptions& options);
 }  // namespace cuda
 
-// Host memory aligned to 64 bytes, at least `bytes` long, freed by the returned owner.
+// Host memory aligned to 64 bytes, at least `bytes` long, freed by the returned owner; from
+// kHugePageBytes on, aligned to that and offered transparent huge pages (unless
+// RINGTRAIN_HUGE_PAGES=off).
+constexpr size_t kHugePageBytes = size_t(2) << 20;
 std::shared_ptr<void> aligned_host_alloc(size_t bytes);
 // What aligned_host_alloc has handed out and not yet had back, over the whole process: now,
 // and the most at once since the start or reset_host_tensor_peak().
