@@ -81,13 +81,9 @@ void CachedReorder::run(const Context& ctx, const memory& src, const memory& dst
 
 memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want, Tensor& scratch,
                  CachedReorder& reorder) {
-  return as_layout(ctx, mem_of(ctx, t), t.shape(), want, scratch, reorder);
-}
-
-memory as_layout(const Context& ctx, const memory& src, const Shape& shape,
-                 const memory::desc& want, Tensor& scratch, CachedReorder& reorder) {
+  const memory src = mem_of(ctx, t);
   if (src.get_desc() == want) return src;
-  ensure(scratch, shape, want);
+  ensure(scratch, t.shape(), want);
   memory dst = mem_of(ctx, scratch);
   reorder.run(ctx, src, dst);
   return dst;

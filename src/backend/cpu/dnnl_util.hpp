@@ -46,14 +46,15 @@ class SharedScratch {
   Tensor block_;
 };
 
-// What a convolution or linear call brings into a primitive's layouts and drops when it
-// returns: x, dy, weights (a linear's forward's, backward data's; the weight gradient before
-// its reorder into the plain one), the filters turned for backward data by the forward kernel,
-// and the matmul weight-gradient path's unfolded input and product (conv_weight_gemm.hpp). No
-// call takes one of them twice. (A convolution's forward weights outlive the call: backward
-// data reads them, so they stay the op's.)
+// What an op's call brings into a primitive's (or our loops') layouts and drops when it
+// returns: x, dy, a second operand of the same size (a batch norm's residual, a sum's second
+// gradient or input), weights (a linear's forward's, backward data's; the weight gradient
+// before its reorder into the plain one), the filters turned for backward data by the forward
+// kernel, and the matmul weight-gradient path's unfolded input and product
+// (conv_weight_gemm.hpp). No call takes one of them twice. (A convolution's forward weights
+// outlive the call: backward data reads them, so they stay the op's.)
 struct CallScratch {
-  SharedScratch x, dy, weights, filters, col, product;
+  SharedScratch x, dy, second, weights, filters, col, product;
 };
 
 // The engine and stream every op of one backend uses, what activations are stored in (f32, or
@@ -118,7 +119,7 @@ class CachedReorder {
 };
 
 // Returns t's memory in layout `want`: t itself when it already is, else a reorder of it
-// into scratch (allocated once per layout).
+// into scratch (allocated once per layout): what an op keeps past the call.
 memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want, Tensor& scratch,
                  CachedReorder& reorder);
 // The same into shared scratch (what one call needs: the reorder's result is valid until the
@@ -127,9 +128,6 @@ memory as_layout(const Context& ctx, const memory& src, const memory::desc& want
                  SharedScratch& scratch, CachedReorder& reorder);
 memory as_layout(const Context& ctx, const Tensor& t, const memory::desc& want,
                  SharedScratch& scratch, CachedReorder& reorder);
-// The same for memory viewed with another desc (a plain [O, F] weight seen as [O, C, H, W]).
-memory as_layout(const Context& ctx, const memory& src, const Shape& shape,
-                 const memory::desc& want, Tensor& scratch, CachedReorder& reorder);
 
 // Reorders src (any layout) into dst's memory given as desc + pointer.
 void reorder_to(const Context& ctx, const memory& src, const memory& dst, CachedReorder& r);

@@ -104,7 +104,7 @@ class BatchNorm : public BatchNormOp {
     if (!fused) return 0;
     RT_CHECK(residual.shape() == x.shape(), "batch norm + residual: residual ",
              shape_str(residual.shape()), " differs from x ", shape_str(x.shape()));
-    const memory r = as_layout(ctx_, residual, p.x_md, residual_scratch_, residual_reorder_);
+    const memory r = as_layout(ctx_, residual, p.x_md, ctx_.call_scratch.second, residual_reorder_);
     count_ = statistics_.compute(p.planes, s_.channels, x, mean, var, reducer);
     backward_by_own_passes_ = paths_.own_passes;  // else oneDNN's, synchronized by count_
     ensure(y, x.shape(), p.x_md);
@@ -124,7 +124,7 @@ class BatchNorm : public BatchNormOp {
                 const StatReducer* reducer) override {
     Plan& p = plan_for(x);
     if (backward_by_own_passes_ && p.walkable) {
-      const memory d = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
+      const memory d = as_layout(ctx_, dy, p.x_md, ctx_.call_scratch.dy, dy_reorder_);
       ensure(dx, x.shape(), p.x_md);
       const NormCoefficients relu{a_.data(), b_.data()};
       own_backward_.run(p.planes, x, d.get_data_handle(), gamma, mean, var, s_.eps, count_,
@@ -133,7 +133,7 @@ class BatchNorm : public BatchNormOp {
     }
     bool sync = reducer && *reducer;
     bn_bwd& prim = sync ? p.global_bwd : p.train_bwd;
-    memory ddst = as_layout(ctx_, dy, p.x_md, dy_scratch_, dy_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.x_md, ctx_.call_scratch.dy, dy_reorder_);
     ensure(dx, x.shape(), p.x_md);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem_of(ctx_, x)},
                                          {DNNL_ARG_DIFF_DST, ddst},
@@ -305,11 +305,9 @@ class BatchNorm : public BatchNormOp {
   NormBackward own_backward_;
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<float> sums_;
-  Tensor dy_scratch_;
   CachedReorder dy_reorder_;
   BatchStatistics statistics_;
   std::vector<float> a_, b_;  // per_lane's arrays
-  Tensor residual_scratch_;
   CachedReorder residual_reorder_;
 };
 
@@ -325,7 +323,7 @@ class Relu : public ReluOp {
 
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     Plan& p = plan_for(y);
-    memory ddst = as_layout(ctx_, dy, p.md, dy_scratch_, dy_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.md, ctx_.call_scratch.dy, dy_reorder_);
     ensure(dx, y.shape(), p.md);
     p.bwd.execute(ctx_.stream, {{DNNL_ARG_DST, mem_of(ctx_, y)},
                                 {DNNL_ARG_DIFF_DST, ddst},
@@ -340,8 +338,8 @@ class Relu : public ReluOp {
              shape_str(dy_a.shape()), " and ", shape_str(dy_b.shape()), " differ from y ",
              shape_str(y.shape()));
     const memory::desc md = desc_of(y);
-    const memory a = as_layout(ctx_, dy_a, md, dy_scratch_, dy_reorder_);
-    const memory b = as_layout(ctx_, dy_b, md, dy_b_scratch_, dy_b_reorder_);
+    const memory a = as_layout(ctx_, dy_a, md, ctx_.call_scratch.dy, dy_reorder_);
+    const memory b = as_layout(ctx_, dy_b, md, ctx_.call_scratch.second, dy_b_reorder_);
     ensure(dx, y.shape(), md);
     const auto type = md.data_type();
     RT_CHECK(type == dt::f32 || type == dt::bf16,
@@ -386,7 +384,6 @@ class Relu : public ReluOp {
 
   const Context& ctx_;
   std::vector<std::unique_ptr<Plan>> plans_;
-  Tensor dy_scratch_, dy_b_scratch_;
   CachedReorder dy_reorder_, dy_b_reorder_;
 };
 
@@ -413,7 +410,7 @@ class Pool : public PoolOp {
     Plan& p = *last_;
     RT_CHECK(dy.shape() == p.y_shape, "pool backward: dy ", shape_str(dy.shape()), ", expected ",
              shape_str(p.y_shape));
-    memory ddst = as_layout(ctx_, dy, p.train_pd.dst_desc(), dy_scratch_, dy_reorder_);
+    memory ddst = as_layout(ctx_, dy, p.train_pd.dst_desc(), ctx_.call_scratch.dy, dy_reorder_);
     ensure(dx, p.x_shape, p.x_md);
     std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, ddst},
                                          {DNNL_ARG_DIFF_SRC, mem_of(ctx_, dx)}};
@@ -477,7 +474,6 @@ class Pool : public PoolOp {
   PoolSpec s_;
   std::vector<std::unique_ptr<Plan>> plans_;
   Plan* last_ = nullptr;
-  Tensor dy_scratch_;
   CachedReorder dy_reorder_;
 };
 
@@ -490,7 +486,7 @@ class Add : public AddOp {
              shape_str(b.shape()), " differ");
     memory::desc md = desc_of(a);
     Plan& p = plan_for(md);
-    memory src1 = as_layout(ctx_, b, md, b_scratch_, b_reorder_);
+    memory src1 = as_layout(ctx_, b, md, ctx_.call_scratch.second, b_reorder_);
     ensure(out, a.shape(), md);
     p.prim.execute(ctx_.stream, {{DNNL_ARG_SRC_0, mem_of(ctx_, a)},
                                  {DNNL_ARG_SRC_1, src1},
@@ -525,7 +521,6 @@ class Add : public AddOp {
   const Context& ctx_;
   bool relu_;
   std::vector<std::unique_ptr<Plan>> plans_;
-  Tensor b_scratch_;
   CachedReorder b_reorder_;
 };
 

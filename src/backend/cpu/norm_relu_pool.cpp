@@ -192,7 +192,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     RT_CHECK(dy.shape() == Shape({p.g.n, s_.channels, p.g.oh, p.g.ow}),
              "batch norm + max pool: dy ", shape_str(dy.shape()),
              " does not match the pooled output");
-    const memory d = as_layout(ctx_, dy, p.y_md, dy_scratch_, dy_reorder_);
+    const memory d = as_layout(ctx_, dy, p.y_md, ctx_.call_scratch.dy, dy_reorder_);
     ensure(dx, x.shape(), p.x_md);
     const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
     if (x.dtype() == DType::kBF16)
@@ -285,7 +285,6 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   NormGradientSums gradient_;  // the backward's sums and coefficients
   std::vector<float> a_, b_;   // per_lane's arrays
   double count_ = 0;           // M: the values per channel the statistics cover, every rank's
-  Tensor dy_scratch_;
   CachedReorder dy_reorder_;
 };
 
