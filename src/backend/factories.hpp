@@ -1,6 +1,7 @@
 // factories.hpp — constructors of the concrete backends, for make_backend (internal).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ std::unique_ptr<Backend> create_backend(const CudaOptions& options);
 // RINGTRAIN_HUGE_PAGES=off).
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 std::shared_ptr<void> aligned_host_alloc(size_t bytes);
+// How many blocks aligned_host_alloc has offered huge pages since the start. Whether a block's
+// mapping is eligible (smaps) also depends on what the allocator carved it from: memory of an
+// earlier, offered block stays eligible. The count says what this allocator did itself.
+uint64_t huge_page_offers();
 // What aligned_host_alloc has handed out and not yet had back, over the whole process: now,
 // and the most at once since the start or reset_host_tensor_peak().
 MemoryUse host_tensor_memory();

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -58,7 +59,12 @@ namespace {
 // taken with the peak itself, and host tensors are made a few times a step at most.
 std::mutex host_mutex;
 MemoryLedger host_ledger;
+std::atomic<uint64_t> offers{0};
 }  // namespace
+
+uint64_t huge_page_offers() {
+  return offers.load();
+}
 
 std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
   const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
@@ -71,7 +77,10 @@ std::shared_ptr<void> aligned_host_alloc(size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, huge ? kHugePageBytes : 64, rounded) != 0) p = nullptr;
   RT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-  if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: refused, the pages stay 4 KiB
+  if (huge) {
+    madvise(p, rounded, MADV_HUGEPAGE);  // a hint: refused, the pages stay 4 KiB
+    offers += 1;
+  }
   const int tag = current_memory_tag();
   {
     std::lock_guard<std::mutex> lock(host_mutex);
