@@ -92,7 +92,8 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "the unfolded input (gemm), or per convolution the faster of the two, timed at its "
        "first backward pass (measure; which also times the input gradient of a stride-1 "
        "same-size convolution by oneDNN's backward-data kernel against its forward kernel over "
-       "dy with the filter flipped, and keeps the faster)",
+       "dy with the filter flipped, and of a 3x3 stride-2 one against four forward "
+       "convolutions, one per parity of the input pixel, and keeps the faster)",
        {"onednn", "gemm", "measure"}},
       {"train.conv_weight_grad_choices", &c.train.conv_weight_grad_choices,
        "cpu, with train.conv_weight_grad = measure: paths chosen beforehand, "

@@ -8,13 +8,15 @@
 // in fp32), straight into their fusion buckets. Linear writes fp32 logits for the loss.
 // A convolution's weight gradient comes from oneDNN's kernel or from one matmul over the
 // unfolded input (conv_weight_gemm.hpp), as Context::weight_grad says. With measure, the input
-// gradient of a stride-1 same-size convolution may come from oneDNN's forward kernel run over
-// dy with the filter transposed and flipped (the forward kernel is the faster one on some
-// shapes and ISAs), else from its backward-data kernel.
+// gradient may come from oneDNN's forward kernel, else from its backward-data kernel: for a
+// stride-1 same-size convolution run over dy with the filter transposed and flipped, for a 3x3
+// stride-2 one as four convolutions, one per parity of the input pixel
+// (conv_input_grad_phases.hpp). The forward kernel is the faster one on some shapes and ISAs.
 #include <algorithm>
 #include <tuple>
 #include <utility>
 
+#include "conv_input_grad_phases.hpp"
 #include "conv_weight_gemm.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/timer.hpp"
@@ -115,7 +117,8 @@ class Conv : public ConvOp {
     RT_REQUIRE_INPUT(
         data.empty() || timed_data(), "conv backward: '", choice, "' for a ", s_.kernel, "x",
         s_.kernel, " convolution of stride ", s_.stride, " and padding ", s_.padding,
-        "; the forward kernel gives input gradients at stride 1 and padding (kernel - 1) / 2");
+        "; the forward kernel gives input gradients at stride 1 and padding (kernel - 1) / 2, and "
+        "3x3 at stride 2 and padding 1");
     set_weight_grad(weights == "gemm" ? Path::kGemm : Path::kOnednn);
     if (timed_data()) set_data_path(data.empty() ? DataPath::kOnednn : DataPath::kForward);
   }
@@ -130,11 +133,14 @@ class Conv : public ConvOp {
     return ctx_.weight_grad == ConvWeightGrad::kMeasure && !s_.bias;
   }
   // The input-gradient path is measure's to choose where the forward kernel can give it: stride
-  // 1 and an output of the input's size (dx is then dy convolved with the flipped filter).
+  // 1 and an output of the input's size (dx is then dy convolved with the flipped filter), or
+  // 3x3 at stride 2 and padding 1 (by phases, where the input's size and layout let them:
+  // ConvInputGradPhases::fits; elsewhere that convolution takes oneDNN's backward data).
   bool timed_data() const {
-    return ctx_.weight_grad == ConvWeightGrad::kMeasure && s_.stride == 1 &&
-           2 * s_.padding == s_.kernel - 1;
+    return ctx_.weight_grad == ConvWeightGrad::kMeasure && (same_size() || strided_3x3());
   }
+  bool same_size() const { return s_.stride == 1 && 2 * s_.padding == s_.kernel - 1; }
+  bool strided_3x3() const { return s_.kernel == 3 && s_.stride == 2 && s_.padding == 1; }
 
   int& count(Path path) const {
     return path == Path::kGemm ? ctx_.conv_path_count.gemm : ctx_.conv_path_count.onednn;
@@ -168,9 +174,15 @@ class Conv : public ConvOp {
     std::unique_ptr<ConvWeightGemm> gemm;  // made when the gemm path first runs on this shape
     conv_fwd::primitive_desc data_fwd_pd;  // dx = conv(dy, flipped w): the forward data path
     conv_fwd data_fwd;
+    std::unique_ptr<ConvInputGradPhases> phases;  // the forward data path at stride 2
   };
 
   Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
+
+  // This plan's input gradient by the forward kernel: at stride 1 always, at stride 2 by phases.
+  bool forward_data_fits(const Plan& p) const {
+    return same_size() || ConvInputGradPhases::fits(s_, p.x_shape, p.fwd_pd.src_desc());
+  }
 
   // The convolution's weight-gradient path, once, at its first backward pass (later batch
   // shapes take the same): as Context::weight_grad says, or with measure the faster of the two
@@ -224,7 +236,7 @@ class Conv : public ConvOp {
   // interleaved runs on these tensors (dx is overwritten by the call that follows), else oneDNN's.
   void decide_data_path(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
     DataPath path = DataPath::kOnednn;
-    if (timed_data()) {
+    if (timed_data() && forward_data_fits(p)) {
       CallScratch timing;  // as decide_weight_grad's
       std::tie(times_.data_onednn_ms, times_.data_forward_ms) = interleaved_medians_ms(
           [&] { run_backward_data(p, DataPath::kOnednn, dy, w, dx, timing); },
@@ -237,8 +249,10 @@ class Conv : public ConvOp {
   // scratch: the backend's shared scratch, or measure's own while it times the paths.
   void run_backward_data(Plan& p, DataPath path, const Tensor& dy, const Tensor& w, Tensor& dx,
                          CallScratch& scratch) {
-    if (path == DataPath::kForward)
+    if (path == DataPath::kForward && same_size())
       backward_data_by_forward(p, dy, w, dx, scratch);
+    else if (path == DataPath::kForward && forward_data_fits(p))
+      backward_data_by_phases(p, dy, w, dx, scratch);
     else
       onednn_backward_data(p, dy, w, dx, scratch);
   }
@@ -275,6 +289,17 @@ class Conv : public ConvOp {
     p.data_fwd.execute(
         ctx_.stream,
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, mem_of(ctx_, dx)}});
+  }
+
+  // dx from four forward convolutions over dy, one per parity of the input pixel
+  // (conv_input_grad_phases.hpp), in the layout forward read x.
+  void backward_data_by_phases(Plan& p, const Tensor& dy, const Tensor& w, Tensor& dx,
+                               CallScratch& scratch) {
+    if (!p.phases)
+      p.phases =
+          std::make_unique<ConvInputGradPhases>(ctx_, s_, p.fwd_pd.dst_desc(), p.fwd_pd.src_desc());
+    ensure(dx, p.x_shape, p.fwd_pd.src_desc());
+    p.phases->run(mem_of(ctx_, dy), static_cast<const float*>(w.raw()), mem_of(ctx_, dx), scratch);
   }
 
   // scratch: the backend's shared scratch, or measure's own while it times the paths.
