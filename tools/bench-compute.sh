@@ -33,8 +33,8 @@
 # On the CPU in train mode each round also times ringtrain with the convolution weight gradients
 # by WEIGHT_GRAD (default measure: per convolution the faster of oneDNN's kernel and the matmul
 # over the unfolded input, and for the stride-1 same-size and the 3x3 stride-2 ones the faster
-# input gradient of oneDNN's backward-data kernel and its forward kernel; train.conv_weight_grad), interleaved
-# with the default onednn, and
+# input gradient of oneDNN's backward-data kernel and its forward kernel;
+# train.conv_weight_grad), interleaved with the default onednn, and
 # profiles it too: a cell "weight grad measure: img/s, ratio to the row" and a second profile
 # block. WEIGHT_GRAD= leaves it out.
 # On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
