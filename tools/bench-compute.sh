@@ -37,6 +37,10 @@
 # train.conv_weight_grad), interleaved with the default onednn, and
 # profiles it too: a cell "weight grad measure: img/s, ratio to the row" and a second profile
 # block. WEIGHT_GRAD= leaves it out.
+# CONV_ALGORITHM=winograd|measure (CPU, train mode) runs every ringtrain call of the rows with
+# that train.conv_algorithm (oneDNN's Winograd kernels for 3x3 stride-1 fp32 convolutions, or per
+# convolution the faster of them and the direct ones); the table then says so, since its GFLOP/s
+# count the direct algorithm's multiplications. Unset: direct.
 # On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
 # under torch.compile, interleaved the same way (its compilation in the warm-up), as a third
 # column; those whose precision is in GRAPH (default none) also time ringtrain's step recorded
@@ -89,6 +93,8 @@ GRAPH=${GRAPH-}
 [ "$DEVICE:$MODE" = cuda:train ] || GRAPH=""
 WEIGHT_GRAD=${WEIGHT_GRAD-measure}
 [ "$DEVICE:$MODE" = cpu:train ] || WEIGHT_GRAD=""
+CONV_ALGORITHM=${CONV_ALGORITHM-}
+[ "$DEVICE:$MODE" = cpu:train ] || CONV_ALGORITHM=""
 
 # One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
 if ! torch_probe=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' 2>/dev/null); then
@@ -187,6 +193,8 @@ for config in $CONFIGS; do
   args=(--model "$model" --batch "$batch" --threads "$threads" --warmup "$warmup"
         --windows "$windows" --steps "$steps" --precision "$precision" "${mode_args[@]}")
   [ -z "$input" ] || args+=(--input "$input")
+  rt_args=()
+  [ -z "$CONV_ALGORITHM" ] || rt_args=(--conv-algorithm "$CONV_ALGORITHM")
   # The peak is oneDNN's: CPU rows only.
   if [ "$DEVICE" = cpu ] && ! peak=$(OMP_NUM_THREADS=$threads "$BIN/rt-bench-compute" --peak \
                                        --threads "$threads" --precision "$precision" 2>&1); then
@@ -202,12 +210,13 @@ for config in $CONFIGS; do
     # Progress only on a terminal: no carriage returns in logs.
     [ -t 2 ] && printf '  %-16s batch %-4s threads %s  round %s/%s\r' "$model" "$batch" \
       "$threads" "$round" "$ROUNDS" >&2
-    measure ringtrain "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}"
+    measure ringtrain "$BIN/rt-bench-compute" "${args[@]}" "${rt_args[@]}" "${rt_device[@]}"
     if [[ " $GRAPH " == *" $precision "* ]]; then
       measure ringtrain-graph "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" --cuda-graph
     fi
     if [ -n "$WEIGHT_GRAD" ]; then
-      measure ringtrain-wgrad "$BIN/rt-bench-compute" "${args[@]}" --conv-weight-grad "$WEIGHT_GRAD"
+      measure ringtrain-wgrad "$BIN/rt-bench-compute" "${args[@]}" "${rt_args[@]}" \
+        --conv-weight-grad "$WEIGHT_GRAD"
     fi
     measure pytorch "$PYTHON" tools/bench_compute_torch.py "${args[@]}" "${torch_device[@]}"
     if [[ " $COMPILE " == *" $precision "* ]]; then
@@ -217,9 +226,10 @@ for config in $CONFIGS; do
   done
   # One more ringtrain run with every op timed: where its step goes (PROFILE=0 skips it).
   if [ "$PROFILE" = 1 ]; then
-    measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" "${rt_device[@]}" --profile
+    measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" "${rt_args[@]}" \
+      "${rt_device[@]}" --profile
     if [ -n "$WEIGHT_GRAD" ]; then
-      measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" --profile \
+      measure ringtrain-profile "$BIN/rt-bench-compute" "${args[@]}" "${rt_args[@]}" --profile \
         --conv-weight-grad "$WEIGHT_GRAD"
     fi
   fi

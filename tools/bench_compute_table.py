@@ -245,6 +245,18 @@ def summarize(rows, peaks, gpus, cpu, device):
         yield row, line
 
 
+def conv_algorithms(raw_path):
+    """The convolution algorithms other than direct that ringtrain's rows ran with
+    (CONV_ALGORITHM), for the table's note on GFLOP/s."""
+    found = set()
+    for line in open(raw_path):
+        if line.strip():
+            algorithm = json.loads(line).get("conv_algorithm", "direct")
+            if algorithm != "direct":
+                found.add(algorithm)
+    return sorted(found)
+
+
 def main():
     raw_path, out_path, txt_path, cpu, device = sys.argv[1:6]
     rows, peaks, gpus, profiles = read_rows(raw_path)
@@ -279,6 +291,12 @@ def main():
             f"the highest ratio any implementation could reach here; 'vs fp32' = ringtrain bf16 / "
             f"ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
             f"rows in {out_path}")
+    algorithms = conv_algorithms(raw_path)
+    if algorithms:
+        lines.append(
+            f"ringtrain's 3x3 stride-1 fp32 convolutions by {', '.join(algorithms)} "
+            f"(train.conv_algorithm): GFLOP/s count the direct algorithm's multiplications, so a "
+            f"row with Winograd's fewer ones may pass 100% of the peak")
     if profiles:
         lines += ["", "where a ringtrain step goes (rt-bench-compute --profile, one run after the "
                   "rounds; every op waits for its queue, 'between ops' is the rest):"]

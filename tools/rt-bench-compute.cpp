@@ -63,12 +63,13 @@ nn::ModelInput parse_input(const std::string& text) {
 // without a GPU, is one InputError line naming the value and CUDA's reason.
 std::unique_ptr<backend::Backend> make_timed_backend(const std::string& name, int threads,
                                                      backend::Precision precision,
-                                                     backend::ConvWeightGrad weight_grad) {
+                                                     backend::ConvWeightGrad weight_grad,
+                                                     backend::ConvAlgorithm conv_algorithm) {
   RT_REQUIRE_INPUT(name == "cpu" || name == "cuda", "--backend ", name, ": expected cpu or cuda");
   if (name == "cuda")
     RT_REQUIRE_INPUT(backend::cuda_device_count() > 0, "--backend cuda: no GPU (",
                      backend::cuda_device_status(), ")");
-  return backend::make_backend(name, threads, precision, weight_grad);
+  return backend::make_backend(name, threads, precision, weight_grad, conv_algorithm);
 }
 
 // MiB of device memory, "null" where tensors live on the host.
@@ -181,7 +182,8 @@ std::string weight_grad_times_json(nn::Model& model) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_name, input_text, precision_text, backend_name, weight_grad_text, relu_backward;
+  std::string model_name, input_text, precision_text, backend_name, weight_grad_text, relu_backward,
+      conv_algorithm_text;
   int batch = 64, threads = 1, classes = 10, warmup = 3, windows = 5, steps = 5;
   po::options_description opts("rt-bench-compute options");
   opts.add_options()("help,h", "print this help and exit")(
@@ -199,6 +201,9 @@ int run(int argc, char** argv) {
       "backend", po::value(&backend_name)->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "conv-weight-grad", po::value(&weight_grad_text)->default_value("onednn"),
       "cpu: convolution weight gradients by onednn, gemm or measure (train.conv_weight_grad)")(
+      "conv-algorithm", po::value(&conv_algorithm_text)->default_value("direct"),
+      "cpu: 3x3 stride-1 fp32 convolutions by direct or winograd kernels "
+      "(train.conv_algorithm)")(
       "relu-backward", po::value(&relu_backward)->default_value("folded"),
       "folded (a residual block masks its input gradient with the ReLU below as it sums it) "
       "or separate (each block runs its own ReLU backward)")(
@@ -249,7 +254,8 @@ int run(int argc, char** argv) {
   nn::ModelInput in = parse_input(input_text);
 
   auto be = make_timed_backend(backend_name, threads, backend::parse_precision(precision_text),
-                               backend::parse_conv_weight_grad(weight_grad_text));
+                               backend::parse_conv_weight_grad(weight_grad_text),
+                               backend::parse_conv_algorithm(conv_algorithm_text));
   std::shared_ptr<backend::OpProfile> profile;
   if (vm.count("profile")) profile = std::make_shared<backend::OpProfile>();
   const bool memory_map = profile || vm.count("memory-map");
@@ -366,7 +372,7 @@ int run(int argc, char** argv) {
       "\"gflops\":%.2f,\"other_cores\":%.3f,\"gpu_peak_mib\":%s,\"gpu_peak_run_mib\":%s,"
       "\"gpu_pool_peak_mib\":%s,\"gpu_workspace_mib\":%s,\"host_peak_mib\":%s,"
       "\"state_mib\":%s,\"gpu_after_forward_mib\":%s,\"memory_at_peak\":%s,"
-      "\"conv_weight_grad\":\"%s\",\"relu_backward\":\"%s\","
+      "\"conv_weight_grad\":\"%s\",\"conv_algorithm\":\"%s\",\"relu_backward\":\"%s\","
       "\"op_choices\":\"%s\",\"weight_grad_ms\":%s,\"cuda_graph\":%s,\"profile\":%s}\n",
       profile ? "ringtrain-profile" : "ringtrain", inference ? "inference" : "train",
       be->name().c_str(), model_name.c_str(), in.channels, in.height, in.width, batch, threads,
@@ -374,8 +380,8 @@ int run(int argc, char** argv) {
       flops / 1e9, img_s * flops / 1e9, other_cores, gpu_peak_mib.c_str(), gpu_peak_run_mib.c_str(),
       gpu_pool_peak_mib.c_str(), gpu_workspace_mib.c_str(), host_peak_mib.c_str(),
       state_mib.c_str(), gpu_after_forward_mib.c_str(), memory_map_json.c_str(),
-      weight_grad_text.c_str(), relu_backward.c_str(), be->op_choices().c_str(),
-      weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
+      weight_grad_text.c_str(), conv_algorithm_text.c_str(), relu_backward.c_str(),
+      be->op_choices().c_str(), weight_grad_ms.c_str(), graph_json.c_str(), profile_json.c_str());
   return 0;
 }
 

@@ -12,7 +12,7 @@
 namespace ringtrain::backend {
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision,
-                                          ConvWeightGrad weight_grad);
+                                          ConvWeightGrad weight_grad, ConvAlgorithm conv_algorithm);
 std::unique_ptr<Backend> make_ref_backend(int threads);
 // fp32 backend -> its bf16 reference: every op's stored activations (and the weights it
 // multiplies) rounded to bf16, arithmetic in fp32 (ref/bf16_reference.cpp).

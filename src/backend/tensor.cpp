@@ -137,6 +137,26 @@ const char* conv_weight_grad_name(ConvWeightGrad path) {
   return "?";
 }
 
+ConvAlgorithm parse_conv_algorithm(const std::string& text) {
+  if (text == "direct") return ConvAlgorithm::kDirect;
+  if (text == "winograd") return ConvAlgorithm::kWinograd;
+  if (text == "measure") return ConvAlgorithm::kMeasure;
+  throw InputError(
+      str("unknown convolution algorithm '", text, "': choose direct, winograd or measure"));
+}
+
+const char* conv_algorithm_name(ConvAlgorithm algorithm) {
+  switch (algorithm) {
+    case ConvAlgorithm::kDirect:
+      return "direct";
+    case ConvAlgorithm::kWinograd:
+      return "winograd";
+    case ConvAlgorithm::kMeasure:
+      return "measure";
+  }
+  return "?";
+}
+
 const char* precision_name(Precision precision) {
   switch (precision) {
     case Precision::kF32:
@@ -164,7 +184,7 @@ void require_host_precision(const std::string& backend, Precision precision) {
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Precision precision,
-                                      ConvWeightGrad weight_grad) {
+                                      ConvWeightGrad weight_grad, ConvAlgorithm conv_algorithm) {
   RT_REQUIRE_INPUT(threads >= 1, "backend ", name, ": threads must be >= 1, got ", threads);
   if (name != "cpu" && name != "ref" && name != "cuda")
     throw InputError(str("unknown backend '", name, "': known backends are cpu, ref, cuda"));
@@ -174,7 +194,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads, Prec
     return make_cuda_backend(options);
   }
   require_host_precision(name, precision);
-  if (name == "cpu") return make_cpu_backend(threads, precision, weight_grad);
+  if (name == "cpu") return make_cpu_backend(threads, precision, weight_grad, conv_algorithm);
   if (precision == Precision::kBF16) return make_bf16_reference(make_ref_backend(threads));
   return make_ref_backend(threads);
 }

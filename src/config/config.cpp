@@ -95,6 +95,14 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "dy with the filter flipped, and of a 3x3 stride-2 one against four forward "
        "convolutions, one per parity of the input pixel, and keeps the faster)",
        {"onednn", "gemm", "measure"}},
+      {"train.conv_algorithm", &c.train.conv_algorithm,
+       "cpu: the algorithm of 3x3 stride-1 fp32 convolutions: oneDNN's direct kernels, its "
+       "Winograd ones (F(4x4, 3x3): 2.25 times fewer multiplications, rounding of about 1e-6 of "
+       "the largest value against 1e-7) for the forward, input-gradient and weight-gradient "
+       "passes where oneDNN has them, or per convolution the faster of the two, timed at its "
+       "first forward pass (measure; Winograd loses on narrow layers); every other convolution, "
+       "and bf16, stays direct",
+       {"direct", "winograd", "measure"}},
       {"train.conv_weight_grad_choices", &c.train.conv_weight_grad_choices,
        "cpu, with train.conv_weight_grad = measure: paths chosen beforehand, "
        "name=gemm|onednn[+forward],... (+forward: the input gradient by the forward kernel; a "
@@ -491,6 +499,10 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     throw InputError(
         "train.conv_weight_grad = measure chooses by timing, so two runs may differ; with "
         "train.deterministic = true choose onednn or gemm");
+  if (t.deterministic && t.conv_algorithm == "measure")
+    throw InputError(
+        "train.conv_algorithm = measure chooses by timing, so two runs may differ; with "
+        "train.deterministic = true choose direct or winograd");
   // measure's paths given beforehand: name=gemm|onednn[+forward] items, and only beside measure.
   if (!t.conv_weight_grad_choices.empty()) {
     if (t.conv_weight_grad != "measure")

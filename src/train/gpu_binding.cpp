@@ -75,7 +75,8 @@ std::unique_ptr<backend::Backend> make_rank_backend(const comm::Communicator& co
     return backend::make_cuda_backend(cuda_options(train, device));
   }
   return backend::make_backend(train.backend, threads, precision,  // says why not
-                               backend::parse_conv_weight_grad(train.conv_weight_grad));
+                               backend::parse_conv_weight_grad(train.conv_weight_grad),
+                               backend::parse_conv_algorithm(train.conv_algorithm));
 }
 
 }  // namespace ringtrain::train

@@ -627,8 +627,10 @@ void Trainer::train_epoch(int epoch) {
   row.grad_norm_mean = clip.mean_norm, row.grad_norm_max = clip.max_norm;
   row.clipped_steps = clip.clipped;
   epochs_.push_back(row);
-  // Every convolution has decided its weight-gradient path by the end of the run's first epoch.
-  if (epoch == first_epoch_ && cfg_.train.conv_weight_grad != "onednn") {
+  // Every convolution has decided its weight-gradient path (and its algorithm) by the end of
+  // the run's first epoch.
+  if (epoch == first_epoch_ &&
+      (cfg_.train.conv_weight_grad != "onednn" || cfg_.train.conv_algorithm != "direct")) {
     const std::string choices = backend_->op_choices();
     const char* given = weight_grads_from_checkpoint_ ? ", as the checkpoint had them"
                         : !cfg_.train.conv_weight_grad_choices.empty() ? ", as the deck gave them"

@@ -417,6 +417,24 @@ BOOST_AUTO_TEST_CASE(gpu_keys_reach_the_cuda_options) {
   BOOST_TEST(help.find("--train.deterministic arg (=false)") != std::string::npos);
 }
 
+// train.conv_algorithm: direct by default, winograd (bitwise repeatable: allowed beside
+// train.deterministic) or measure (a choice by timing: refused beside it); anything else
+// refused by name.
+BOOST_AUTO_TEST_CASE(conv_algorithm_key) {
+  std::string deck = write_deck("conv_algorithm.deck", kGoodDeck);
+  BOOST_TEST(parse({"--deck", deck}).config.train.conv_algorithm == "direct");
+  BOOST_TEST(
+      parse({"--deck", deck, "--train.conv_algorithm=winograd", "--train.deterministic=true"})
+          .config.train.conv_algorithm == "winograd");
+  BOOST_TEST(error_of({"--deck", deck, "--train.conv_algorithm=fft"}) ==
+             "command line: bad value 'fft' for train.conv_algorithm (one of: direct, winograd, "
+             "measure)");
+  BOOST_TEST(
+      error_of({"--deck", deck, "--train.conv_algorithm=measure", "--train.deterministic=true"}) ==
+      "train.conv_algorithm = measure chooses by timing, so two runs may differ; with "
+      "train.deterministic = true choose direct or winograd");
+}
+
 // train.conv_weight_grad: a choice of three, onednn by default; measure (a choice by timing)
 // is refused beside train.deterministic, which promises bitwise repeatable runs.
 BOOST_AUTO_TEST_CASE(conv_weight_grad_key) {

@@ -59,6 +59,17 @@ enum class ConvWeightGrad { kOnednn, kGemm, kMeasure };
 ConvWeightGrad parse_conv_weight_grad(const std::string& text);
 const char* conv_weight_grad_name(ConvWeightGrad path);
 
+// The algorithm of the cpu backend's 3x3 stride-1 fp32 convolutions (the deck's
+// train.conv_algorithm): oneDNN's direct kernels; its Winograd ones (F(4x4, 3x3): 2.25 times
+// fewer multiplications, a little more rounding) for the forward, backward-data and
+// backward-weights passes where oneDNN has them; or, per convolution, whichever of the two
+// ran its first forward pass faster (Winograd loses on narrow layers). Every other convolution
+// is direct. The other backends take the setting and ignore it.
+enum class ConvAlgorithm { kDirect, kWinograd, kMeasure };
+// "direct", "winograd" or "measure"; anything else throws InputError naming the value.
+ConvAlgorithm parse_conv_algorithm(const std::string& text);
+const char* conv_algorithm_name(ConvAlgorithm algorithm);
+
 // Sums n per-channel floats (host memory) across ranks in place; set for synchronized BN.
 using StatReducer = std::function<void(float* values, size_t n)>;
 
@@ -485,9 +496,11 @@ class Backend {
 // checked against. fp16 and tf32 are cuda's alone: cpu and ref refuse them (InputError
 // naming the key, the value and the backend that takes it). "cuda" here is
 // make_cuda_backend with default options but for the precision.
-// weight_grad: cpu's path for convolution weight gradients (ConvWeightGrad).
+// weight_grad: cpu's path for convolution weight gradients (ConvWeightGrad); conv_algorithm:
+// cpu's algorithm for 3x3 stride-1 fp32 convolutions (ConvAlgorithm).
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads,
                                       Precision precision = Precision::kF32,
-                                      ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn);
+                                      ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn,
+                                      ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect);
 
 }  // namespace ringtrain::backend

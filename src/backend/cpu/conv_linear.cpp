@@ -13,6 +13,7 @@
 // stride-2 one as four convolutions, one per parity of the input pixel
 // (conv_input_grad_phases.hpp). The forward kernel is the faster one on some shapes and ISAs.
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 #include <utility>
 
@@ -61,7 +62,7 @@ class Conv : public ConvOp {
   Conv(const Context& ctx, const ConvSpec& spec) : ctx_(ctx), s_(spec) {}
 
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
-    Plan& p = plan_for(x);
+    Plan& p = plan_for(x, w);
     memory src = as_layout(ctx_, x, p.fwd_pd.src_desc(), ctx_.call_scratch.x, x_reorder_);
     memory wts = weights(w, p);
     // The step's copy for backward_data: in w_scratch_ when forward reordered w into it.
@@ -82,6 +83,7 @@ class Conv : public ConvOp {
     if (!data_ran_) count(data_) += 1;  // counted once it runs: a stem's never does
     data_ran_ = true;
     run_backward_data(p, data_, dy, w, dx, ctx_.call_scratch);
+    recount_after_data(p);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
@@ -91,6 +93,7 @@ class Conv : public ConvOp {
     if (weight_grad_ == Path::kGemm && !p.gemm)
       p.gemm = std::make_unique<ConvWeightGemm>(ctx_, s_, p.x_shape, p.y_shape);
     run_weight_grad(p, weight_grad_, x, dy, dw, dbias, ctx_.call_scratch);
+    count_algorithm(p);
   }
 
   // "gemm" or "onednn" (the weight gradient's path; "onednn" where a bias keeps it oneDNN's),
@@ -165,6 +168,10 @@ class Conv : public ConvOp {
   struct Plan {
     memory::desc x_md;
     Shape x_shape, y_shape;
+    // Each pass's algorithm: Winograd where asked for, fitting and given by oneDNN, else direct.
+    dnnl::algorithm fwd_alg = dnnl::algorithm::convolution_direct;
+    dnnl::algorithm data_alg = dnnl::algorithm::convolution_direct;
+    dnnl::algorithm weights_alg = dnnl::algorithm::convolution_direct;
     conv_fwd::primitive_desc fwd_pd;
     conv_fwd fwd;
     conv_bwd_data::primitive_desc bwd_data_pd;
@@ -178,6 +185,82 @@ class Conv : public ConvOp {
   };
 
   Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
+
+  // Winograd is oneDNN's for 3x3 stride-1 fp32 convolutions (F(4x4, 3x3)); asked for by the
+  // deck (train.conv_algorithm = winograd), tried there, and direct wherever oneDNN has no
+  // Winograd kernel for a pass.
+  bool winograd_asked() const {
+    return ctx_.conv_algorithm != ConvAlgorithm::kDirect && ctx_.act == dt::f32 && s_.kernel == 3 &&
+           s_.stride == 1 && s_.padding == 1;
+  }
+  // measure's choice for a convolution, on its first forward's x and w: the forward pass timed
+  // with each algorithm (interleaved medians, as the weight-gradient paths are timed) into
+  // scratch given back after; the faster algorithm then takes all three passes (the backward
+  // passes follow the forward one on the widths measured: docs/TUNING.md).
+  bool winograd_is_faster(const Tensor& x, const Tensor& w, const conv_fwd::primitive_desc& wino,
+                          const conv_fwd::primitive_desc& direct) {
+    CallScratch timing;
+    CachedReorder x_a, w_a, x_b, w_b;
+    const auto prepare = [&](const conv_fwd::primitive_desc& pd, SharedScratch& xs,
+                             SharedScratch& ws, SharedScratch& ys, CachedReorder& xr,
+                             CachedReorder& wr) {
+      const memory::desc& y_md = pd.dst_desc();
+      void* y = ys.at_least(y_md.get_size());
+      std::memset(y, 0, y_md.get_size());  // read by a sum post-op: no denormals or NaNs
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, as_layout(ctx_, x, pd.src_desc(), xs, xr)},
+          {DNNL_ARG_WEIGHTS, as_layout(ctx_, w, pd.weights_desc(), ws, wr)},
+          {DNNL_ARG_DST, memory(y_md, ctx_.engine, y)}};
+      if (s_.bias) {
+        void* b = timing.second.at_least(pd.bias_desc().get_size());
+        std::memset(b, 0, pd.bias_desc().get_size());
+        args[DNNL_ARG_BIAS] = memory(pd.bias_desc(), ctx_.engine, b);
+      }
+      return args;
+    };
+    const auto wino_args = prepare(wino, timing.x, timing.weights, timing.col, x_a, w_a);
+    const auto direct_args = prepare(direct, timing.dy, timing.filters, timing.product, x_b, w_b);
+    conv_fwd wino_prim(wino), direct_prim(direct);
+    const auto [wino_ms, direct_ms] =
+        interleaved_medians_ms([&] { wino_prim.execute(ctx_.stream, wino_args); },
+                               [&] { direct_prim.execute(ctx_.stream, direct_args); });
+    return wino_ms < direct_ms;
+  }
+
+  // pd from make() where oneDNN gives a Winograd primitive for it; false where it refuses.
+  template <typename Pd, typename Make>
+  static bool winograd_pd(Pd& pd, Make&& make) {
+    try {
+      pd = make();
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+  // Counted once per convolution, after its first weight-gradient pass: Winograd where every
+  // pass that ran on oneDNN's convolution kernels had it (a weight gradient by the matmul, or
+  // an input gradient by the forward kernel over the flipped filter, counts as direct; a
+  // network's first convolution never computes an input gradient).
+  void count_algorithm(const Plan& p) {
+    if (algorithm_counted_ || ctx_.conv_algorithm == ConvAlgorithm::kDirect) return;
+    algorithm_counted_ = true;
+    const auto wino = [](dnnl::algorithm a) { return a == dnnl::algorithm::convolution_winograd; };
+    const bool data = !data_ran_ || (data_ == DataPath::kOnednn && wino(p.data_alg));
+    counted_winograd_ =
+        wino(p.fwd_alg) && weight_grad_ == Path::kOnednn && wino(p.weights_alg) && data;
+    (counted_winograd_ ? ctx_.conv_algorithm_count.winograd : ctx_.conv_algorithm_count.direct) +=
+        1;
+  }
+  // The input gradient runs after the weight gradient: where its first pass is not Winograd,
+  // the count moves to direct.
+  void recount_after_data(const Plan& p) {
+    if (!counted_winograd_ ||
+        (data_ == DataPath::kOnednn && p.data_alg == dnnl::algorithm::convolution_winograd))
+      return;
+    counted_winograd_ = false;
+    ctx_.conv_algorithm_count.winograd -= 1;
+    ctx_.conv_algorithm_count.direct += 1;
+  }
 
   // This plan's input gradient by the forward kernel: at stride 1 always, at stride 2 by phases.
   bool forward_data_fits(const Plan& p) const {
@@ -363,7 +446,8 @@ class Conv : public ConvOp {
   memory::dims strides() const { return {s_.stride, s_.stride}; }
   memory::dims pads() const { return {s_.padding, s_.padding}; }
 
-  Plan& plan_for(const Tensor& x) {
+  // w: the filter of the first forward on this shape, which measure times the algorithms on.
+  Plan& plan_for(const Tensor& x, const Tensor& w) {
     memory::desc x_md = desc_of(x);
     for (auto& p : plans_)
       if (p->x_md == x_md) return *(current_ = p.get());
@@ -379,17 +463,29 @@ class Conv : public ConvOp {
         s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::any) : memory::desc();
     // forward_training for inference too: with forward_inference oneDNN 2.6 picks brgconv
     // kernels that ran resnet18_cifar's inference slower here (measured: docs/MODEL_FILE.md).
-    auto d =
-        conv_fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                       any_desc(to_dims(x.shape()), ctx_.act), any_desc(weight_dims(), ctx_.act),
-                       bias_md, any_desc(to_dims(p->y_shape), ctx_.act), strides(), pads(), pads());
+    const auto d = [&](dnnl::algorithm alg) {
+      return conv_fwd::desc(dnnl::prop_kind::forward_training, alg,
+                            any_desc(to_dims(x.shape()), ctx_.act),
+                            any_desc(weight_dims(), ctx_.act), bias_md,
+                            any_desc(to_dims(p->y_shape), ctx_.act), strides(), pads(), pads());
+    };
     dnnl::primitive_attr attr;
     dnnl::post_ops ops;
     if (s_.accumulate) ops.append_sum(1.0f);  // before the ReLU: relu(conv + residual)
     if (s_.fuse_relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(ops);
-    p->fwd_pd =
-        dnnl_try("conv forward", [&] { return conv_fwd::primitive_desc(d, attr, ctx_.engine); });
+    const auto make = [&](dnnl::algorithm alg) {
+      return conv_fwd::primitive_desc(d(alg), attr, ctx_.engine);
+    };
+    p->fwd_pd = dnnl_try("conv forward", [&] { return make(dnnl::algorithm::convolution_direct); });
+    conv_fwd::primitive_desc winograd;
+    if (winograd_asked() &&
+        winograd_pd(winograd, [&] { return make(dnnl::algorithm::convolution_winograd); }) &&
+        (ctx_.conv_algorithm == ConvAlgorithm::kWinograd ||
+         winograd_is_faster(x, w, winograd, p->fwd_pd))) {
+      p->fwd_pd = winograd;
+      p->fwd_alg = dnnl::algorithm::convolution_winograd;
+    }
     p->fwd = conv_fwd(p->fwd_pd);
     plans_.push_back(std::move(p));
     return *(current_ = plans_.back().get());
@@ -407,24 +503,36 @@ class Conv : public ConvOp {
   }
 
   void build_backward_data(Plan& p) {
-    auto d = conv_bwd_data::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
-                                 any_desc(weight_dims(), ctx_.act), p.fwd_pd.dst_desc(), strides(),
-                                 pads(), pads());
-    p.bwd_data_pd = dnnl_try("conv backward data", [&] {
+    const auto pd = [&](dnnl::algorithm alg) {
+      auto d = conv_bwd_data::desc(alg, p.fwd_pd.src_desc(), any_desc(weight_dims(), ctx_.act),
+                                   p.fwd_pd.dst_desc(), strides(), pads(), pads());
       return conv_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
-    });
+    };
+    if (p.fwd_alg == dnnl::algorithm::convolution_winograd) {
+      p.data_alg = dnnl::algorithm::convolution_winograd;
+      if (!winograd_pd(p.bwd_data_pd, [&] { return pd(p.data_alg); }))
+        p.data_alg = dnnl::algorithm::convolution_direct;
+    }
+    if (p.data_alg == dnnl::algorithm::convolution_direct)
+      p.bwd_data_pd = dnnl_try("conv backward data", [&] { return pd(p.data_alg); });
     p.bwd_data = conv_bwd_data(p.bwd_data_pd);
   }
 
   void build_backward_weights(Plan& p) {
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_channels}, dt::f32, tag::a) : memory::desc();
-    auto d = conv_bwd_weights::desc(dnnl::algorithm::convolution_direct, p.fwd_pd.src_desc(),
-                                    any_desc(weight_dims(), dt::f32), bias_md, p.fwd_pd.dst_desc(),
-                                    strides(), pads(), pads());
-    p.bwd_weights_pd = dnnl_try("conv backward weights", [&] {
+    const auto pd = [&](dnnl::algorithm alg) {
+      auto d = conv_bwd_weights::desc(alg, p.fwd_pd.src_desc(), any_desc(weight_dims(), dt::f32),
+                                      bias_md, p.fwd_pd.dst_desc(), strides(), pads(), pads());
       return conv_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
-    });
+    };
+    if (p.fwd_alg == dnnl::algorithm::convolution_winograd) {
+      p.weights_alg = dnnl::algorithm::convolution_winograd;
+      if (!winograd_pd(p.bwd_weights_pd, [&] { return pd(p.weights_alg); }))
+        p.weights_alg = dnnl::algorithm::convolution_direct;
+    }
+    if (p.weights_alg == dnnl::algorithm::convolution_direct)
+      p.bwd_weights_pd = dnnl_try("conv backward weights", [&] { return pd(p.weights_alg); });
     p.bwd_weights = conv_bwd_weights(p.bwd_weights_pd);
   }
 
@@ -453,6 +561,8 @@ class Conv : public ConvOp {
   Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution
   DataPath data_ = DataPath::kUndecided;   // likewise
   bool data_ran_ = false;                  // an input gradient was computed (and counted)
+  bool algorithm_counted_ = false;         // in ctx_.conv_algorithm_count
+  bool counted_winograd_ = false;          // ... as Winograd
   const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
   WeightGradTimes times_;                  // what measure timed, when it did
 };

@@ -59,9 +59,11 @@ int pack_lanes_from_environment() {
 
 class CpuBackend : public HostBackend {
  public:
-  CpuBackend(int threads, Precision precision, ConvWeightGrad weight_grad)
+  CpuBackend(int threads, Precision precision, ConvWeightGrad weight_grad,
+             ConvAlgorithm conv_algorithm)
       : HostBackend(threads), precision_(precision), isa_(dnnl::get_effective_cpu_isa()) {
     ctx_.weight_grad = weight_grad;
+    ctx_.conv_algorithm = conv_algorithm;
     // Without AVX512-BF16 or AMX oneDNN would emulate bf16 through fp32, slower than fp32
     // itself: stop instead of training slowly in silence (docs/GUIDE.md, "Mixed precision").
     RT_REQUIRE_INPUT(precision != Precision::kBF16 || has_bf16_instructions(isa_),
@@ -112,7 +114,9 @@ class CpuBackend : public HostBackend {
   ReorderTime reorder_time() const override { return ctx_.reorders; }
   std::string op_choices() const override {
     // The convolutions' clause last: the trainer's line on them ends "as the deck gave them".
-    const std::string stems = norm_choices(), convs = conv_choices();
+    std::string stems = norm_choices();
+    const std::string algorithm = algorithm_choices(), convs = conv_choices();
+    if (!algorithm.empty()) stems += (stems.empty() ? "" : "; ") + algorithm;
     return stems.empty() || convs.empty() ? stems + convs : stems + "; " + convs;
   }
 
@@ -138,6 +142,15 @@ class CpuBackend : public HostBackend {
   }
 
  private:
+  // With Winograd asked for or measured: how many convolutions have it (for every pass) and how
+  // many not.
+  std::string algorithm_choices() const {
+    const ConvAlgorithmCount& n = ctx_.conv_algorithm_count;
+    if (ctx_.conv_algorithm == ConvAlgorithm::kDirect || n.winograd + n.direct == 0) return "";
+    return str("convolutions: Winograd ", n.winograd, ", direct ", n.direct, " (",
+               conv_algorithm_name(ctx_.conv_algorithm), ")");
+  }
+
   std::string conv_choices() const {
     const ConvPathCount& n = ctx_.conv_path_count;
     if (n.gemm + n.onednn + n.data_forward + n.data_onednn == 0) return "";
@@ -174,8 +187,9 @@ class CpuBackend : public HostBackend {
 }  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, Precision precision,
-                                          ConvWeightGrad weight_grad) {
-  return std::make_unique<cpu::CpuBackend>(threads, precision, weight_grad);
+                                          ConvWeightGrad weight_grad,
+                                          ConvAlgorithm conv_algorithm) {
+  return std::make_unique<cpu::CpuBackend>(threads, precision, weight_grad, conv_algorithm);
 }
 
 }  // namespace ringtrain::backend

@@ -25,6 +25,14 @@ struct ConvPathCount {
   int data_onednn = 0;
 };
 
+// With ConvAlgorithm::kWinograd: how many training convolutions took oneDNN's Winograd kernels
+// for all three passes, and how many could not (the shape, bf16, or a pass oneDNN has no
+// Winograd kernel for) and run direct, counted at each one's first backward-weights pass.
+struct ConvAlgorithmCount {
+  int winograd = 0;
+  int direct = 0;
+};
+
 // How many ops of a fused kind (batch norm + ReLU + max pool, batch norm + residual + ReLU)
 // run our own loops, and how many oneDNN's primitives one after the other (a layout the loops
 // do not walk, or the environment's switch), counted at each one's first training forward.
@@ -65,7 +73,9 @@ struct Context {
   dnnl::stream stream{engine};
   dt act = dt::f32;
   ConvWeightGrad weight_grad = ConvWeightGrad::kOnednn;
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect;
   mutable ConvPathCount conv_path_count;  // the ops hold a const Context
+  mutable ConvAlgorithmCount conv_algorithm_count;
   // The widest pack of channel lanes our own loops take (channel_runs.hpp): kWidestPack, or 8
   // under RINGTRAIN_CPU_PACK_LANES=8 (the tests' way to run the bundle's width here).
   int pack_lanes = 8;
