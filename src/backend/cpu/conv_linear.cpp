@@ -12,6 +12,8 @@
 // stride-1 same-size convolution run over dy with the filter transposed and flipped, for a 3x3
 // stride-2 one as four convolutions, one per parity of the input pixel
 // (conv_input_grad_phases.hpp). The forward kernel is the faster one on some shapes and ISAs.
+// With train.conv_algorithm = winograd or measure, a 3x3 stride-1 fp32 convolution may run
+// oneDNN's Winograd kernels for all three passes (Context::conv_algorithm).
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -186,14 +188,15 @@ class Conv : public ConvOp {
 
   Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
 
-  // Winograd is oneDNN's for 3x3 stride-1 fp32 convolutions (F(4x4, 3x3)); asked for by the
-  // deck (train.conv_algorithm = winograd), tried there, and direct wherever oneDNN has no
-  // Winograd kernel for a pass.
+  // Winograd is oneDNN's for 3x3 stride-1 fp32 convolutions (F(4x4, 3x3)); asked for or to be
+  // timed by the deck (train.conv_algorithm = winograd or measure), tried there, and direct
+  // wherever oneDNN has no Winograd kernel for a pass.
   bool winograd_asked() const {
     return ctx_.conv_algorithm != ConvAlgorithm::kDirect && ctx_.act == dt::f32 && s_.kernel == 3 &&
            s_.stride == 1 && s_.padding == 1;
   }
-  // measure's choice for a convolution, on its first forward's x and w: the forward pass timed
+  // measure's choice for a convolution, on the x and w of its first forward on a batch shape
+  // (each shape has a plan of its own, as its primitives): the forward pass timed
   // with each algorithm (interleaved medians, as the weight-gradient paths are timed) into
   // scratch given back after; the faster algorithm then takes all three passes (the backward
   // passes follow the forward one on the widths measured: docs/TUNING.md).
