@@ -80,6 +80,7 @@ CPU_CONFIGS=${CPU_CONFIGS:-"resnet18_cifar:64:2:bf16 resnet18_cifar:64:2:fp32 \
 resnet18_cifar:64:1:bf16 resnet18_cifar:64:1:fp32"}
 CPU_INFERENCE_CONFIGS=${CPU_INFERENCE_CONFIGS-"resnet18_cifar:64:2:bf16 resnet18_cifar:64:1:bf16"}
 cpu_schedule="" norm_ab_input=1x64x64 norm_ab_batch=64
+conv_ab_args=(--model resnet18_cifar --batch 64)
 ops_tests=backend_ops,nn_gradcheck,nn_model,inference_plan
 if [ "$rehearse" = 1 ]; then
   backend=cpu
@@ -90,7 +91,7 @@ if [ "$rehearse" = 1 ]; then
   MEMORY_AB=bf16 memory_model=cnn_small memory_batch=8
   CPU_CONFIGS=${REHEARSAL_CPU_CONFIGS:-"cnn_small:8:1:bf16 cnn_small:8:1:fp32"}
   CPU_INFERENCE_CONFIGS="cnn_small:8:1:fp32" cpu_schedule="1 1 1" norm_ab_input=1x16x16
-  norm_ab_batch=8
+  norm_ab_batch=8 conv_ab_args=(--model cnn_small --batch 8)
   fibernet_args=(--train.max_steps=4)
   # The unit suites run in full in make test; here the step needs only to run.
   ops_tests=backend_ops/loss_and_sgd_match_direct_formulas
@@ -257,9 +258,10 @@ memory_split() {
 # ---- part 3: the host CPU (no GPU needed) ----------------------------------------------------
 # The CPU's model and the flags that decide oneDNN's kernels (AVX-512, AVX512-BF16, AMX), then
 # bench-compute.sh's training rows (ringtrain against PyTorch on this CPU, interleaved; the
-# peak; measure's weight-gradient choices; the per-op profile), a NOTE per row, then inference
-# rows while time is left (their table comes back as compute_inference.txt; the rest of their
-# files in logs.tar.gz, so OUT keeps at most 8 files), then norm_ab.
+# peak; measure's weight-gradient choices; the per-op profile), a NOTE per row, then
+# conv_algorithm_ab, then inference rows while time is left (their table comes back as
+# compute_inference.txt; the rest of their files in logs.tar.gz, so OUT keeps at most 8 files),
+# then norm_ab.
 host_cpu() {
   local flags limit
   flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
@@ -290,8 +292,26 @@ for r in map(json.loads, open(sys.argv[1])):
     print(("FAIL" if "ringtrain" in failed else "NOTE") + "\t" + detail)
 PY
   fi
+  conv_algorithm_ab
   cpu_inference
   norm_ab
+}
+
+# The fp32 3x3 convolutions by oneDNN's direct kernels and by measure's choice of them and its
+# Winograd ones (train.conv_algorithm), resnet18_cifar at 2 threads, alternating: a NOTE with
+# both rates and the count of Winograd convolutions.
+conv_algorithm_ab() {
+  local algorithm name json detail="" took=""
+  for algorithm in direct measure; do
+    name=cpu-conv-$algorithm
+    step "$name" 40 env OMP_NUM_THREADS=2 "$BIN/rt-bench-compute" "${conv_ab_args[@]}"       --threads 2 --precision fp32 --warmup 2 --windows 3 --steps 2       --conv-algorithm "$algorithm" || continue
+    json=$(step_json "$name")
+    detail+="$([ -n "$detail" ] && echo ", ")$algorithm $(json_field "$json" img_s) img/s"
+    [ "$algorithm" = measure ] &&
+      took=$(grep -o 'convolutions: Winograd [0-9]*, direct [0-9]*' <<<"$json" | head -1)
+  done
+  [ -n "$detail" ] && report NOTE cpu-conv-algorithm 0     "${conv_ab_args[1]} b${conv_ab_args[3]} fp32, 2 threads: $detail${took:+ ($took)}"
+  return 0
 }
 
 # The inference rows, in what is left but 30 s (norm_ab's).
