@@ -47,11 +47,15 @@ def attach_failures(rows, failures):
 
 
 def read_rows(raw_path):
-    rows, peaks, gpus, failures, profiles = {}, {}, set(), [], {}
+    rows, peaks, gpus, failures, profiles, algorithms = {}, {}, set(), [], {}, set()
     for line in open(raw_path):
         if not line.strip():
             continue
         r = json.loads(line)
+        # The convolution algorithms other than direct that ringtrain's rows ran with
+        # (CONV_ALGORITHM), for the table's note on GFLOP/s.
+        if r.get("conv_algorithm", "direct") != "direct":
+            algorithms.add(r["conv_algorithm"])
         if r["tool"] == "peak":
             peaks.setdefault((r["threads"], r["precision"]), []).append(r["gflops"])
             continue
@@ -100,7 +104,7 @@ def read_rows(raw_path):
                 row["rt_state_mib"] = r.get("state_mib")
                 row["rt_after_mib"] = r.get("gpu_after_forward_mib")
     attach_failures(rows, failures)
-    return rows, peaks, gpus, profiles
+    return rows, peaks, gpus, profiles, sorted(algorithms)
 
 
 def profile_lines(profiles, peaks):
@@ -245,21 +249,9 @@ def summarize(rows, peaks, gpus, cpu, device):
         yield row, line
 
 
-def conv_algorithms(raw_path):
-    """The convolution algorithms other than direct that ringtrain's rows ran with
-    (CONV_ALGORITHM), for the table's note on GFLOP/s."""
-    found = set()
-    for line in open(raw_path):
-        if line.strip():
-            algorithm = json.loads(line).get("conv_algorithm", "direct")
-            if algorithm != "direct":
-                found.add(algorithm)
-    return sorted(found)
-
-
 def main():
     raw_path, out_path, txt_path, cpu, device = sys.argv[1:6]
-    rows, peaks, gpus, profiles = read_rows(raw_path)
+    rows, peaks, gpus, profiles, algorithms = read_rows(raw_path)
     head = (f"{'model, input':<24} {'batch':>5} {'thr':>3} {'prec':>4} | {'ringtrain img/s':>15} "
             f"{'pytorch img/s':>13} {'ratio':>6} | {'vs fp32':>7} | {'GFLOP/s':>7} {'peak':>6} "
             f"{'%peak':>5} {'ceiling':>7} | {'other cores':>11}")
@@ -291,7 +283,6 @@ def main():
             f"the highest ratio any implementation could reach here; 'vs fp32' = ringtrain bf16 / "
             f"ringtrain fp32; 'other cores' = CPU other processes used meanwhile (busy > 0.5); "
             f"rows in {out_path}")
-    algorithms = conv_algorithms(raw_path)
     if algorithms:
         lines.append(
             f"ringtrain's 3x3 stride-1 fp32 convolutions by {', '.join(algorithms)} "

@@ -23,12 +23,13 @@ inline void print_conv_case(const char* precision, const ConvCase& c) {
               ringtrain::backend::shape_str(c.x_shape).c_str());
 }
 
-// The cpu backend (2 threads) on `path`, or null (reason printed) where bf16 is refused on this
-// CPU.
+// The cpu backend (2 threads) on `path` and `algorithm`, or null (reason printed) where bf16 is
+// refused on this CPU.
 inline std::unique_ptr<ringtrain::backend::Backend> cpu_or_skip(
-    ringtrain::backend::Precision precision, ringtrain::backend::ConvWeightGrad path) {
+    ringtrain::backend::Precision precision, ringtrain::backend::ConvWeightGrad path,
+    ringtrain::backend::ConvAlgorithm algorithm = ringtrain::backend::ConvAlgorithm::kDirect) {
   try {
-    return ringtrain::backend::make_backend("cpu", 2, precision, path);
+    return ringtrain::backend::make_backend("cpu", 2, precision, path, algorithm);
   } catch (const ringtrain::InputError& e) {
     std::printf("skipped: %s\n", e.what());
     return nullptr;

@@ -18,12 +18,7 @@ using namespace rt_test;
 namespace {
 
 std::unique_ptr<Backend> cpu_backend(Precision precision, ConvAlgorithm algorithm) {
-  try {
-    return make_backend("cpu", 2, precision, ConvWeightGrad::kOnednn, algorithm);
-  } catch (const InputError& e) {
-    std::printf("skipped: %s\n", e.what());
-    return nullptr;
-  }
+  return cpu_or_skip(precision, ConvWeightGrad::kOnednn, algorithm);
 }
 
 // 3x3 stride-1 convolutions Winograd takes: channels off oneDNN's blocks of 16, the stem's 3

@@ -240,6 +240,15 @@ class Conv : public ConvOp {
       return false;
     }
   }
+  // A backward pass's primitive (pd from make(algorithm)): by Winograd where the forward pass
+  // took it and oneDNN gives one for this pass, else direct; returns the algorithm it took.
+  template <typename Pd, typename Make>
+  static dnnl::algorithm backward_pd(const Plan& p, Pd& pd, const char* what, Make&& make) {
+    const auto winograd = dnnl::algorithm::convolution_winograd;
+    if (p.fwd_alg == winograd && winograd_pd(pd, [&] { return make(winograd); })) return winograd;
+    pd = dnnl_try(what, [&] { return make(dnnl::algorithm::convolution_direct); });
+    return dnnl::algorithm::convolution_direct;
+  }
   // Counted once per convolution, after its first weight-gradient pass: Winograd where every
   // pass that ran on oneDNN's convolution kernels had it (a weight gradient by the matmul, or
   // an input gradient by the forward kernel over the flipped filter, counts as direct; a
@@ -511,13 +520,7 @@ class Conv : public ConvOp {
                                    p.fwd_pd.dst_desc(), strides(), pads(), pads());
       return conv_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
     };
-    if (p.fwd_alg == dnnl::algorithm::convolution_winograd) {
-      p.data_alg = dnnl::algorithm::convolution_winograd;
-      if (!winograd_pd(p.bwd_data_pd, [&] { return pd(p.data_alg); }))
-        p.data_alg = dnnl::algorithm::convolution_direct;
-    }
-    if (p.data_alg == dnnl::algorithm::convolution_direct)
-      p.bwd_data_pd = dnnl_try("conv backward data", [&] { return pd(p.data_alg); });
+    p.data_alg = backward_pd(p, p.bwd_data_pd, "conv backward data", pd);
     p.bwd_data = conv_bwd_data(p.bwd_data_pd);
   }
 
@@ -529,13 +532,7 @@ class Conv : public ConvOp {
                                       bias_md, p.fwd_pd.dst_desc(), strides(), pads(), pads());
       return conv_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
     };
-    if (p.fwd_alg == dnnl::algorithm::convolution_winograd) {
-      p.weights_alg = dnnl::algorithm::convolution_winograd;
-      if (!winograd_pd(p.bwd_weights_pd, [&] { return pd(p.weights_alg); }))
-        p.weights_alg = dnnl::algorithm::convolution_direct;
-    }
-    if (p.weights_alg == dnnl::algorithm::convolution_direct)
-      p.bwd_weights_pd = dnnl_try("conv backward weights", [&] { return pd(p.weights_alg); });
+    p.weights_alg = backward_pd(p, p.bwd_weights_pd, "conv backward weights", pd);
     p.bwd_weights = conv_bwd_weights(p.bwd_weights_pd);
   }
 
