@@ -104,10 +104,12 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "and bf16, stays direct",
        {"direct", "winograd", "measure"}},
       {"train.conv_weight_grad_choices", &c.train.conv_weight_grad_choices,
-       "cpu, with train.conv_weight_grad = measure: paths chosen beforehand, "
-       "name=gemm|onednn[+forward],... (+forward: the input gradient by the forward kernel; a "
-       "run's checkpoint attribute conv_weight_grad_choices); the "
-       "convolutions named are not timed, so runs that name them all repeat bitwise",
+       "cpu, with train.conv_weight_grad or train.conv_algorithm = measure: measure's choices "
+       "made beforehand, name=gemm|onednn[+forward][+winograd|direct],... (+forward: the input "
+       "gradient by the forward kernel; +winograd or +direct: the algorithm, with "
+       "train.conv_algorithm = measure; the checkpoint attribute conv_weight_grad_choices of a "
+       "run, whose ranks all take rank 0's); the convolutions named are not timed, so runs that "
+       "name them all repeat bitwise",
        {}},
       {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
        "cuda: most scratch memory a cuDNN convolution algorithm may use, MiB", {}},
@@ -432,6 +434,27 @@ std::string choice_list(const Option& opt, const char* lead) {
   return list;
 }
 
+// One train.conv_weight_grad_choices item: name=tokens, '+'-joined, in order: gemm or onednn,
+// then forward (both optional together), then winograd or direct; at least one.
+bool is_conv_choice(const std::string& item) {
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) return false;
+  static const std::vector<std::vector<std::string>> kSlots{
+      {"gemm", "onednn"}, {"forward"}, {"winograd", "direct"}};
+  std::istringstream tokens(item.substr(eq + 1));
+  size_t slot = 0;
+  bool weights = false;
+  for (std::string token; std::getline(tokens, token, '+');) {
+    while (slot < kSlots.size() &&
+           std::find(kSlots[slot].begin(), kSlots[slot].end(), token) == kSlots[slot].end())
+      ++slot;
+    if (slot == kSlots.size() || (slot == 1 && !weights)) return false;
+    weights = weights || slot == 0;
+    ++slot;
+  }
+  return item.back() != '+';
+}
+
 void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
                               const Source& src) {
   for (const auto& opt : table) {
@@ -503,25 +526,20 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
     throw InputError(
         "train.conv_algorithm = measure chooses by timing, so two runs may differ; with "
         "train.deterministic = true choose direct or winograd");
-  // measure's paths given beforehand: name=gemm|onednn[+forward] items, and only beside measure.
+  // measure's choices given beforehand: name=tokens items (Model::weight_grad_choices), and only
+  // beside a measure.
   if (!t.conv_weight_grad_choices.empty()) {
-    if (t.conv_weight_grad != "measure")
+    if (t.conv_weight_grad != "measure" && t.conv_algorithm != "measure")
       throw InputError(str(src.of("train.conv_weight_grad_choices"),
-                           ": train.conv_weight_grad_choices gives measure's paths beforehand, "
+                           ": train.conv_weight_grad_choices gives measure's choices beforehand, "
                            "but train.conv_weight_grad is ",
-                           t.conv_weight_grad, ", not measure"));
+                           t.conv_weight_grad, " and train.conv_algorithm ", t.conv_algorithm,
+                           ", neither measure"));
     std::istringstream items(t.conv_weight_grad_choices);
-    for (std::string item; std::getline(items, item, ',');) {
-      const size_t eq = item.find('=');
-      std::string path = eq == std::string::npos ? "" : item.substr(eq + 1);
-      const std::string suffix = "+forward";
-      if (path.size() > suffix.size() &&
-          path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0)
-        path.resize(path.size() - suffix.size());
-      require(eq != std::string::npos && eq > 0 && (path == "gemm" || path == "onednn"),
-              "train.conv_weight_grad_choices", item,
-              "name=gemm or name=onednn, either with +forward, comma-separated");
-    }
+    for (std::string item; std::getline(items, item, ',');)
+      require(is_conv_choice(item), "train.conv_weight_grad_choices", item,
+              "name=gemm or name=onednn, either with +forward, then +winograd or +direct "
+              "(or name=winograd or name=direct alone), comma-separated");
   }
   require(t.log_interval >= 1, "train.log_interval", std::to_string(t.log_interval), "at least 1");
   require(t.checkpoint_every >= 0, "train.checkpoint_every", std::to_string(t.checkpoint_every),

@@ -155,8 +155,9 @@ ResumePoint CheckpointState::load(nn::Model& model, nn::Optimizer& optimizer, Lo
     const auto row = rows.begin() + std::ptrdiff_t(n * size_t(comm_.rank()));
     model.set_buffer_values(std::vector<float>(row, row + std::ptrdiff_t(n)));
   }
-  // The timed weight-gradient paths the run had agreed on: the resumed run computes as the
-  // uninterrupted one would (they take effect with train.conv_weight_grad = measure).
+  // The timed choices the run had agreed on: the resumed run computes as the uninterrupted one
+  // would (paths take effect with train.conv_weight_grad = measure, algorithms with
+  // train.conv_algorithm = measure).
   const bool weight_grads_preset = root.has_attr("conv_weight_grad_choices");
   if (weight_grads_preset)
     model.preset_weight_grad_choices(root.attr_string("conv_weight_grad_choices"), path);

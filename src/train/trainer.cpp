@@ -529,13 +529,13 @@ bool Trainer::nonfinite_step_is_skipped(const nn::Parameter* bad) {
                   "train.on_nonfinite = skip)"));
 }
 
-// With train.conv_weight_grad = measure each rank timed its convolutions' two weight-gradient
-// paths in its first step and may have chosen otherwise than rank 0: every rank now takes rank
-// 0's choices, so that the ranks compute alike from here on and a checkpoint's choices
-// (rank 0 writes them) are every rank's when a run resumes from it.
+// With train.conv_weight_grad or train.conv_algorithm = measure each rank timed its
+// convolutions' paths or algorithms in its first step and may have chosen otherwise than rank 0:
+// every rank now takes rank 0's choices, so that the ranks compute alike from here on and a
+// checkpoint's choices (rank 0 writes them) are every rank's when a run resumes from it.
 void Trainer::agree_weight_grad_choices() {
   weight_grads_agreed_ = true;
-  if (cfg_.train.conv_weight_grad != "measure") return;
+  if (cfg_.train.conv_weight_grad != "measure" && cfg_.train.conv_algorithm != "measure") return;
   const std::string mine = model_->weight_grad_choices();
   std::vector<uint8_t> bytes(mine.begin(), mine.end());
   comm_.broadcast(bytes, 0);

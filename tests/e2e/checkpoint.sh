@@ -59,47 +59,61 @@ else
   echo "bf16 checkpoint: skipped (no AVX512-BF16 or AMX on this CPU)"
 fi
 
-# train.conv_weight_grad = measure on fibernet (no bias on its convolutions): the checkpoint
-# keeps each convolution's path, and a resumed run takes them back instead of timing again.
-# Two fresh runs would time apart, so the uninterrupted run and the first part get their paths
-# from the deck (train.conv_weight_grad_choices: every convolution on the matmul, from a short
-# measured run's checkpoint); the resumed part has only the checkpoint to take them from, and
-# ends bitwise equal to the uninterrupted run. Every stride-1 same-size convolution is pinned
-# to the forward kernel for its input gradient (+forward), so that path runs through the
-# presets and the resume too (fibernet's strided ones: each stage's first conv1 after layer1,
-# and the 1x1 downsamples).
-m=(--model.name=fibernet --train.conv_weight_grad=measure)
+# train.conv_weight_grad = measure and train.conv_algorithm = measure on fibernet (no bias on its
+# convolutions): the checkpoint keeps each convolution's path and algorithm, and a resumed run
+# takes them back instead of timing again. Two fresh runs would time apart, so the
+# uninterrupted run and the first part get their choices from the deck
+# (train.conv_weight_grad_choices, written from a short measured run's checkpoint); the resumed
+# part has only the checkpoint to take them from, keeps them (its checkpoint's attribute is the
+# pins), and ends bitwise equal to the uninterrupted run. The pins run every path through the
+# presets and the resume: the matmul for the weight gradients and the forward kernel for the
+# input gradients of the stride-1 convolutions (fibernet's strided ones: each stage's first
+# conv1 after layer1, and the 1x1 downsamples, which take no algorithm), Winograd for their
+# forward pass; layer1's two on oneDNN's kernels and Winograd for all three passes; the stem
+# direct.
+m=(--model.name=fibernet --train.conv_weight_grad=measure --train.conv_algorithm=measure)
 run --output.name=probe_m "${m[@]}" --train.max_steps=1 >"$work/probe_m.log" 2>&1 \
   || { cat "$work/probe_m.log"; fail "measured probe run"; }
-pins=$("$PYTHON" - "$work/out/probe_m.ckpt.h5" <<'PY'
+read -r pins pinned < <("$PYTHON" - "$work/out/probe_m.ckpt.h5" <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 items = dict(i.split("=") for i in f.attrs["conv_weight_grad_choices"].split(","))
 convs = []
 f["params"].visititems(lambda n, o: convs.append(n[:-len(".weight")]) if isinstance(o, h5py.Dataset) and o.ndim == 4 else None)
 assert sorted(items) == sorted(convs), (sorted(items), sorted(convs))
-assert set(items.values()) <= {"gemm", "onednn", "gemm+forward", "onednn+forward"}, items
 def strided(name):
     return name.endswith("downsample.0") or (name.endswith(".0.conv1") and not name.startswith("layer1."))
-print(",".join(f"{name}=gemm" + ("" if strided(name) else "+forward") for name in sorted(items)))
+for name, choice in items.items():
+    paths = {"gemm", "onednn", "gemm+forward", "onednn+forward"}
+    assert choice in (paths if strided(name) else {p + a for p in paths for a in ("+winograd", "+direct")}), items
+def pin(name):
+    if strided(name): return "gemm"
+    if name == "conv1": return "gemm+forward+direct"
+    if name.startswith("layer1."): return "onednn+winograd"
+    return "gemm+forward+winograd"
+pins = {name: pin(name) for name in sorted(items)}
+n, wino = len(pins), sum(v == "onednn+winograd" for v in pins.values())
+forward = sum("+forward" in v for k, v in pins.items() if k != "conv1")  # the stem's never runs
+print(",".join(f"{k}={v}" for k, v in pins.items()),
+      f"convolutions: Winograd {wino}, direct {n - wino} (measure); conv weight gradients: gemm "
+      f"{n - wino}, oneDNN {wino} (measure); input gradients: forward kernel {forward}, oneDNN {n - 1 - forward}")
 PY
-) || fail "measured probe checkpoint: $pins"
+) || fail "measured probe checkpoint"
+[ -n "$pinned" ] || fail "measured probe checkpoint: no pins"
 run --output.name=whole_m "${m[@]}" --train.conv_weight_grad_choices="$pins" --train.max_steps=8 \
   >"$work/whole_m.log" 2>&1 || { cat "$work/whole_m.log"; fail "uninterrupted run, measure"; }
 run --output.name=parts_m "${m[@]}" --train.conv_weight_grad_choices="$pins" --train.max_steps=4 \
   >"$work/m1.log" 2>&1 || fail "first part, measure"
 run --output.name=parts_m "${m[@]}" --train.max_steps=8 --resume >"$work/m2.log" 2>&1 \
   || { cat "$work/m2.log"; fail "resume, measure"; }
-n=$(echo "$pins" | tr ',' '\n' | wc -l)
-# (nothing timed: the pins name every path; the stem's input gradient never runs, uncounted)
-forward=$(echo "$pins" | tr ',' '\n' | grep -v '^conv1=' | grep -c '+forward$')
-# (after the batch norms' fused-or-not clauses, which depend on the layouts this CPU's
-# convolutions write)
-pinned="conv weight gradients: gemm $n, oneDNN 0 (measure); input gradients: forward kernel $forward, oneDNN $((n - 1 - forward))"
+# (nothing timed: the pins name every choice; after the batch norms' fused-or-not clauses,
+# which depend on the layouts this CPU's convolutions write)
 grep -q "rank 0: .*$pinned, as the deck gave them" \
   "$work/whole_m.log" || fail "measure pinned: $(grep -i 'conv weight' "$work/whole_m.log")"
 grep -q "rank 0: .*$pinned, as the checkpoint had them" \
   "$work/m2.log" || fail "measure resume: $(grep -i 'conv weight' "$work/m2.log")"
+kept=$(h5dump -a conv_weight_grad_choices "$work/out/parts_m.ckpt.h5" | sed -n 's/.*(0): "\(.*\)".*/\1/p')
+[ "$kept" = "$pins" ] || fail "resumed checkpoint's choices: $kept, not the pins $pins"
 compare "$work/out/whole_m.ckpt.h5" "$work/out/parts_m.ckpt.h5"
 run --output.name=bad_m "${m[@]}" --train.conv_weight_grad_choices=conv9=gemm --train.max_steps=1 \
   >"$work/bad_m.log" 2>&1 && fail "an unknown convolution's pin was taken"

@@ -454,28 +454,39 @@ BOOST_AUTO_TEST_CASE(conv_weight_grad_key) {
                  .config.train.deterministic);
 }
 
-// train.conv_weight_grad_choices: measure's paths given beforehand, name=gemm|onednn[+forward]
-// items, only beside measure; each bad item named.
+// train.conv_weight_grad_choices: measure's choices given beforehand,
+// name=gemm|onednn[+forward][+winograd|direct] items, only beside a measure (either key's);
+// each bad item named.
 BOOST_AUTO_TEST_CASE(conv_weight_grad_choices_key) {
   std::string deck = write_deck("weight_grad_choices.deck", kGoodDeck);
   const std::string measure = "--train.conv_weight_grad=measure";
+  const std::string algorithm = "--train.conv_algorithm=measure";
+  const char* rule =
+      "name=gemm or name=onednn, either with +forward, then +winograd or +direct (or "
+      "name=winograd or name=direct alone), comma-separated";
   BOOST_TEST(parse({"--deck", deck}).config.train.conv_weight_grad_choices == "");
   BOOST_TEST(parse({"--deck", deck, measure,
                     "--train.conv_weight_grad_choices=conv1=gemm,fc.x=onednn,c2=onednn+forward"})
                  .config.train.conv_weight_grad_choices ==
              "conv1=gemm,fc.x=onednn,c2=onednn+forward");
+  BOOST_TEST(parse({"--deck", deck, algorithm,
+                    "--train.conv_weight_grad_choices=a=winograd,b=gemm+forward+direct,c=onednn+"
+                    "winograd"})
+                 .config.train.conv_weight_grad_choices ==
+             "a=winograd,b=gemm+forward+direct,c=onednn+winograd");
   BOOST_TEST(error_of({"--deck", deck, "--train.conv_weight_grad_choices=conv1=gemm"}) ==
-             "command line: train.conv_weight_grad_choices gives measure's paths beforehand, but "
-             "train.conv_weight_grad is onednn, not measure");
+             "command line: train.conv_weight_grad_choices gives measure's choices beforehand, "
+             "but train.conv_weight_grad is onednn and train.conv_algorithm direct, neither "
+             "measure");
   BOOST_TEST(
       error_of({"--deck", deck, measure, "--train.conv_weight_grad_choices=conv1=gemm,conv2"}) ==
-      "command line: bad value 'conv2' for train.conv_weight_grad_choices (name=gemm or "
-      "name=onednn, either with +forward, comma-separated)");
-  for (const char* bad : {"conv1=im2col", "conv1=+forward", "conv1=gemm+backward"})
-    BOOST_TEST(error_of({"--deck", deck, measure, str("--train.conv_weight_grad_choices=", bad)}) ==
-               str("command line: bad value '", bad,
-                   "' for train.conv_weight_grad_choices (name=gemm or name=onednn, either with "
-                   "+forward, comma-separated)"));
+      str("command line: bad value 'conv2' for train.conv_weight_grad_choices (", rule, ")"));
+  for (const char* bad : {"conv1=im2col", "conv1=+forward", "conv1=gemm+backward", "conv1=forward",
+                          "conv1=winograd+gemm", "conv1=gemm+direct+winograd", "conv1=gemm+",
+                          "conv1=", "=gemm", "conv1=gemm++forward"})
+    BOOST_TEST(
+        error_of({"--deck", deck, algorithm, str("--train.conv_weight_grad_choices=", bad)}) ==
+        str("command line: bad value '", bad, "' for train.conv_weight_grad_choices (", rule, ")"));
 }
 
 BOOST_AUTO_TEST_CASE(help_lists_every_key_with_default) {

@@ -182,9 +182,9 @@ BOOST_AUTO_TEST_CASE(presets_and_their_errors) {
              "is oneDNN's (onednn)");
   with_bias->preset_weight_grad("onednn+forward");
   BOOST_TEST(with_bias->weight_grad_choice() == "onednn+forward");
-  BOOST_TEST(error_of([&] { with_bias->preset_weight_grad("onednn+winograd"); }) ==
-             "conv backward: unknown paths 'onednn+winograd' (gemm or onednn, then +forward for "
-             "the input gradient by the forward kernel)");
+  BOOST_TEST(error_of([&] { with_bias->preset_weight_grad("onednn+fft"); }) ==
+             "conv backward: unknown paths 'onednn+fft' (gemm or onednn, then +forward for the "
+             "input gradient by the forward kernel, then +winograd or +direct for the algorithm)");
 
   // Counted once an input gradient ran; a preset after that moves the count with the path.
   auto counted = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure);

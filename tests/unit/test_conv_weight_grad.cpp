@@ -249,7 +249,8 @@ BOOST_AUTO_TEST_CASE(preset_choices_replace_the_timed_ones) {
   BOOST_TEST(choice == "");  // gemm by the key: no choice, the preset ignored
   BOOST_TEST(error_of([&] { op->preset_weight_grad("im2col"); }) ==
              "conv backward: unknown paths 'im2col' (gemm or onednn, then +forward for the "
-             "input gradient by the forward kernel)");
+             "input gradient by the forward kernel, then +winograd or +direct for the "
+             "algorithm)");
 }
 
 BOOST_AUTO_TEST_CASE(names_and_errors) {

@@ -3,8 +3,8 @@
 // reference loops and oneDNN's direct kernels (Winograd rounds a little more: a stated
 // tolerance), not the direct kernels' bits (so the comparisons tell the two apart), bitwise
 // repeatable; every other convolution (strided, 1x1, bf16) the direct kernels' very bits;
-// measure taking one of the two per convolution; the count op_choices reports; the name's parse
-// and its error.
+// measure taking one of the two per convolution, reporting it and taking it given beforehand;
+// the count op_choices reports; the name's parse and its error.
 #include <boost/test/unit_test.hpp>
 
 #include "conv_case.hpp"
@@ -38,25 +38,29 @@ const ConvCase kDirect[] = {
     {{8, 16, 5, 1, 2, false, false}, {2, 8, 9, 9}},
 };
 
-// y, dx and dw of one convolution (its input from a 1x1 convolution, dy = its own output).
+// y, dx and dw of one convolution op of `be` (its input from a 1x1 convolution, dy = its own
+// output).
 struct Passes {
   std::vector<float> y, dx, dw;
 };
-Passes passes(Backend& be, const ConvCase& c, uint64_t seed) {
+Passes passes(Backend& be, ConvOp& op, const ConvCase& c, uint64_t seed) {
   const ConvSpec& s = c.spec;
   ConvInputs in = conv_inputs_as_in_training(be, c, seed);
   Tensor bias = random_tensor(be, {s.out_channels}, seed + 3);
   Tensor dbias = be.alloc({s.out_channels});
-  auto op = be.make_conv(s);
   Tensor y, dx;
   Tensor dw = be.alloc({s.out_channels, s.in_channels, s.kernel, s.kernel});
-  op->forward(in.x, in.w, s.bias ? &bias : nullptr, y);
+  op.forward(in.x, in.w, s.bias ? &bias : nullptr, y);
   Passes out{to_host(be, y), {}, {}};
-  op->backward_weights(in.x, y, dw, s.bias ? &dbias : nullptr);
-  op->backward_data(y, in.w, dx);
+  op.backward_weights(in.x, y, dw, s.bias ? &dbias : nullptr);
+  op.backward_data(y, in.w, dx);
   out.dx = to_host(be, dx);
   out.dw = to_host(be, dw);
   return out;
+}
+// ... of a new op.
+Passes passes(Backend& be, const ConvCase& c, uint64_t seed) {
+  return passes(be, *be.make_conv(c.spec), c, seed);
 }
 
 bool same_passes(const Passes& a, const Passes& b) {
@@ -131,6 +135,52 @@ BOOST_AUTO_TEST_CASE(measure_takes_one_algorithm_per_convolution) {
   BOOST_TEST(measure->op_choices() ==
              str("convolutions: Winograd ", took_winograd, ", direct ", n - took_winograd,
                  " (measure); conv weight gradients: gemm 0, oneDNN ", n, " (onednn)"));
+}
+
+// measure's algorithm is a choice as the backward paths are (ConvOp::weight_grad_choice):
+// reported once made and matching the bits; given beforehand, taken without timing (the bits of
+// the algorithm named) and counted; given after a forward (a rank taking rank 0's), the plans
+// built again with it; "winograd" refused where no Winograd kernel fits, "direct" taken there
+// and not reported; tokens of a choice not timed (an algorithm without measure) ignored.
+BOOST_AUTO_TEST_CASE(measure_reports_and_takes_its_choice) {
+  auto measure = cpu_backend(Precision::kF32, ConvAlgorithm::kMeasure);
+  auto winograd = cpu_backend(Precision::kF32, ConvAlgorithm::kWinograd);
+  auto direct = cpu_backend(Precision::kF32, ConvAlgorithm::kDirect);
+  const ConvCase& c = kWinograd[3];  // resnet18's last stage
+  auto timed = measure->make_conv(c.spec);
+  BOOST_TEST(timed->weight_grad_choice() == "");
+  const bool took_winograd = same_passes(passes(*measure, *timed, c, 51), passes(*winograd, c, 51));
+  BOOST_TEST(timed->weight_grad_choice() == (took_winograd ? "winograd" : "direct"));
+
+  auto pinned = cpu_backend(Precision::kF32, ConvAlgorithm::kMeasure);
+  auto to_winograd = pinned->make_conv(c.spec), to_direct = pinned->make_conv(c.spec);
+  to_winograd->preset_weight_grad("winograd");
+  to_direct->preset_weight_grad("direct");
+  BOOST_TEST(same_passes(passes(*pinned, *to_winograd, c, 52), passes(*winograd, c, 52)));
+  BOOST_TEST(same_passes(passes(*pinned, *to_direct, c, 53), passes(*direct, c, 53)));
+  BOOST_TEST(to_winograd->weight_grad_choice() == "winograd");
+  BOOST_TEST(pinned->op_choices() ==
+             "convolutions: Winograd 1, direct 1 (measure); conv weight gradients: gemm 0, "
+             "oneDNN 2 (onednn)");
+  to_winograd->preset_weight_grad("direct");
+  BOOST_TEST(same_passes(passes(*pinned, *to_winograd, c, 54), passes(*direct, c, 54)));
+  BOOST_TEST(to_winograd->weight_grad_choice() == "direct");
+  BOOST_TEST(pinned->op_choices() ==
+             "convolutions: Winograd 0, direct 2 (measure); conv weight gradients: gemm 0, "
+             "oneDNN 2 (onednn)");
+
+  auto strided = pinned->make_conv(kDirect[0].spec);
+  BOOST_TEST(error_of([&] { strided->preset_weight_grad("winograd"); }) ==
+             "conv: 'winograd' for a 3x3 fp32 convolution of stride 2 and padding 1; Winograd "
+             "takes 3x3 fp32 ones of stride 1 and padding 1");
+  strided->preset_weight_grad("direct");
+  BOOST_TEST(strided->weight_grad_choice() == "");
+  auto fixed = winograd->make_conv(c.spec);
+  fixed->preset_weight_grad("direct");  // conv_algorithm = winograd: nothing timed, ignored
+  BOOST_TEST(same_passes(passes(*winograd, *fixed, c, 55), passes(*winograd, c, 55)));
+  BOOST_TEST(error_of([&] { fixed->preset_weight_grad("onednn+fft"); }) ==
+             "conv backward: unknown paths 'onednn+fft' (gemm or onednn, then +forward for the "
+             "input gradient by the forward kernel, then +winograd or +direct for the algorithm)");
 }
 
 BOOST_AUTO_TEST_CASE(names_and_their_error) {

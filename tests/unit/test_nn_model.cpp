@@ -617,34 +617,56 @@ BOOST_AUTO_TEST_CASE(a_recorded_step_replays_as_the_step_itself) {
   }
 }
 
-// The timed weight-gradient paths by convolution name: one per bias-free convolution once a
-// step has run, taken back by a fresh model before any step (as a resumed run does), and a
-// choice for a name the model lacks named in the error.
+// The timed choices by convolution name (weight-gradient paths, and with conv_algorithm =
+// measure the algorithms too): one per bias-free convolution once a step has run, taken back by
+// a fresh model before any step (as a resumed run does), whose step then gives the timed one's
+// very gradients; a choice for a name the model lacks named in the error.
 BOOST_AUTO_TEST_CASE(weight_grad_choices_go_by_name_and_come_back) {
-  auto be =
-      backend::make_backend("cpu", 2, backend::Precision::kF32, backend::ConvWeightGrad::kMeasure);
   const ModelInput in{1, 16, 16};
-  Tensor x = random_tensor(*be, {2, 1, 16, 16}, 91);
-  std::vector<int32_t> labels = labels_for(2, 5, 92);
-  auto model = make_model("fibernet", in, 5, *be, 42);
-  BOOST_TEST(model->weight_grad_choices() == "");  // nothing timed yet
-  model->forward(x, true);
-  model->loss(labels.data());
-  model->backward();
-  const std::string choices = model->weight_grad_choices();
-  std::printf("fibernet: %s\n", choices.c_str());
-  size_t convs = 0;  // every convolution weight is 4-D
-  for (Parameter* p : model->parameters()) convs += p->shape.size() == 4;
-  BOOST_TEST(size_t(std::count(choices.begin(), choices.end(), '=')) == convs);
+  for (auto algorithm : {backend::ConvAlgorithm::kDirect, backend::ConvAlgorithm::kMeasure}) {
+    auto be = backend::make_backend("cpu", 2, backend::Precision::kF32,
+                                    backend::ConvWeightGrad::kMeasure, algorithm);
+    Tensor x = random_tensor(*be, {2, 1, 16, 16}, 91);
+    std::vector<int32_t> labels = labels_for(2, 5, 92);
+    const auto step = [&](Model& model) {
+      model.forward(x, true);
+      model.loss(labels.data());
+      model.backward();
+      std::vector<float> grads;
+      for (Parameter* p : model.parameters()) {
+        const std::vector<float> g = to_host(*be, p->grad);
+        grads.insert(grads.end(), g.begin(), g.end());
+      }
+      return grads;
+    };
+    auto model = make_model("fibernet", in, 5, *be, 42);
+    BOOST_TEST(model->weight_grad_choices() == "");  // nothing timed yet
+    const std::vector<float> timed = step(*model);
+    const std::string choices = model->weight_grad_choices();
+    std::printf("fibernet, conv_algorithm %s: %s\n", backend::conv_algorithm_name(algorithm),
+                choices.c_str());
+    size_t convs = 0;  // every convolution weight is 4-D
+    for (Parameter* p : model->parameters()) convs += p->shape.size() == 4;
+    BOOST_TEST(size_t(std::count(choices.begin(), choices.end(), '=')) == convs);
+    // An algorithm for each 3x3 stride-1 one: the stem, layer1's two, each later stage's conv2.
+    size_t algorithms = 0;
+    for (const char* token : {"winograd", "direct"})
+      for (size_t at = choices.find(token); at != std::string::npos;
+           at = choices.find(token, at + 1))
+        ++algorithms;
+    BOOST_TEST(algorithms == (algorithm == backend::ConvAlgorithm::kMeasure ? 6u : 0u));
 
-  auto fresh = make_model("fibernet", in, 5, *be, 42);
-  fresh->preset_weight_grad_choices(choices, "test");
-  BOOST_TEST(fresh->weight_grad_choices() == choices);
-  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("stem.conv9=gemm", "deck.key"); }) ==
-             "deck.key: weight-gradient choice for stem.conv9, which model fibernet has no "
-             "convolution of");
-  BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("gemm", "deck.key"); }) ==
-             "deck.key: weight-gradient choice 'gemm' is not name=path");
+    auto fresh = make_model("fibernet", in, 5, *be, 42);
+    fresh->preset_weight_grad_choices(choices, "test");
+    BOOST_TEST(fresh->weight_grad_choices() == choices);
+    BOOST_TEST(same_bits(step(*fresh), timed));
+    BOOST_TEST(
+        error_of([&] { fresh->preset_weight_grad_choices("stem.conv9=gemm", "deck.key"); }) ==
+        "deck.key: weight-gradient choice for stem.conv9, which model fibernet has no "
+        "convolution of");
+    BOOST_TEST(error_of([&] { fresh->preset_weight_grad_choices("gemm", "deck.key"); }) ==
+               "deck.key: weight-gradient choice 'gemm' is not name=path");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -190,12 +190,13 @@ class ConvOp : public SavedStateOp {
   virtual void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) = 0;
   // dw (plain, possibly a view) and dbias are overwritten, not accumulated.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) = 0;
-  // The backward paths this convolution chose by timing (ConvWeightGrad::kMeasure): "gemm" or
-  // "onednn" for the weight gradient, then "+forward" where the input gradient runs on the
-  // forward kernel, once its first backward pass decided; "" before that and where no choice
-  // is timed. preset_weight_grad makes the choice without timing, or replaces the one
-  // made (rank 0's, a checkpoint's), so that ranks and resumed runs compute alike; "" and
-  // ops without the choice ignore it.
+  // What this convolution chose by timing: with ConvWeightGrad::kMeasure "gemm" or "onednn" for
+  // the weight gradient, then "+forward" where the input gradient runs on the forward kernel;
+  // with ConvAlgorithm::kMeasure then "winograd" or "direct" ('+'-joined after the paths); ""
+  // until every choice timed here is made, and where none is. preset_weight_grad makes the
+  // choices without timing, or replaces those made (rank 0's, a checkpoint's), so that ranks and
+  // resumed runs compute alike; "", ops without the choice, and tokens of a choice the op does
+  // not time are ignored.
   virtual std::string weight_grad_choice() const { return ""; }
   virtual void preset_weight_grad(const std::string& choice) { (void)choice; }
   // What measure timed for the choice (medians, ms); zeros where nothing was timed (another

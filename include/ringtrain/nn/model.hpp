@@ -90,10 +90,11 @@ class Model {
   // (Sequential::set_fold_relu_backward): on by default, bitwise the same numbers.
   void set_fold_relu_backward(bool on) { net_->set_fold_relu_backward(on); }
 
-  // Each convolution's timed weight-gradient path (ConvOp::weight_grad_choice) as
-  // "name=path,name=path"; "" while none has chosen. preset_weight_grad_choices takes such a
-  // string (the deck's, rank 0's, a checkpoint's) and makes those choices; a name the model
-  // lacks is an InputError that begins with `source` (the deck key, the file).
+  // Each convolution's timed choices, its weight-gradient path and its algorithm
+  // (ConvOp::weight_grad_choice), as "name=choice,name=choice"; "" while none has chosen.
+  // preset_weight_grad_choices takes such a string (the deck's, rank 0's, a checkpoint's) and makes
+  // those choices; a name the model lacks is an InputError that begins with `source` (the deck key,
+  // the file).
   std::string weight_grad_choices();
   void preset_weight_grad_choices(const std::string& choices, const std::string& source);
   // What measure timed for each convolution it decided, by name (ConvOp::weight_grad_times).

@@ -36,7 +36,7 @@ struct ResumePoint {
   // whether it covers the BN statistics; empty: a checkpoint from before the check.
   std::string weights_digest;
   bool weights_digest_covers_bn = false;
-  // The model took the checkpoint's timed weight-gradient paths (Model::weight_grad_choices).
+  // The model took the checkpoint's timed choices: paths, algorithms (Model::weight_grad_choices).
   bool weight_grads_preset = false;
 };
 

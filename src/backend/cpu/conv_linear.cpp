@@ -16,6 +16,7 @@
 // oneDNN's Winograd kernels for all three passes (Context::conv_algorithm).
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -98,25 +99,58 @@ class Conv : public ConvOp {
     count_algorithm(p);
   }
 
-  // "gemm" or "onednn" (the weight gradient's path; "onednn" where a bias keeps it oneDNN's),
-  // then "+forward" where the input gradient runs on the forward kernel.
+  // What measure chose, '+'-joined: "gemm" or "onednn" (the weight gradient's path; "onednn"
+  // where a bias keeps it oneDNN's), then "forward" where the input gradient runs on the forward
+  // kernel (train.conv_weight_grad = measure); "winograd" or "direct", the algorithm of all three
+  // passes (train.conv_algorithm = measure). "" until every choice timed here is made.
   std::string weight_grad_choice() const override {
-    if ((!timed_weight_grad() && !timed_data()) || weight_grad_ == Path::kUndecided) return "";
-    return std::string(weight_grad_ == Path::kGemm ? "gemm" : "onednn") +
-           (data_ == DataPath::kForward ? "+forward" : "");
+    const bool paths = timed_weight_grad() || timed_data(), algorithm = timed_algorithm();
+    if ((!paths && !algorithm) || (paths && weight_grad_ == Path::kUndecided) ||
+        (algorithm && algorithm_ == Algorithm::kUndecided))
+      return "";
+    std::string out;
+    if (paths)
+      out = std::string(weight_grad_ == Path::kGemm ? "gemm" : "onednn") +
+            (data_ == DataPath::kForward ? "+forward" : "");
+    if (algorithm)
+      out += std::string(out.empty() ? "" : "+") +
+             (algorithm_ == Algorithm::kWinograd ? "winograd" : "direct");
+    return out;
   }
 
   WeightGradTimes weight_grad_times() const override { return times_; }
 
+  // Tokens of a choice this convolution does not time (a path without conv_weight_grad =
+  // measure, an algorithm without conv_algorithm = measure) are ignored: a checkpoint's choices
+  // stay usable by a run that times less.
   void preset_weight_grad(const std::string& choice) override {
-    if ((!timed_weight_grad() && !timed_data()) || choice.empty()) return;
-    const size_t plus = choice.find('+');
-    const std::string weights = choice.substr(0, plus);
-    const std::string data = plus == std::string::npos ? "" : choice.substr(plus + 1);
-    RT_REQUIRE_INPUT(
-        (weights == "gemm" || weights == "onednn") && (data.empty() || data == "forward"),
-        "conv backward: unknown paths '", choice,
-        "' (gemm or onednn, then +forward for the input gradient by the forward kernel)");
+    if (choice.empty()) return;
+    std::string weights, data, algorithm;
+    std::istringstream tokens(choice);
+    for (std::string token; std::getline(tokens, token, '+');) {
+      std::string* slot = token == "gemm" || token == "onednn"       ? &weights
+                          : token == "forward"                       ? &data
+                          : token == "winograd" || token == "direct" ? &algorithm
+                                                                     : nullptr;
+      RT_REQUIRE_INPUT(slot && slot->empty(), "conv backward: unknown paths '", choice,
+                       "' (gemm or onednn, then +forward for the input gradient by the forward "
+                       "kernel, then +winograd or +direct for the algorithm)");
+      *slot = token;
+    }
+    if (timed_weight_grad() || timed_data()) preset_paths(choice, weights, data);
+    if (ctx_.conv_algorithm == ConvAlgorithm::kMeasure && !algorithm.empty())
+      preset_algorithm(choice, algorithm);
+  }
+
+ private:
+  enum class Path { kUndecided, kOnednn, kGemm };
+  enum class DataPath { kUndecided, kOnednn, kForward };
+  enum class Algorithm { kUndecided, kDirect, kWinograd };
+
+  void preset_paths(const std::string& choice, const std::string& weights,
+                    const std::string& data) {
+    RT_REQUIRE_INPUT(!weights.empty(), "conv backward: '", choice,
+                     "' names no weight-gradient path (gemm or onednn)");
     RT_REQUIRE_INPUT(weights == "onednn" || timed_weight_grad(), "conv backward: '", choice,
                      "' for a convolution with a bias, whose weight gradient is oneDNN's (onednn)");
     RT_REQUIRE_INPUT(
@@ -128,9 +162,25 @@ class Conv : public ConvOp {
     if (timed_data()) set_data_path(data.empty() ? DataPath::kOnednn : DataPath::kForward);
   }
 
- private:
-  enum class Path { kUndecided, kOnednn, kGemm };
-  enum class DataPath { kUndecided, kOnednn, kForward };
+  // A changed algorithm drops the plans built with the old one (a rank taking rank 0's choice
+  // after its first step): the next forward builds them again, and the count follows.
+  void preset_algorithm(const std::string& choice, const std::string& algorithm) {
+    RT_REQUIRE_INPUT(algorithm == "direct" || winograd_asked(), "conv: '", choice, "' for a ",
+                     s_.kernel, "x", s_.kernel, " ", ctx_.act == dt::f32 ? "fp32" : "bf16",
+                     " convolution of stride ", s_.stride, " and padding ", s_.padding,
+                     "; Winograd takes 3x3 fp32 ones of stride 1 and padding 1");
+    if (!winograd_asked()) return;  // direct, as it always is
+    const Algorithm want = algorithm == "winograd" ? Algorithm::kWinograd : Algorithm::kDirect;
+    if (want == algorithm_) return;
+    algorithm_ = want;
+    plans_.clear();
+    current_ = nullptr;
+    forward_copy_of_ = nullptr;
+    if (algorithm_counted_)
+      (counted_winograd_ ? ctx_.conv_algorithm_count.winograd : ctx_.conv_algorithm_count.direct) -=
+          1;
+    algorithm_counted_ = counted_winograd_ = false;
+  }
 
   // The weight-gradient path is measure's to choose: measure asked for, and no bias (its
   // gradient is oneDNN's).
@@ -194,6 +244,10 @@ class Conv : public ConvOp {
   bool winograd_asked() const {
     return ctx_.conv_algorithm != ConvAlgorithm::kDirect && ctx_.act == dt::f32 && s_.kernel == 3 &&
            s_.stride == 1 && s_.padding == 1;
+  }
+  // The algorithm is measure's to choose: a convolution Winograd may take, with measure.
+  bool timed_algorithm() const {
+    return ctx_.conv_algorithm == ConvAlgorithm::kMeasure && winograd_asked();
   }
   // measure's choice for a convolution, on the x and w of its first forward on a batch shape
   // (each shape has a plan of its own, as its primitives): the forward pass timed
@@ -490,11 +544,18 @@ class Conv : public ConvOp {
       return conv_fwd::primitive_desc(d(alg), attr, ctx_.engine);
     };
     p->fwd_pd = dnnl_try("conv forward", [&] { return make(dnnl::algorithm::convolution_direct); });
+    // The algorithm, decided at the first forward (where oneDNN has no Winograd kernel for that
+    // shape: direct) and kept for later shapes wherever oneDNN has one for them.
     conv_fwd::primitive_desc winograd;
-    if (winograd_asked() &&
-        winograd_pd(winograd, [&] { return make(dnnl::algorithm::convolution_winograd); }) &&
-        (ctx_.conv_algorithm == ConvAlgorithm::kWinograd ||
-         winograd_is_faster(x, w, winograd, p->fwd_pd))) {
+    const bool has_winograd = winograd_asked() && winograd_pd(winograd, [&] {
+                                return make(dnnl::algorithm::convolution_winograd);
+                              });
+    if (algorithm_ == Algorithm::kUndecided && winograd_asked())
+      algorithm_ = has_winograd && (ctx_.conv_algorithm == ConvAlgorithm::kWinograd ||
+                                    winograd_is_faster(x, w, winograd, p->fwd_pd))
+                       ? Algorithm::kWinograd
+                       : Algorithm::kDirect;
+    if (has_winograd && algorithm_ == Algorithm::kWinograd) {
       p->fwd_pd = winograd;
       p->fwd_alg = dnnl::algorithm::convolution_winograd;
     }
@@ -558,13 +619,14 @@ class Conv : public ConvOp {
       residual_reorder_;
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
-  Path weight_grad_ = Path::kUndecided;    // for every batch shape: one choice a convolution
-  DataPath data_ = DataPath::kUndecided;   // likewise
-  bool data_ran_ = false;                  // an input gradient was computed (and counted)
-  bool algorithm_counted_ = false;         // in ctx_.conv_algorithm_count
-  bool counted_winograd_ = false;          // ... as Winograd
-  const void* forward_copy_of_ = nullptr;  // the w whose forward copy w_scratch_ holds
-  WeightGradTimes times_;                  // what measure timed, when it did
+  Path weight_grad_ = Path::kUndecided;          // for every batch shape: one choice a convolution
+  Algorithm algorithm_ = Algorithm::kUndecided;  // likewise, at its first forward
+  DataPath data_ = DataPath::kUndecided;         // likewise
+  bool data_ran_ = false;                        // an input gradient was computed (and counted)
+  bool algorithm_counted_ = false;               // in ctx_.conv_algorithm_count
+  bool counted_winograd_ = false;                // ... as Winograd
+  const void* forward_copy_of_ = nullptr;        // the w whose forward copy w_scratch_ holds
+  WeightGradTimes times_;                        // what measure timed, when it did
 };
 
 class Linear : public LinearOp {
