@@ -249,11 +249,11 @@ class Conv : public ConvOp {
   bool timed_algorithm() const {
     return ctx_.conv_algorithm == ConvAlgorithm::kMeasure && winograd_asked();
   }
-  // measure's choice for a convolution, on the x and w of its first forward on a batch shape
-  // (each shape has a plan of its own, as its primitives): the forward pass timed
-  // with each algorithm (interleaved medians, as the weight-gradient paths are timed) into
-  // scratch given back after; the faster algorithm then takes all three passes (the backward
-  // passes follow the forward one on the widths measured: docs/TUNING.md).
+  // measure's choice for a convolution, on the x and w of its first forward (later batch shapes,
+  // each with a plan of its own, keep it): the forward pass timed with each algorithm
+  // (interleaved medians, as the weight-gradient paths are timed) into scratch given back after;
+  // the faster algorithm then takes all three passes (the backward passes follow the forward one
+  // on the widths measured: docs/TUNING.md).
   bool winograd_is_faster(const Tensor& x, const Tensor& w, const conv_fwd::primitive_desc& wino,
                           const conv_fwd::primitive_desc& direct) {
     CallScratch timing;
