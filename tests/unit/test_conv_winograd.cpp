@@ -169,6 +169,18 @@ BOOST_AUTO_TEST_CASE(measure_reports_and_takes_its_choice) {
              "convolutions: Winograd 0, direct 2 (measure); conv weight gradients: gemm 0, "
              "oneDNN 2 (onednn)");
 
+  // With both measures, an algorithm alone pins the algorithm and leaves the paths timed.
+  auto both = cpu_or_skip(Precision::kF32, ConvWeightGrad::kMeasure, ConvAlgorithm::kMeasure);
+  auto algorithm_only = both->make_conv(c.spec);
+  algorithm_only->preset_weight_grad("winograd");
+  BOOST_TEST(algorithm_only->weight_grad_choice() == "");  // the paths not timed yet
+  passes(*both, *algorithm_only, c, 56);
+  const std::string chosen = algorithm_only->weight_grad_choice();
+  BOOST_TEST(chosen.substr(chosen.rfind('+') + 1) == "winograd", chosen);
+  BOOST_TEST(error_of([&] { algorithm_only->preset_weight_grad("forward+direct"); }) ==
+             "conv backward: 'forward+direct' names the input gradient's path but no weight "
+             "gradient's (gemm or onednn)");
+
   auto strided = pinned->make_conv(kDirect[0].spec);
   BOOST_TEST(error_of([&] { strided->preset_weight_grad("winograd"); }) ==
              "conv: 'winograd' for a 3x3 fp32 convolution of stride 2 and padding 1; Winograd "

@@ -147,10 +147,12 @@ class Conv : public ConvOp {
   enum class DataPath { kUndecided, kOnednn, kForward };
   enum class Algorithm { kUndecided, kDirect, kWinograd };
 
+  // No path named (an algorithm alone): the paths are left to measure.
   void preset_paths(const std::string& choice, const std::string& weights,
                     const std::string& data) {
-    RT_REQUIRE_INPUT(!weights.empty(), "conv backward: '", choice,
-                     "' names no weight-gradient path (gemm or onednn)");
+    RT_REQUIRE_INPUT(!weights.empty() || data.empty(), "conv backward: '", choice,
+                     "' names the input gradient's path but no weight gradient's (gemm or onednn)");
+    if (weights.empty()) return;
     RT_REQUIRE_INPUT(weights == "onednn" || timed_weight_grad(), "conv backward: '", choice,
                      "' for a convolution with a bias, whose weight gradient is oneDNN's (onednn)");
     RT_REQUIRE_INPUT(
