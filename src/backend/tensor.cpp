@@ -3,10 +3,12 @@
 
 #include <sys/mman.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "factories.hpp"
 #include "fusion_switch.hpp"
@@ -109,66 +111,66 @@ void reset_host_tensor_peak() {
   host_ledger.reset_peak();
 }
 
+namespace {
+
+// An enum's values and their names, in the order an error lists them (constant: no
+// initialization order to mind).
+template <typename Enum, size_t N>
+using Names = std::array<std::pair<Enum, const char*>, N>;
+
+constexpr Names<Precision, 4> kPrecisions{{{Precision::kF32, "fp32"},
+                                           {Precision::kBF16, "bf16"},
+                                           {Precision::kF16, "fp16"},
+                                           {Precision::kTF32, "tf32"}}};
+constexpr Names<ConvWeightGrad, 3> kWeightGrads{{{ConvWeightGrad::kOnednn, "onednn"},
+                                                 {ConvWeightGrad::kGemm, "gemm"},
+                                                 {ConvWeightGrad::kMeasure, "measure"}}};
+constexpr Names<ConvAlgorithm, 3> kAlgorithms{{{ConvAlgorithm::kDirect, "direct"},
+                                               {ConvAlgorithm::kWinograd, "winograd"},
+                                               {ConvAlgorithm::kMeasure, "measure"}}};
+
+// The value named `text`; else an InputError "unknown <what> '<text>': choose a, b or c".
+template <typename Enum, size_t N>
+Enum parse_name(const Names<Enum, N>& names, const std::string& text, const char* what) {
+  std::string choices;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (text == names[i].second) return names[i].first;
+    choices += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i].second;
+  }
+  throw InputError(str("unknown ", what, " '", text, "': choose ", choices));
+}
+
+template <typename Enum, size_t N>
+const char* name_of(const Names<Enum, N>& names, Enum value) {
+  for (const auto& [v, name] : names)
+    if (v == value) return name;
+  return "?";
+}
+
+}  // namespace
+
 Precision parse_precision(const std::string& text) {
-  if (text == "fp32") return Precision::kF32;
-  if (text == "bf16") return Precision::kBF16;
-  if (text == "fp16") return Precision::kF16;
-  if (text == "tf32") return Precision::kTF32;
-  throw InputError(str("unknown precision '", text, "': choose fp32, bf16, fp16 or tf32"));
+  return parse_name(kPrecisions, text, "precision");
 }
 
 ConvWeightGrad parse_conv_weight_grad(const std::string& text) {
-  if (text == "onednn") return ConvWeightGrad::kOnednn;
-  if (text == "gemm") return ConvWeightGrad::kGemm;
-  if (text == "measure") return ConvWeightGrad::kMeasure;
-  throw InputError(
-      str("unknown convolution weight-gradient path '", text, "': choose onednn, gemm or measure"));
+  return parse_name(kWeightGrads, text, "convolution weight-gradient path");
 }
 
 const char* conv_weight_grad_name(ConvWeightGrad path) {
-  switch (path) {
-    case ConvWeightGrad::kOnednn:
-      return "onednn";
-    case ConvWeightGrad::kGemm:
-      return "gemm";
-    case ConvWeightGrad::kMeasure:
-      return "measure";
-  }
-  return "?";
+  return name_of(kWeightGrads, path);
 }
 
 ConvAlgorithm parse_conv_algorithm(const std::string& text) {
-  if (text == "direct") return ConvAlgorithm::kDirect;
-  if (text == "winograd") return ConvAlgorithm::kWinograd;
-  if (text == "measure") return ConvAlgorithm::kMeasure;
-  throw InputError(
-      str("unknown convolution algorithm '", text, "': choose direct, winograd or measure"));
+  return parse_name(kAlgorithms, text, "convolution algorithm");
 }
 
 const char* conv_algorithm_name(ConvAlgorithm algorithm) {
-  switch (algorithm) {
-    case ConvAlgorithm::kDirect:
-      return "direct";
-    case ConvAlgorithm::kWinograd:
-      return "winograd";
-    case ConvAlgorithm::kMeasure:
-      return "measure";
-  }
-  return "?";
+  return name_of(kAlgorithms, algorithm);
 }
 
 const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kF32:
-      return "fp32";
-    case Precision::kBF16:
-      return "bf16";
-    case Precision::kF16:
-      return "fp16";
-    case Precision::kTF32:
-      return "tf32";
-  }
-  return "?";
+  return name_of(kPrecisions, precision);
 }
 
 namespace {
