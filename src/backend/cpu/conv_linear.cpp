@@ -178,9 +178,7 @@ class Conv : public ConvOp {
     plans_.clear();
     current_ = nullptr;
     forward_copy_of_ = nullptr;
-    if (algorithm_counted_)
-      (counted_winograd_ ? ctx_.conv_algorithm_count.winograd : ctx_.conv_algorithm_count.direct) -=
-          1;
+    if (algorithm_counted_) algorithm_count(counted_winograd_) -= 1;
     algorithm_counted_ = counted_winograd_ = false;
   }
 
@@ -205,6 +203,9 @@ class Conv : public ConvOp {
   int& count(DataPath path) const {
     return path == DataPath::kForward ? ctx_.conv_path_count.data_forward
                                       : ctx_.conv_path_count.data_onednn;
+  }
+  int& algorithm_count(bool winograd) const {
+    return winograd ? ctx_.conv_algorithm_count.winograd : ctx_.conv_algorithm_count.direct;
   }
 
   void set_weight_grad(Path path) {
@@ -316,8 +317,7 @@ class Conv : public ConvOp {
     const bool data = !data_ran_ || (data_ == DataPath::kOnednn && wino(p.data_alg));
     counted_winograd_ =
         wino(p.fwd_alg) && weight_grad_ == Path::kOnednn && wino(p.weights_alg) && data;
-    (counted_winograd_ ? ctx_.conv_algorithm_count.winograd : ctx_.conv_algorithm_count.direct) +=
-        1;
+    algorithm_count(counted_winograd_) += 1;
   }
   // The input gradient runs after the weight gradient: where its first pass is not Winograd,
   // the count moves to direct.
@@ -326,8 +326,8 @@ class Conv : public ConvOp {
         (data_ == DataPath::kOnednn && p.data_alg == dnnl::algorithm::convolution_winograd))
       return;
     counted_winograd_ = false;
-    ctx_.conv_algorithm_count.winograd -= 1;
-    ctx_.conv_algorithm_count.direct += 1;
+    algorithm_count(true) -= 1;
+    algorithm_count(false) += 1;
   }
 
   // This plan's input gradient by the forward kernel: at stride 1 always, at stride 2 by phases.
@@ -549,9 +549,9 @@ class Conv : public ConvOp {
     // The algorithm, decided at the first forward (where oneDNN has no Winograd kernel for that
     // shape: direct) and kept for later shapes wherever oneDNN has one for them.
     conv_fwd::primitive_desc winograd;
-    const bool has_winograd = winograd_asked() && winograd_pd(winograd, [&] {
-                                return make(dnnl::algorithm::convolution_winograd);
-                              });
+    const bool has_winograd =
+        winograd_asked() && algorithm_ != Algorithm::kDirect &&
+        winograd_pd(winograd, [&] { return make(dnnl::algorithm::convolution_winograd); });
     if (algorithm_ == Algorithm::kUndecided && winograd_asked())
       algorithm_ = has_winograd && (ctx_.conv_algorithm == ConvAlgorithm::kWinograd ||
                                     winograd_is_faster(x, w, winograd, p->fwd_pd))
