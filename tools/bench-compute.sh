@@ -37,10 +37,12 @@
 # train.conv_weight_grad), interleaved with the default onednn, and
 # profiles it too: a cell "weight grad measure: img/s, ratio to the row" and a second profile
 # block. WEIGHT_GRAD= leaves it out.
-# CONV_ALGORITHM=winograd|measure (CPU, train mode) runs every ringtrain call of the rows with
-# that train.conv_algorithm (oneDNN's Winograd kernels for 3x3 stride-1 fp32 convolutions, or per
-# convolution the faster of them and the direct ones); the table then says so, since its GFLOP/s
-# count the direct algorithm's multiplications. Unset: direct.
+# CONV_ALGORITHM=auto|direct|winograd|measure (CPU, train mode) runs every ringtrain call of the
+# rows with that train.conv_algorithm (per convolution oneDNN's Winograd kernels for 3x3 stride-1
+# fp32 convolutions where auto's rule says they pay, the direct kernels alone, Winograd
+# wherever oneDNN has it, or per convolution the faster of the two). Unset: the trainer's
+# default, auto. direct runs the algorithm PyTorch's CPU convolutions run; with any other the
+# table says so, since its GFLOP/s count the direct algorithm's multiplications.
 # On cuda the rows whose precision is in COMPILE (default every precision) also time PyTorch
 # under torch.compile, interleaved the same way (its compilation in the warm-up), as a third
 # column; those whose precision is in GRAPH (default none) also time ringtrain's step recorded

@@ -297,17 +297,17 @@ PY
   norm_ab
 }
 
-# The fp32 3x3 convolutions by oneDNN's direct kernels and by measure's choice of them and its
-# Winograd ones (train.conv_algorithm), resnet18_cifar at 2 threads, alternating: a NOTE with
-# both rates and the count of Winograd convolutions.
+# The fp32 3x3 convolutions by oneDNN's direct kernels and by auto's rule over them and its
+# Winograd ones (train.conv_algorithm, the default the rows above ran), resnet18_cifar at 2
+# threads, alternating: a NOTE with both rates and the count of Winograd convolutions.
 conv_algorithm_ab() {
   local algorithm name json detail="" took=""
-  for algorithm in direct measure; do
+  for algorithm in direct auto; do
     name=cpu-conv-$algorithm
     step "$name" 40 env OMP_NUM_THREADS=2 "$BIN/rt-bench-compute" "${conv_ab_args[@]}"       --threads 2 --precision fp32 --warmup 2 --windows 3 --steps 2       --conv-algorithm "$algorithm" || continue
     json=$(step_json "$name")
     detail+="$([ -n "$detail" ] && echo ", ")$algorithm $(json_field "$json" img_s) img/s"
-    [ "$algorithm" = measure ] &&
+    [ "$algorithm" = auto ] &&
       took=$(grep -o 'convolutions: Winograd [0-9]*, direct [0-9]*' <<<"$json" | head -1)
   done
   [ -n "$detail" ] && report NOTE cpu-conv-algorithm 0     "${conv_ab_args[1]} b${conv_ab_args[3]} fp32, 2 threads: $detail${took:+ ($took)}"

@@ -201,9 +201,9 @@ int run(int argc, char** argv) {
       "backend", po::value(&backend_name)->default_value("cpu"), "cpu or cuda (GPU 0)")(
       "conv-weight-grad", po::value(&weight_grad_text)->default_value("onednn"),
       "cpu: convolution weight gradients by onednn, gemm or measure (train.conv_weight_grad)")(
-      "conv-algorithm", po::value(&conv_algorithm_text)->default_value("direct"),
-      "cpu: 3x3 stride-1 fp32 convolutions by direct or winograd kernels, or measure "
-      "(train.conv_algorithm)")(
+      "conv-algorithm", po::value(&conv_algorithm_text)->default_value("auto"),
+      "cpu: 3x3 stride-1 fp32 convolutions by auto's rule, direct or winograd kernels, or "
+      "measure (train.conv_algorithm)")(
       "relu-backward", po::value(&relu_backward)->default_value("folded"),
       "folded (a residual block masks its input gradient with the ReLU below as it sums it) "
       "or separate (each block runs its own ReLU backward)")(

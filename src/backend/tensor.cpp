@@ -125,9 +125,10 @@ constexpr Names<Precision, 4> kPrecisions{{{Precision::kF32, "fp32"},
 constexpr Names<ConvWeightGrad, 3> kWeightGrads{{{ConvWeightGrad::kOnednn, "onednn"},
                                                  {ConvWeightGrad::kGemm, "gemm"},
                                                  {ConvWeightGrad::kMeasure, "measure"}}};
-constexpr Names<ConvAlgorithm, 3> kAlgorithms{{{ConvAlgorithm::kDirect, "direct"},
+constexpr Names<ConvAlgorithm, 4> kAlgorithms{{{ConvAlgorithm::kDirect, "direct"},
                                                {ConvAlgorithm::kWinograd, "winograd"},
-                                               {ConvAlgorithm::kMeasure, "measure"}}};
+                                               {ConvAlgorithm::kMeasure, "measure"},
+                                               {ConvAlgorithm::kAuto, "auto"}}};
 
 // The value named `text`; else an InputError "unknown <what> '<text>': choose a, b or c".
 template <typename Enum, size_t N>

@@ -96,13 +96,15 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
        "convolutions, one per parity of the input pixel, and keeps the faster)",
        {"onednn", "gemm", "measure"}},
       {"train.conv_algorithm", &c.train.conv_algorithm,
-       "cpu: the algorithm of 3x3 stride-1 fp32 convolutions: oneDNN's direct kernels, its "
-       "Winograd ones (F(4x4, 3x3): 2.25 times fewer multiplications, rounding of about 1e-6 of "
-       "the largest value against 1e-7) for the forward, input-gradient and weight-gradient "
-       "passes where oneDNN has them, or per convolution the faster of the two, timed at its "
-       "first forward pass (measure; Winograd loses on narrow layers); every other convolution, "
-       "and bf16, stays direct",
-       {"direct", "winograd", "measure"}},
+       "cpu: the algorithm of 3x3 stride-1 fp32 convolutions: per convolution Winograd where "
+       "it pays by a fixed rule (auto: 32 channels or more on the narrower side and enough 4x4 "
+       "output tiles in the rank's batch; the same choice in every run), oneDNN's direct "
+       "kernels, its Winograd ones (F(4x4, 3x3): 2.25 times fewer multiplications, rounding of "
+       "about 1e-6 of the largest value against 1e-7) for the forward, input-gradient and "
+       "weight-gradient passes where oneDNN has them, or per convolution the faster of the two, "
+       "timed at its first forward pass (measure); every other convolution, and bf16, stays "
+       "direct",
+       {"auto", "direct", "winograd", "measure"}},
       {"train.conv_weight_grad_choices", &c.train.conv_weight_grad_choices,
        "cpu, with train.conv_weight_grad or train.conv_algorithm = measure: measure's choices "
        "made beforehand, name=gemm|onednn[+forward][+winograd|direct],... (+forward: the input "
@@ -525,7 +527,7 @@ void check_choices_and_ranges(const std::vector<Option>& table, const Config& c,
   if (t.deterministic && t.conv_algorithm == "measure")
     throw InputError(
         "train.conv_algorithm = measure chooses by timing, so two runs may differ; with "
-        "train.deterministic = true choose direct or winograd");
+        "train.deterministic = true choose auto, direct or winograd");
   // measure's choices given beforehand: name=tokens items (Model::weight_grad_choices), and only
   // beside a measure.
   if (!t.conv_weight_grad_choices.empty()) {

@@ -108,13 +108,13 @@ expected="PASS libraries;PASS probe;NOTE gpu-probe;PASS sanitizer-memcheck;PASS 
 # ---- part 3: the host CPU's rows, no GPU needed ----------------------------------------------
 rehearse part3 --part 3
 [ "$(cat "$work/part3/status")" = 0 ] || { cat "$work/part3/stdout"; fail "part 3: exit $(cat "$work/part3/status")"; }
-expected="PASS libraries;NOTE cpu;PASS cpu-bench;NOTE cpu-rows;NOTE cpu-rows;PASS cpu-conv-direct;PASS cpu-conv-measure;NOTE cpu-conv-algorithm;PASS cpu-inference;PASS cpu-norm-bf16-onednn;PASS cpu-norm-bf16-own;NOTE cpu-norm-bf16;PASS cpu-norm-fp32-onednn;PASS cpu-norm-fp32-own;NOTE cpu-norm-fp32;"
+expected="PASS libraries;NOTE cpu;PASS cpu-bench;NOTE cpu-rows;NOTE cpu-rows;PASS cpu-conv-direct;PASS cpu-conv-auto;NOTE cpu-conv-algorithm;PASS cpu-inference;PASS cpu-norm-bf16-onednn;PASS cpu-norm-bf16-own;NOTE cpu-norm-bf16;PASS cpu-norm-fp32-onednn;PASS cpu-norm-fp32-own;NOTE cpu-norm-fp32;"
 [ "$(steps_of part3)" = "$expected" ] || fail "part 3 steps: $(cat "$work/part3/out/report.txt")"
 grep -qE '^NOTE cpu +0  .+, [0-9]+ cores, flags: ' "$work/part3/out/report.txt" ||
   fail "part 3's cpu line: $(cat "$work/part3/out/report.txt")"
 grep -qE '^NOTE cpu-rows +0  cnn_small b8 1 thr fp32 \([a-z0-9_]+\): ringtrain [0-9.]+ img/s, PyTorch 100, [0-9.]+x, [0-9]+% of the peak [0-9.]+ GFLOP/s, weight grad measure [0-9.]+ img/s \(.*conv weight gradients: .*\)$' \
   "$work/part3/out/report.txt" || fail "part 3's fp32 row: $(cat "$work/part3/out/report.txt")"
-grep -qE '^NOTE cpu-conv-algorithm +0  cnn_small b8 fp32, 2 threads: direct [0-9.]+ img/s, measure [0-9.]+ img/s \(convolutions: Winograd [0-9]+, direct [0-9]+\)$' \
+grep -qE '^NOTE cpu-conv-algorithm +0  cnn_small b8 fp32, 2 threads: direct [0-9.]+ img/s, auto [0-9.]+ img/s \(convolutions: Winograd [0-9]+, direct [0-9]+\)$' \
   "$work/part3/out/report.txt" || fail "part 3's convolution algorithm A/B: $(cat "$work/part3/out/report.txt")"
 grep -qE '^NOTE cpu-norm-fp32 +0  fibernet 1x16x16 b8, 2 threads, batch norm by onednn [0-9.]+ img/s, own [0-9.]+ img/s$' \
   "$work/part3/out/report.txt" || fail "part 3's batch norm A/B: $(cat "$work/part3/out/report.txt")"

@@ -417,22 +417,24 @@ BOOST_AUTO_TEST_CASE(gpu_keys_reach_the_cuda_options) {
   BOOST_TEST(help.find("--train.deterministic arg (=false)") != std::string::npos);
 }
 
-// train.conv_algorithm: direct by default, winograd (bitwise repeatable: allowed beside
-// train.deterministic) or measure (a choice by timing: refused beside it); anything else
+// train.conv_algorithm: auto by default (a fixed rule: allowed beside train.deterministic, as
+// are direct and winograd) or measure (a choice by timing: refused beside it); anything else
 // refused by name.
 BOOST_AUTO_TEST_CASE(conv_algorithm_key) {
   std::string deck = write_deck("conv_algorithm.deck", kGoodDeck);
-  BOOST_TEST(parse({"--deck", deck}).config.train.conv_algorithm == "direct");
+  BOOST_TEST(parse({"--deck", deck}).config.train.conv_algorithm == "auto");
+  BOOST_TEST(parse({"--deck", deck, "--train.deterministic=true"}).config.train.conv_algorithm ==
+             "auto");
   BOOST_TEST(
       parse({"--deck", deck, "--train.conv_algorithm=winograd", "--train.deterministic=true"})
           .config.train.conv_algorithm == "winograd");
   BOOST_TEST(error_of({"--deck", deck, "--train.conv_algorithm=fft"}) ==
-             "command line: bad value 'fft' for train.conv_algorithm (one of: direct, winograd, "
-             "measure)");
+             "command line: bad value 'fft' for train.conv_algorithm (one of: auto, direct, "
+             "winograd, measure)");
   BOOST_TEST(
       error_of({"--deck", deck, "--train.conv_algorithm=measure", "--train.deterministic=true"}) ==
       "train.conv_algorithm = measure chooses by timing, so two runs may differ; with "
-      "train.deterministic = true choose direct or winograd");
+      "train.deterministic = true choose auto, direct or winograd");
 }
 
 // train.conv_weight_grad: a choice of three, onednn by default; measure (a choice by timing)
@@ -476,7 +478,7 @@ BOOST_AUTO_TEST_CASE(conv_weight_grad_choices_key) {
              "a=winograd,b=gemm+forward+direct,c=onednn+winograd");
   BOOST_TEST(error_of({"--deck", deck, "--train.conv_weight_grad_choices=conv1=gemm"}) ==
              "command line: train.conv_weight_grad_choices gives measure's choices beforehand, "
-             "but train.conv_weight_grad is onednn and train.conv_algorithm direct, neither "
+             "but train.conv_weight_grad is onednn and train.conv_algorithm auto, neither "
              "measure");
   BOOST_TEST(
       error_of({"--deck", deck, measure, "--train.conv_weight_grad_choices=conv1=gemm,conv2"}) ==

@@ -4,7 +4,8 @@
 // tolerance), not the direct kernels' bits (so the comparisons tell the two apart), bitwise
 // repeatable; every other convolution (strided, 1x1, bf16) the direct kernels' very bits;
 // measure taking one of the two per convolution, reporting it and taking it given beforehand;
-// the count op_choices reports; the name's parse and its error.
+// auto taking Winograd by its rule; the count op_choices reports; the name's parse and its
+// error.
 #include <boost/test/unit_test.hpp>
 
 #include "conv_case.hpp"
@@ -195,12 +196,48 @@ BOOST_AUTO_TEST_CASE(measure_reports_and_takes_its_choice) {
              "input gradient by the forward kernel, then +winograd or +direct for the algorithm)");
 }
 
+// auto's rule at its edges: Winograd from 32 channels on the narrower side, 64 4x4 output tiles
+// in the batch (a partial tile counts) and 8192 tiles times that width; its bits are then those
+// of the backend forced to the algorithm the rule names, and op_choices counts them.
+BOOST_AUTO_TEST_CASE(auto_takes_winograd_by_its_rule) {
+  struct RuleCase {
+    ConvCase conv;
+    bool winograd;
+  };
+  const RuleCase cases[] = {
+      {{{32, 32, 3, 1, 1, false, false}, {16, 32, 16, 16}}, true},     // 256 tiles x 32
+      {{{32, 32, 3, 1, 1, false, false}, {15, 32, 16, 16}}, false},    // 240 x 32 < 8192
+      {{{16, 64, 3, 1, 1, false, false}, {16, 16, 32, 32}}, false},    // 16 channels in
+      {{{128, 128, 3, 1, 1, false, false}, {4, 128, 16, 16}}, true},   // 64 tiles
+      {{{128, 128, 3, 1, 1, false, false}, {3, 128, 16, 16}}, false},  // 48 tiles
+      {{{128, 128, 3, 1, 1, false, false}, {1, 128, 29, 29}}, true},  // 8 x 8 tiles, 29 = 7 x 4 + 1
+      {{{512, 512, 3, 1, 1, false, false}, {64, 512, 4, 4}}, true},   // resnet18's last stage
+      {{{512, 512, 3, 1, 1, false, false}, {16, 512, 4, 4}}, false},  // ... at 16 images
+  };
+  auto rule = cpu_backend(Precision::kF32, ConvAlgorithm::kAuto);
+  auto winograd = cpu_backend(Precision::kF32, ConvAlgorithm::kWinograd);
+  auto direct = cpu_backend(Precision::kF32, ConvAlgorithm::kDirect);
+  int took_winograd = 0;
+  for (const RuleCase& r : cases) {
+    print_conv_case(r.winograd ? "auto, winograd" : "auto, direct", r.conv);
+    const Passes got = passes(*rule, r.conv, 61);
+    BOOST_TEST(same_passes(got, passes(r.winograd ? *winograd : *direct, r.conv, 61)));
+    took_winograd += r.winograd;
+  }
+  const int n = int(sizeof(cases) / sizeof(cases[0]));
+  BOOST_TEST(rule->op_choices() ==
+             str("convolutions: Winograd ", took_winograd, ", direct ", n - took_winograd,
+                 " (auto); conv weight gradients: gemm 0, oneDNN ", n, " (onednn)"));
+  BOOST_TEST(took_winograd == 4);
+}
+
 BOOST_AUTO_TEST_CASE(names_and_their_error) {
   BOOST_TEST(conv_algorithm_name(parse_conv_algorithm("winograd")) == std::string("winograd"));
   BOOST_TEST(conv_algorithm_name(parse_conv_algorithm("direct")) == std::string("direct"));
   BOOST_TEST(error_of([] { parse_conv_algorithm("fft"); }) ==
-             "unknown convolution algorithm 'fft': choose direct, winograd or measure");
+             "unknown convolution algorithm 'fft': choose direct, winograd, measure or auto");
   BOOST_TEST(conv_algorithm_name(parse_conv_algorithm("measure")) == std::string("measure"));
+  BOOST_TEST(conv_algorithm_name(parse_conv_algorithm("auto")) == std::string("auto"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

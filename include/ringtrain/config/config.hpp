@@ -62,7 +62,7 @@ struct TrainConfig {
   bool deterministic = false;      // cuda: only convolution algorithms cuDNN calls deterministic
   int cudnn_workspace_mib = 256;   // cuda: most workspace a convolution algorithm may use
   std::string conv_weight_grad = "onednn";  // cpu: onednn | gemm | measure (backend.hpp)
-  std::string conv_algorithm = "direct";    // cpu: direct | winograd | measure (backend.hpp)
+  std::string conv_algorithm = "auto";      // cpu: auto | direct | winograd | measure (backend.hpp)
   // measure's choices given beforehand, "name=gemm|onednn[+forward][+winograd|direct],...":
   // those convolutions are not timed.
   std::string conv_weight_grad_choices;

@@ -12,8 +12,8 @@
 // stride-1 same-size convolution run over dy with the filter transposed and flipped, for a 3x3
 // stride-2 one as four convolutions, one per parity of the input pixel
 // (conv_input_grad_phases.hpp). The forward kernel is the faster one on some shapes and ISAs.
-// With train.conv_algorithm = winograd or measure, a 3x3 stride-1 fp32 convolution may run
-// oneDNN's Winograd kernels for all three passes (Context::conv_algorithm).
+// With train.conv_algorithm = winograd, measure or auto, a 3x3 stride-1 fp32 convolution may
+// run oneDNN's Winograd kernels for all three passes (Context::conv_algorithm).
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -241,9 +241,9 @@ class Conv : public ConvOp {
 
   Shape w_shape() const { return {s_.out_channels, s_.in_channels, s_.kernel, s_.kernel}; }
 
-  // Winograd is oneDNN's for 3x3 stride-1 fp32 convolutions (F(4x4, 3x3)); asked for or to be
-  // timed by the deck (train.conv_algorithm = winograd or measure), tried there, and direct
-  // wherever oneDNN has no Winograd kernel for a pass.
+  // Winograd is oneDNN's for 3x3 stride-1 fp32 convolutions (F(4x4, 3x3)); asked for, to be
+  // timed or to be ruled on by the deck (train.conv_algorithm = winograd, measure or auto),
+  // tried there, and direct wherever oneDNN has no Winograd kernel for a pass.
   bool winograd_asked() const {
     return ctx_.conv_algorithm != ConvAlgorithm::kDirect && ctx_.act == dt::f32 && s_.kernel == 3 &&
            s_.stride == 1 && s_.padding == 1;
@@ -251,6 +251,32 @@ class Conv : public ConvOp {
   // The algorithm is measure's to choose: a convolution Winograd may take, with measure.
   bool timed_algorithm() const {
     return ctx_.conv_algorithm == ConvAlgorithm::kMeasure && winograd_asked();
+  }
+  // The algorithm of a convolution Winograd may take, decided at its first forward (x, w, the
+  // output's shape y) where oneDNN gives a Winograd primitive (wino) beside the direct one.
+  bool winograd_chosen(const Tensor& x, const Tensor& w, const Shape& y,
+                       const conv_fwd::primitive_desc& wino,
+                       const conv_fwd::primitive_desc& direct) {
+    switch (ctx_.conv_algorithm) {
+      case ConvAlgorithm::kWinograd:
+        return true;
+      case ConvAlgorithm::kMeasure:
+        return winograd_is_faster(x, w, wino, direct);
+      case ConvAlgorithm::kAuto:
+        return winograd_pays(y);
+      case ConvAlgorithm::kDirect:
+        break;
+    }
+    return false;
+  }
+  // auto's rule, fitted to oneDNN 2.6's three passes timed alone at 1 and 2 threads
+  // (docs/TUNING.md, "auto"): Winograd transforms the filter once per channel pair and each
+  // 4x4 output tile once per channel, so it pays from 32 channels on the narrower side, with at
+  // least 64 tiles in the batch and 8192 tiles times that width (32 channels want 256 tiles).
+  bool winograd_pays(const Shape& y) const {
+    const int64_t tiles = y[0] * ((y[2] + 3) / 4) * ((y[3] + 3) / 4);
+    const int64_t narrower = std::min(s_.in_channels, s_.out_channels);
+    return narrower >= 32 && tiles >= 64 && tiles * narrower >= 8192;
   }
   // measure's choice for a convolution, on the x and w of its first forward (later batch shapes,
   // each with a plan of its own, keep it): the forward pass timed with each algorithm
@@ -553,8 +579,7 @@ class Conv : public ConvOp {
         winograd_asked() && algorithm_ != Algorithm::kDirect &&
         winograd_pd(winograd, [&] { return make(dnnl::algorithm::convolution_winograd); });
     if (algorithm_ == Algorithm::kUndecided && winograd_asked())
-      algorithm_ = has_winograd && (ctx_.conv_algorithm == ConvAlgorithm::kWinograd ||
-                                    winograd_is_faster(x, w, winograd, p->fwd_pd))
+      algorithm_ = has_winograd && winograd_chosen(x, w, p->y_shape, winograd, p->fwd_pd)
                        ? Algorithm::kWinograd
                        : Algorithm::kDirect;
     if (has_winograd && algorithm_ == Algorithm::kWinograd) {
