@@ -37,6 +37,11 @@
 # train.conv_weight_grad), interleaved with the default onednn, and
 # profiles it too: a cell "weight grad measure: img/s, ratio to the row" and a second profile
 # block. WEIGHT_GRAD= leaves it out.
+# Where ringtrain's rows run another algorithm than direct (CONV_ALGORITHM below; auto unset),
+# each round of an fp32 CPU training row also times ringtrain with --conv-algorithm direct,
+# interleaved: a cell "direct: img/s, ratio to the row, to PyTorch" and its share of the peak,
+# the same algorithm as PyTorch's CPU convolutions, whose GFLOP/s are all real. DIRECT=0
+# leaves it out.
 # CONV_ALGORITHM=auto|direct|winograd|measure (CPU, train mode) runs every ringtrain call of the
 # rows with that train.conv_algorithm (per convolution oneDNN's Winograd kernels for 3x3 stride-1
 # fp32 convolutions where auto's rule says they pay, the direct kernels alone, Winograd
@@ -97,6 +102,8 @@ WEIGHT_GRAD=${WEIGHT_GRAD-measure}
 [ "$DEVICE:$MODE" = cpu:train ] || WEIGHT_GRAD=""
 CONV_ALGORITHM=${CONV_ALGORITHM-}
 [ "$DEVICE:$MODE" = cpu:train ] || CONV_ALGORITHM=""
+DIRECT=${DIRECT-1}
+[ "$DEVICE:$MODE" = cpu:train ] && [ "$CONV_ALGORITHM" != direct ] || DIRECT=0
 
 # One probe: torch imports, and whether it sees a GPU ("True 2.1.0").
 if ! torch_probe=$("$PYTHON" -c 'import torch; print(torch.cuda.is_available(), torch.__version__)' 2>/dev/null); then
@@ -166,6 +173,8 @@ measure() {
     row=$(OMP_NUM_THREADS=$threads "$@" 2>"$err") || status=$?
   fi
   if [ "$status" = 0 ] && [ -n "$row" ]; then
+    # rt-bench-compute names itself ringtrain: the direct cell's rows say what they are.
+    [ "$tool" = ringtrain-direct ] && row=${row/#'{"tool":"ringtrain"'/'{"tool":"ringtrain-direct"'}
     echo "$row" >>"$raw"
   else
     local why="exit $status"
@@ -219,6 +228,9 @@ for config in $CONFIGS; do
     if [ -n "$WEIGHT_GRAD" ]; then
       measure ringtrain-wgrad "$BIN/rt-bench-compute" "${args[@]}" "${rt_args[@]}" \
         --conv-weight-grad "$WEIGHT_GRAD"
+    fi
+    if [ "$DIRECT" = 1 ] && [ "$precision" = fp32 ]; then
+      measure ringtrain-direct "$BIN/rt-bench-compute" "${args[@]}" --conv-algorithm direct
     fi
     measure pytorch "$PYTHON" tools/bench_compute_torch.py "${args[@]}" "${torch_device[@]}"
     if [[ " $COMPILE " == *" $precision "* ]]; then

@@ -25,6 +25,7 @@ def write_atomically(path, text):
 
 def new_row():
     return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
+            "ringtrain-direct": [],
             "ringtrain-graph": [], "graph_operations": None,
             "gflop": None, "other": [], "isa": "", "failed": {},
             "torch_mib": None, "torch_run_mib": None, "torch_after_mib": None,
@@ -149,6 +150,7 @@ def summarize(rows, peaks, gpus, cpu, device):
         rt, pt = median_or_none(v["ringtrain"]), median_or_none(v["pytorch"])
         compiled = median_or_none(v["pytorch-compile"])
         wgrad = median_or_none(v["ringtrain-wgrad"])
+        direct = median_or_none(v["ringtrain-direct"])
         graph = median_or_none(v["ringtrain-graph"])
         if prec == "fp32" and rt:
             fp32_rate[(model, shape, batch, threads)] = rt
@@ -180,6 +182,14 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["wgrad_ratio"] = round(wgrad / pt, 3) if wgrad and pt else None
             row["wgrad_choices"] = v["wgrad_choices"]
             row["wgrad_ms"] = v["wgrad_ms"]
+        if direct or "ringtrain-direct" in v["failed"]:
+            # The direct kernels' multiplications are all real: their share of the peak is.
+            direct_gflops = direct * v["gflop"] if direct and v["gflop"] else None
+            row["direct_img_s"] = round(direct, 2) if direct else None
+            row["direct_vs_ringtrain"] = round(direct / rt, 3) if direct and rt else None
+            row["direct_ratio"] = round(direct / pt, 3) if direct and pt else None
+            row["direct_fraction_of_peak"] = (round(direct_gflops / peak, 3)
+                                              if direct_gflops and peak else None)
         if graph or "ringtrain-graph" in v["failed"]:
             row["graph_img_s"] = round(graph, 2) if graph else None
             row["graph_ratio"] = round(graph / pt, 3) if graph and pt else None
@@ -225,6 +235,14 @@ def summarize(rows, peaks, gpus, cpu, device):
                              + (f", {wgrad / pt:.2f}x PyTorch" if pt else ""))
         elif "ringtrain-wgrad" in failed:
             with_compile += " | weight grad failed"
+        if direct:
+            with_compile += (f" | direct: {direct:.1f} img/s"
+                             + (f", {direct / rt:.3f}x of the row" if rt else "")
+                             + (f", {direct / pt:.2f}x PyTorch" if pt else "")
+                             + (f", {100 * direct * v['gflop'] / peak:.0f}% of peak"
+                                if peak and v["gflop"] else ""))
+        elif "ringtrain-direct" in failed:
+            with_compile += " | direct failed"
         memory = ""
         if device == "cuda" and (v["rt_mib"] or v["torch_mib"]):
             memory = (f" | GPU MiB in the timed steps ringtrain {v['rt_mib'] or '-'}, "

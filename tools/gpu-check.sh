@@ -271,7 +271,8 @@ $(nproc) cores, flags: ${flags:-none of avx512f, avx512_bf16, amx_bf16}"
   limit=$(limit_of cpu-bench 130)
   [ "$limit" -le $((deadline - $(date +%s) - 60)) ] || limit=$((deadline - $(date +%s) - 60))
   [ "$limit" -ge 30 ] || limit=30
-  step cpu-bench "$limit" env DEVICE=cpu ROUNDS=1 OUT_DIR="$OUT" CONFIGS="$CPU_CONFIGS" \
+  # DIRECT=0: conv_algorithm_ab below times direct against auto once, not in every row.
+  step cpu-bench "$limit" env DEVICE=cpu ROUNDS=1 DIRECT=0 OUT_DIR="$OUT" CONFIGS="$CPU_CONFIGS" \
     PYTHON="$PYTHON" DEADLINE=$(($(date +%s) + limit - 5)) CALL_LIMIT_S="${CALL_LIMIT_S:-90}" \
     SCHEDULE="$cpu_schedule" tools/bench-compute.sh
   if [ -s "$OUT/compute.jsonl" ]; then

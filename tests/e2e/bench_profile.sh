@@ -2,8 +2,9 @@
 # bench_profile.sh — the per-op profile of make bench-compute: rt-bench-compute --profile's row
 # (every op kind a cnn_small step runs, its step time accounted for) and the table's block on
 # hand-made rows (milliseconds, shares, the products' share of the row's peak), with the
-# convolution weight-gradient path timed beside the default (its cell, block and summary); the
-# memory peak split by the kind of op that took each tensor (--memory-map, and with --profile).
+# convolution weight-gradient path and the direct kernels timed beside the default (their cells,
+# the weight-gradient block and the summaries); the memory peak split by the kind of op that
+# took each tensor (--memory-map, and with --profile).
 source "$(dirname "$0")/lib/e2e.sh"
 e2e_workdir bench-profile
 
@@ -101,4 +102,20 @@ assert len(rows) == 1 and r["ringtrain_img_s"] == 100 and r["wgrad_img_s"] == 11
 assert r["wgrad_vs_ringtrain"] == 1.1 and r["wgrad_ratio"] == 2.2 and r["wgrad_path"] == "measure", r
 assert r["profile"]["step_ms"] == 40.0 and r["wgrad_profile"]["step_ms"] == 36.0, r' "$work/rows.jsonl" ||
   fail "summary row with the weight-gradient path"
-echo "bench_profile: the profile row, block and summary hold; the weight-gradient cell and block too"
+
+# The direct kernels timed beside a row that ran auto (DIRECT): their cell on the row with the
+# share of the peak their real multiplications make (60 img/s x 1 GFLOP of a 200 GFLOP/s peak),
+# and their figures in the summary row.
+cat >>"$work/raw.jsonl" <<'JSON'
+{"tool": "ringtrain-direct", "model": "m", "input": "1x8x8", "batch": 8, "threads": 1, "precision": "fp32", "img_s": 60, "windows": [60], "gflop_per_image": 1.0, "other_cores": 0, "isa": "x", "conv_algorithm": "direct"}
+JSON
+"$PYTHON" tools/bench_compute_table.py "$work/raw.jsonl" "$work/rows.jsonl" "$work/table4.txt" "cpu" cpu
+grep -Eq '^m 1x8x8 .* \| weight grad measure: 110.0 img/s, 1.100x of the row, 2.20x PyTorch \| direct: 60.0 img/s, 0.600x of the row, 1.20x PyTorch, 30% of peak$' \
+  "$work/table4.txt" || { cat "$work/table4.txt"; fail "no direct cell"; }
+"$PYTHON" -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+r = rows[0]
+assert len(rows) == 1 and r["ringtrain_img_s"] == 100 and r["direct_img_s"] == 60, rows
+assert r["direct_vs_ringtrain"] == 0.6 and r["direct_ratio"] == 1.2, r
+assert r["direct_fraction_of_peak"] == 0.3, r' "$work/rows.jsonl" || fail "summary row with the direct cell"
+echo "bench_profile: the profile row, block and summary hold; the weight-gradient and direct cells too"
