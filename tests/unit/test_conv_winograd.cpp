@@ -198,7 +198,8 @@ BOOST_AUTO_TEST_CASE(measure_reports_and_takes_its_choice) {
 
 // auto's rule at its edges: Winograd from 32 channels on the narrower side, 64 4x4 output tiles
 // in the batch (a partial tile counts) and 8192 tiles times that width; its bits are then those
-// of the backend forced to the algorithm the rule names, and op_choices counts them.
+// of the backend forced to the algorithm the rule names, and op_choices counts them. The rule
+// rules on each batch shape an op sees, not only its first.
 BOOST_AUTO_TEST_CASE(auto_takes_winograd_by_its_rule) {
   struct RuleCase {
     ConvCase conv;
@@ -229,6 +230,16 @@ BOOST_AUTO_TEST_CASE(auto_takes_winograd_by_its_rule) {
              str("convolutions: Winograd ", took_winograd, ", direct ", n - took_winograd,
                  " (auto); conv weight gradients: gemm 0, oneDNN ", n, " (onednn)"));
   BOOST_TEST(took_winograd == 4);
+
+  // Each batch shape by the rule, whatever the op saw first: resnet18's last stage at 64 images
+  // takes Winograd, then the same op at 16 the direct kernels, and at 64 again Winograd.
+  auto op = rule->make_conv(cases[6].conv.spec);
+  BOOST_TEST(
+      same_passes(passes(*rule, *op, cases[6].conv, 62), passes(*winograd, cases[6].conv, 62)));
+  BOOST_TEST(
+      same_passes(passes(*rule, *op, cases[7].conv, 63), passes(*direct, cases[7].conv, 63)));
+  BOOST_TEST(
+      same_passes(passes(*rule, *op, cases[6].conv, 64), passes(*winograd, cases[6].conv, 64)));
 }
 
 BOOST_AUTO_TEST_CASE(names_and_their_error) {

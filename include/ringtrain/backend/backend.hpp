@@ -64,8 +64,8 @@ const char* conv_weight_grad_name(ConvWeightGrad path);
 // fewer multiplications, a little more rounding) for the forward, backward-data and
 // backward-weights passes where oneDNN has them; or, per convolution, whichever of the two
 // ran its first forward pass faster (Winograd loses on narrow layers and on few tiles); or,
-// per convolution, Winograd where its channels and its first batch's 4x4 output tiles are
-// enough for it to pay by a fixed rule (auto: the same choice in every run). Every other
+// per convolution and batch shape, Winograd where its channels and the batch's 4x4 output
+// tiles are enough for it to pay by a fixed rule (auto: the same choice in every run). Every other
 // convolution is direct. The other backends take the setting and ignore it.
 enum class ConvAlgorithm { kDirect, kWinograd, kMeasure, kAuto };
 // "direct", "winograd", "measure" or "auto"; anything else throws InputError naming the value.

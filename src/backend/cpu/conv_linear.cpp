@@ -269,10 +269,11 @@ class Conv : public ConvOp {
     }
     return false;
   }
-  // auto's rule, fitted to oneDNN 2.6's three passes timed alone at 1 and 2 threads
-  // (docs/TUNING.md, "auto"): Winograd transforms the filter once per channel pair and each
-  // 4x4 output tile once per channel, so it pays from 32 channels on the narrower side, with at
-  // least 64 tiles in the batch and 8192 tiles times that width (32 channels want 256 tiles).
+  // auto's rule for an output of shape y (each batch shape its own), fitted to oneDNN 2.6's
+  // three passes timed alone at 1 and 2 threads (docs/TUNING.md, "auto"): Winograd transforms
+  // the filter once per channel pair and each 4x4 output tile once per channel, so it pays from
+  // 32 channels on the narrower side, with at least 64 tiles in the batch and 8192 tiles times
+  // that width (32 channels want 256 tiles).
   bool winograd_pays(const Shape& y) const {
     const int64_t tiles = y[0] * ((y[2] + 3) / 4) * ((y[3] + 3) / 4);
     const int64_t narrower = std::min(s_.in_channels, s_.out_channels);
@@ -572,17 +573,22 @@ class Conv : public ConvOp {
       return conv_fwd::primitive_desc(d(alg), attr, ctx_.engine);
     };
     p->fwd_pd = dnnl_try("conv forward", [&] { return make(dnnl::algorithm::convolution_direct); });
-    // The algorithm, decided at the first forward (where oneDNN has no Winograd kernel for that
-    // shape: direct) and kept for later shapes wherever oneDNN has one for them.
+    // The algorithm: under auto the rule's for each batch shape, so a shape runs the same
+    // kernels in every run (a resumed run's first batch, a last partial one, an evaluation's);
+    // else decided at the first forward (direct where oneDNN has no Winograd kernel for that
+    // shape) and kept for later shapes wherever oneDNN has one for them.
+    const bool by_shape = ctx_.conv_algorithm == ConvAlgorithm::kAuto;
+    const bool may_winograd = winograd_asked() && (by_shape ? winograd_pays(p->y_shape)
+                                                            : algorithm_ != Algorithm::kDirect);
     conv_fwd::primitive_desc winograd;
-    const bool has_winograd =
-        winograd_asked() && algorithm_ != Algorithm::kDirect &&
-        winograd_pd(winograd, [&] { return make(dnnl::algorithm::convolution_winograd); });
+    const bool has_winograd = may_winograd && winograd_pd(winograd, [&] {
+                                return make(dnnl::algorithm::convolution_winograd);
+                              });
     if (algorithm_ == Algorithm::kUndecided && winograd_asked())
       algorithm_ = has_winograd && winograd_chosen(x, w, p->y_shape, winograd, p->fwd_pd)
                        ? Algorithm::kWinograd
                        : Algorithm::kDirect;
-    if (has_winograd && algorithm_ == Algorithm::kWinograd) {
+    if (has_winograd && (by_shape || algorithm_ == Algorithm::kWinograd)) {
       p->fwd_pd = winograd;
       p->fwd_alg = dnnl::algorithm::convolution_winograd;
     }
