@@ -159,6 +159,8 @@ def summarize(rows, peaks, gpus, cpu, device):
         # No peak on a GPU (it is oneDNN's): those columns stay empty.
         peak = statistics.median(peaks[(threads, prec)]) if (threads, prec) in peaks else None
         gflops = rt * v["gflop"] if rt and v["gflop"] else None
+        # The direct kernels' multiplications are all real: their share of the peak is.
+        direct_share = direct * v["gflop"] / peak if direct and v["gflop"] and peak else None
         ceiling = peak / (pt * v["gflop"]) if peak and pt and v["gflop"] else None
         other = statistics.mean(v["other"]) if v["other"] else 0.0
         busy = other > 0.5
@@ -183,13 +185,10 @@ def summarize(rows, peaks, gpus, cpu, device):
             row["wgrad_choices"] = v["wgrad_choices"]
             row["wgrad_ms"] = v["wgrad_ms"]
         if direct or "ringtrain-direct" in v["failed"]:
-            # The direct kernels' multiplications are all real: their share of the peak is.
-            direct_gflops = direct * v["gflop"] if direct and v["gflop"] else None
             row["direct_img_s"] = round(direct, 2) if direct else None
             row["direct_vs_ringtrain"] = round(direct / rt, 3) if direct and rt else None
             row["direct_ratio"] = round(direct / pt, 3) if direct and pt else None
-            row["direct_fraction_of_peak"] = (round(direct_gflops / peak, 3)
-                                              if direct_gflops and peak else None)
+            row["direct_fraction_of_peak"] = round(direct_share, 3) if direct_share else None
         if graph or "ringtrain-graph" in v["failed"]:
             row["graph_img_s"] = round(graph, 2) if graph else None
             row["graph_ratio"] = round(graph / pt, 3) if graph and pt else None
@@ -239,8 +238,7 @@ def summarize(rows, peaks, gpus, cpu, device):
             with_compile += (f" | direct: {direct:.1f} img/s"
                              + (f", {direct / rt:.3f}x of the row" if rt else "")
                              + (f", {direct / pt:.2f}x PyTorch" if pt else "")
-                             + (f", {100 * direct * v['gflop'] / peak:.0f}% of peak"
-                                if peak and v["gflop"] else ""))
+                             + (f", {100 * direct_share:.0f}% of peak" if direct_share else ""))
         elif "ringtrain-direct" in failed:
             with_compile += " | direct failed"
         memory = ""

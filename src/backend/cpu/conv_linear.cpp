@@ -252,23 +252,6 @@ class Conv : public ConvOp {
   bool timed_algorithm() const {
     return ctx_.conv_algorithm == ConvAlgorithm::kMeasure && winograd_asked();
   }
-  // The algorithm of a convolution Winograd may take, decided at its first forward (x, w, the
-  // output's shape y) where oneDNN gives a Winograd primitive (wino) beside the direct one.
-  bool winograd_chosen(const Tensor& x, const Tensor& w, const Shape& y,
-                       const conv_fwd::primitive_desc& wino,
-                       const conv_fwd::primitive_desc& direct) {
-    switch (ctx_.conv_algorithm) {
-      case ConvAlgorithm::kWinograd:
-        return true;
-      case ConvAlgorithm::kMeasure:
-        return winograd_is_faster(x, w, wino, direct);
-      case ConvAlgorithm::kAuto:
-        return winograd_pays(y);
-      case ConvAlgorithm::kDirect:
-        break;
-    }
-    return false;
-  }
   // auto's rule for an output of shape y (each batch shape its own), fitted to oneDNN 2.6's
   // three passes timed alone at 1 and 2 threads (docs/TUNING.md, "auto"): Winograd transforms
   // the filter once per channel pair and each 4x4 output tile once per channel, so it pays from
@@ -584,8 +567,9 @@ class Conv : public ConvOp {
     const bool has_winograd = may_winograd && winograd_pd(winograd, [&] {
                                 return make(dnnl::algorithm::convolution_winograd);
                               });
-    if (algorithm_ == Algorithm::kUndecided && winograd_asked())
-      algorithm_ = has_winograd && winograd_chosen(x, w, p->y_shape, winograd, p->fwd_pd)
+    if (!by_shape && algorithm_ == Algorithm::kUndecided && winograd_asked())
+      algorithm_ = has_winograd && (ctx_.conv_algorithm == ConvAlgorithm::kWinograd ||
+                                    winograd_is_faster(x, w, winograd, p->fwd_pd))
                        ? Algorithm::kWinograd
                        : Algorithm::kDirect;
     if (has_winograd && (by_shape || algorithm_ == Algorithm::kWinograd)) {
@@ -653,7 +637,7 @@ class Conv : public ConvOp {
   memory prepared_;  // inference: the weights in the primitive's layout, from prepared_from_
   const void* prepared_from_ = nullptr;
   Path weight_grad_ = Path::kUndecided;          // for every batch shape: one choice a convolution
-  Algorithm algorithm_ = Algorithm::kUndecided;  // likewise, at its first forward
+  Algorithm algorithm_ = Algorithm::kUndecided;  // likewise, at its first forward (not auto's)
   DataPath data_ = DataPath::kUndecided;         // likewise
   bool data_ran_ = false;                        // an input gradient was computed (and counted)
   bool algorithm_counted_ = false;               // in ctx_.conv_algorithm_count
