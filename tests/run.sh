@@ -152,7 +152,10 @@ for i in "${!names[@]}"; do
     case $verdict in
       pass) passed=$((passed + 1)) ;;
       fail) failed=$((failed + 1)); failures+=("unit/$name")
-            printf '  FAIL  unit/%s\n        rerun: %s\n           or: %s\n' "$name" \
+            printf '  FAIL  unit/%s\n' "$name"
+            # Its failed checks as Boost logged them, so a CI log says why without the log file.
+            grep -F "in \"$name\":" "$log" | sed 's/\x1b\[[0-9;]*m//g' | head -n 8 | sed 's/^/        | /'
+            printf '        rerun: %s\n           or: %s\n' \
               "$(rerun_of "unit/$name")" "$BIN/tests/unit --run_test=$name" ;;
       skip) [ -n "$unit_case" ] || printf '  SKIP  unit/%s\n' "$name" ;;  # one case: the rest skip
     esac
