@@ -44,7 +44,8 @@ std::string thp_refusal() {
   const std::string root = "/sys/kernel/mm/transparent_hugepage/";
   const std::string top = bracketed(root + "enabled");
   if (top.empty()) return "not in this kernel (" + root + "enabled unreadable)";
-  std::string pmd = bracketed(root + "hugepages-" + std::to_string(kHugePageBytes >> 10) + "kB/enabled");
+  std::string pmd =
+      bracketed(root + "hugepages-" + std::to_string(kHugePageBytes >> 10) + "kB/enabled");
   if (pmd.empty() || pmd == "inherit") pmd = top;
   if (pmd == "never") return "off for 2 MiB pages (mode never)";
   return "";
