@@ -10,6 +10,9 @@
 #                    of jobs/local/cluster.sh, which must be up with at least N nodes.
 #   RT_HOSTFILE=F    mpirun --hostfile F; without NODES, mpirun fills F's slots in order.
 #   RT_MPIRUN_ARGS   more mpirun arguments (e.g. a real cluster's --mca btl_tcp_if_include).
+#   RT_MPIRUN_QUIET=0  keeps mpirun's own notes on one machine too (default 1: mpirun -q, as
+#                    ringtrain's one-line errors say it all; a process killed by a signal then
+#                    gets a line of rt_mpirun's, and this names its rank).
 #   RT_LINK_TIMEOUT_S  how long the launcher's daemons go without hearing from a node before
 #                    they end the job (default 5; TCP keepalive on OpenMPI's own connections).
 #                    A node whose link dies cannot be reached by anyone's MPI_Abort, and
@@ -60,6 +63,7 @@ rt_mpirun() {
   local np=$1; shift
   # -q: no mpirun banner on a non-zero exit; ringtrain's own one-line error says it all.
   local flags=(-q -np "$np")
+  [ "${RT_MPIRUN_QUIET:-1}" != 0 ] || flags=(-np "$np")
   [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
   local threads=${RT_CORES_PER_RANK:-$(( CORES / np ))}; [ "$threads" -ge 1 ] || threads=1
   if [ -n "${NODES:-}${RT_HOSTFILE:-}" ]; then
@@ -87,5 +91,12 @@ rt_mpirun() {
     kill -0 "$pid" 2>/dev/null || break  # wait was interrupted by the trap: wait again
   done
   trap - TERM INT
+  # -q also silences mpirun's note of a process killed by a signal, which leaves ringtrain no
+  # chance to say anything: say it here, or the job ends with no line at all.
+  if [ "$status" -gt 128 ] && [ "$status" -lt 160 ]; then
+    local signal
+    signal=SIG$(kill -l $((status - 128)) 2>/dev/null) || signal="signal $((status - 128))"
+    echo "rt_mpirun: error: a process of the job ended on $signal (mpirun exit $status), before ringtrain could say why; RT_MPIRUN_QUIET=0 has mpirun name its rank" >&2
+  fi
   return "$status"
 }

@@ -4,7 +4,8 @@
 # --resume takes, and the next run removes the dead run's temp file; a full disk when the
 # results file or a checkpoint is written gives one line naming the file, exit 1 (no crash),
 # no temp file, and the previous checkpoint kept; and on 2 ranks a model with batch norm
-# resumes bitwise, every rank's BN running statistics included.
+# resumes bitwise, every rank's BN running statistics included. The killed run's launcher says
+# which signal ended it (mpirun -q would say nothing).
 source tests/e2e/lib/e2e.sh
 e2e_workdir ckfault 'mountpoint -q "$work/full" && umount "$work/full"'
 full=$work/full
@@ -22,6 +23,9 @@ for stage in partial written synced renamed; do
   code=$?
   set -e
   [ "$code" != 0 ] || fail "$stage: the killed run exited 0"
+  # mpirun -q prints nothing for a killed rank; the launcher's own line says what happened.
+  grep -qxF "rt_mpirun: error: a process of the job ended on SIGKILL (mpirun exit 137), before ringtrain could say why; RT_MPIRUN_QUIET=0 has mpirun name its rank" \
+    "$work/$name.log" || { cat "$work/$name.log"; fail "$stage: no line for the killed rank (exit $code)"; }
   ckpt=$work/out/$name.ckpt.h5
   want=5
   [ "$stage" = renamed ] && want=10
