@@ -7,10 +7,36 @@
 // lanes with AVX-512, 8 with AVX2, the bundle's x86-64-v3).
 #pragma once
 
+#include <immintrin.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
+#include "../fusion_switch.hpp"
+
 namespace ringtrain::backend::cpu {
+
+// Our loops write an output of kStreamBytes or more with non-temporal stores (LanePack::stream)
+// where it starts on a 64-byte boundary, unless RINGTRAIN_STREAM_STORES=off: twice the largest
+// per-core L2 of the machines measured, so that an output its consumer could still find in
+// L2 is stored as usual (docs/TUNING.md, "Streaming stores").
+constexpr int64_t kStreamBytes = int64_t(4) << 20;
+
+// The passes that streamed their output, process-wide (the tests' witness that they did).
+inline std::atomic<uint64_t>& streamed_outputs() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
+
+// Whether a pass writes y (bytes long) with LanePack::stream; counted where it does. The switch
+// is read only for outputs that large.
+inline bool streams_output(const void* y, int64_t bytes) {
+  const bool stream = bytes >= kStreamBytes && reinterpret_cast<uintptr_t>(y) % 64 == 0 &&
+                      !env_switch("RINGTRAIN_STREAM_STORES", "on", "off");
+  if (stream) streamed_outputs() += 1;
+  return stream;
+}
 
 template <int N>
 struct LanePack {
@@ -62,6 +88,33 @@ struct LanePack {
     const H h = narrow<H>(bits >> 16);
     std::memcpy(p, &h, sizeof h);
   }
+  // A non-temporal store, past the caches, p aligned to the pack: for an output far larger than
+  // the caches, whose lines a plain store first reads from memory (docs/TUNING.md, "Streaming
+  // stores"). The caller fences (stream_fence) before another thread reads what it wrote.
+  // By N, not by sizeof v: GCC 12 took `sizeof v == 64` for false in this template.
+  static void stream(float* p, F v) {
+#if defined(__AVX512F__)
+    if constexpr (N == 16) return _mm512_stream_ps(p, reinterpret_cast<const __m512&>(v));
+#endif
+    if constexpr (N == 8) return _mm256_stream_ps(p, reinterpret_cast<const __m256&>(v));
+    store(p, v);
+  }
+  static void stream(uint16_t* p, F v) {
+    stream_half(p, narrow<H>(bf16_bits(v)));
+  }
+  // store_as_stored's non-temporal twin.
+  static void stream_as_stored(float* p, F v) {
+    stream(p, v);
+  }
+  static void stream_as_stored(uint16_t* p, F v) {
+    U bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    stream_half(p, narrow<H>(bits >> 16));
+  }
+  static void stream_fence() {
+    _mm_sfence();
+  }
+
   static void store_bytes(uint8_t* p, I v) {
     const B b = narrow<B>(v);
     std::memcpy(p, &b, sizeof b);
@@ -79,12 +132,18 @@ struct LanePack {
   }
 
   // v as storing it in T keeps it: itself for fp32, rounded to bf16 for bf16.
-  static F stored(F v, const float*) { return v; }
-  static F stored(F v, const uint16_t*) { return reinterpret_cast_bits(bf16_bits(v) << 16); }
+  static F stored(F v, const float*) {
+    return v;
+  }
+  static F stored(F v, const uint16_t*) {
+    return reinterpret_cast_bits(bf16_bits(v) << 16);
+  }
   // The same for finite v, in fewer instructions. A NaN may come out as an inf (a payload only in
   // the low 16 bits, dropped) or a -0 (one carried into the sign); the default NaN stays NaN. For
   // callers that handle NaN apart.
-  static F stored_finite(F v, const float*) { return v; }
+  static F stored_finite(F v, const float*) {
+    return v;
+  }
   static F stored_finite(F v, const uint16_t*) {
     U bits;
     std::memcpy(&bits, &v, sizeof bits);
@@ -92,6 +151,20 @@ struct LanePack {
   }
 
  private:
+  static void stream_half(uint16_t* p, H h) {
+    if constexpr (N == 16) {
+      __m256i bits;
+      std::memcpy(&bits, &h, sizeof h);
+      return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
+    }
+    if constexpr (N == 8) {
+      __m128i bits;
+      std::memcpy(&bits, &h, sizeof h);
+      return _mm_stream_si128(reinterpret_cast<__m128i*>(p), bits);
+    }
+    std::memcpy(p, &h, sizeof h);
+  }
+
   // Lane by lane: GCC 12's __builtin_convertvector rejects vector types that depend on a
   // template parameter; at -O3 these loops become one widening or narrowing move.
   template <typename To, typename From>

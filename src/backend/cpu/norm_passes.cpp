@@ -25,7 +25,7 @@ typename LanePack<N>::F affine(typename LanePack<N>::F pa, typename LanePack<N>:
 // y = a x + b (+ r), with kRelu max(that, 0); a x + b rounded as stored first (the numbers of a
 // batch norm writing it, then the sum); a channel whose a or b is not finite gets a + b
 // throughout (NaN for a NaN), as oneDNN's unfused batch norm passes it on.
-template <typename T, int N, bool kRelu, bool kResidual>
+template <typename T, int N, bool kRelu, bool kResidual, bool kStream>
 void normalise_planes(const Planes& p, const T* x, const T* r, const float* a, const float* b,
                       T* y) {
   using P = LanePack<N>;
@@ -44,12 +44,17 @@ void normalise_planes(const Planes& p, const T* x, const T* r, const float* a, c
           v = poisoned ? pa + pb : v;
           if (kRelu) v = v < 0.0f ? typename P::F{} : v;  // a NaN stays NaN
           // Without a sum v is as stored already (or a NaN that keeps its quiet bit).
-          if (kResidual)
+          if (kResidual && kStream)
+            P::stream(y + at, v);
+          else if (kResidual)
             P::store(y + at, v);
+          else if (kStream)
+            P::stream_as_stored(y + at, v);
           else
             P::store_as_stored(y + at, v);
         }
     }
+    if (kStream) P::stream_fence();
   }
 }
 
@@ -95,7 +100,7 @@ void gradient_plane_sums(const Planes& p, const T* x, const T* dy, const float* 
   }
 }
 
-template <typename T, int N, bool kRelu>
+template <typename T, int N, bool kRelu, bool kStream>
 void input_gradient(const Planes& p, const T* x, const T* dy, const InputGradCoefficients& q,
                     NormCoefficients n, T* dx) {
   using P = LanePack<N>;
@@ -114,9 +119,14 @@ void input_gradient(const Planes& p, const T* x, const T* dy, const InputGradCoe
           const int64_t at = p.x.at(img, run, h, w) + lp;
           const F xv = P::load(x + at);
           const F dz = masked<T, N, kRelu>(P::load(dy + at), xv, pa, pb, x);
-          P::store(dx + at, ag * dz - c1 - (xv - mu) * inv * c2);
+          const F v = ag * dz - c1 - (xv - mu) * inv * c2;
+          if (kStream)
+            P::stream(dx + at, v);
+          else
+            P::store(dx + at, v);
         }
     }
+    if (kStream) P::stream_fence();
   }
 }
 
@@ -131,26 +141,35 @@ void with_pack_and_relu(const Planes& p, bool relu, F&& f) {
   });
 }
 
+// f(std::bool_constant<on>).
+template <typename F>
+void with_flag(bool on, F&& f) {
+  if (on)
+    f(std::true_type());
+  else
+    f(std::false_type());
+}
+
 }  // namespace
 
 void normalise(const Planes& p, const Tensor& x, const void* residual, NormCoefficients n,
                bool relu, Tensor& y) {
-  const auto run = [&](auto pack, auto r, auto sum) {
+  const auto run = [&](auto pack, auto r, auto sum, auto stream) {
     constexpr int N = decltype(pack)::value;
     constexpr bool R = decltype(r)::value, S = decltype(sum)::value;
+    constexpr bool W = decltype(stream)::value;
     if (x.dtype() == DType::kBF16)
-      normalise_planes<uint16_t, N, R, S>(p, static_cast<const uint16_t*>(x.raw()),
-                                          static_cast<const uint16_t*>(residual), n.a, n.b,
-                                          static_cast<uint16_t*>(y.raw()));
+      normalise_planes<uint16_t, N, R, S, W>(p, static_cast<const uint16_t*>(x.raw()),
+                                             static_cast<const uint16_t*>(residual), n.a, n.b,
+                                             static_cast<uint16_t*>(y.raw()));
     else
-      normalise_planes<float, N, R, S>(p, x.f32(), static_cast<const float*>(residual), n.a, n.b,
-                                       y.f32());
+      normalise_planes<float, N, R, S, W>(p, x.f32(), static_cast<const float*>(residual), n.a, n.b,
+                                          y.f32());
   };
+  const bool stream = streams_output(y.raw(), int64_t(y.bytes()));
   with_pack_and_relu(p, relu, [&](auto pack, auto r) {
-    if (residual)
-      run(pack, r, std::true_type());
-    else
-      run(pack, r, std::false_type());
+    with_flag(residual != nullptr,
+              [&](auto sum) { with_flag(stream, [&](auto s) { run(pack, r, sum, s); }); });
   });
 }
 
@@ -202,8 +221,12 @@ void NormBackward::run_of(const Planes& p, const T* x, const T* dy, const Tensor
         p, x, dy, sums_.mu(), sums_.inv(), n, sums_.plane_sums());
   });
   const InputGradCoefficients q = sums_.finish(p, gamma, count, dgamma, dbeta, reducer);
+  const bool stream = streams_output(dx, p.count() * p.x.lanes * p.h * p.w * int64_t(sizeof(T)));
   with_pack_and_relu(p, relu != nullptr, [&](auto pack, auto r) {
-    input_gradient<T, decltype(pack)::value, decltype(r)::value>(p, x, dy, q, n, dx);
+    with_flag(stream, [&](auto s) {
+      input_gradient<T, decltype(pack)::value, decltype(r)::value, decltype(s)::value>(p, x, dy, q,
+                                                                                       n, dx);
+    });
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "../host_math.hpp"
 #include "batch_statistics.hpp"
+#include "lane_pack.hpp"
 #include "norm_passes.hpp"
 #include "ops.hpp"
 #include "ringtrain/core/bf16.hpp"
@@ -311,6 +312,28 @@ class BatchNorm : public BatchNormOp {
   CachedReorder residual_reorder_;
 };
 
+// host::relu_backward_of_sum's numbers, dx = (a + b) * (y > 0 ? 1 : 0), N lanes at a time with
+// dx streamed past the caches (streams_output). dx starts on a 64-byte boundary.
+template <int N>
+void relu_backward_of_sum_streamed(const float* y, const float* a, const float* b, float* dx,
+                                   int64_t n) {
+  using P = LanePack<N>;
+  using F = typename P::F;
+  const int64_t packs = n / N;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < packs; ++i) {
+      const int64_t at = i * N;
+      const F keep = P::load(y + at) > 0.0f ? F{} + 1.0f : F{};
+      P::stream(dx + at, (P::load(a + at) + P::load(b + at)) * keep);
+    }
+    P::stream_fence();  // before the barrier that ends the region
+  }
+  const int64_t done = packs * N;
+  if (done < n) host::relu_backward_of_sum(y + done, a + done, b + done, dx + done, n - done);
+}
+
 class Relu : public ReluOp {
  public:
   explicit Relu(const Context& ctx) : ctx_(ctx) {}
@@ -345,7 +368,12 @@ class Relu : public ReluOp {
     RT_CHECK(type == dt::f32 || type == dt::bf16,
              "relu backward: y's type is neither fp32 nor bf16");
     const int64_t n = int64_t(md.get_size() / memory::data_type_size(type));
-    if (type == dt::f32) {
+    if (type == dt::f32 && streams_output(dx.raw(), int64_t(md.get_size()))) {
+      const auto run = ctx_.pack_lanes >= kWidestPack ? relu_backward_of_sum_streamed<kWidestPack>
+                                                      : relu_backward_of_sum_streamed<8>;
+      run(static_cast<const float*>(y.raw()), static_cast<const float*>(a.get_data_handle()),
+          static_cast<const float*>(b.get_data_handle()), dx.f32(), n);
+    } else if (type == dt::f32) {
       host::relu_backward_of_sum(static_cast<const float*>(y.raw()),
                                  static_cast<const float*>(a.get_data_handle()),
                                  static_cast<const float*>(b.get_data_handle()), dx.f32(), n);
