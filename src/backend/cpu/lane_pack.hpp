@@ -92,28 +92,21 @@ struct LanePack {
   // the caches, whose lines a plain store first reads from memory (docs/TUNING.md, "Streaming
   // stores"). The caller fences (stream_fence) before another thread reads what it wrote.
   // By N, not by sizeof v: GCC 12 took `sizeof v == 64` for false in this template.
+  // (16 lanes only in a build for AVX-512: channel_runs.hpp's kWidestPack.)
   static void stream(float* p, F v) {
-#if defined(__AVX512F__)
     if constexpr (N == 16) return _mm512_stream_ps(p, reinterpret_cast<const __m512&>(v));
-#endif
     if constexpr (N == 8) return _mm256_stream_ps(p, reinterpret_cast<const __m256&>(v));
     store(p, v);
   }
-  static void stream(uint16_t* p, F v) {
-    stream_half(p, narrow<H>(bf16_bits(v)));
-  }
+  static void stream(uint16_t* p, F v) { stream_half(p, narrow<H>(bf16_bits(v))); }
   // store_as_stored's non-temporal twin.
-  static void stream_as_stored(float* p, F v) {
-    stream(p, v);
-  }
+  static void stream_as_stored(float* p, F v) { stream(p, v); }
   static void stream_as_stored(uint16_t* p, F v) {
     U bits;
     std::memcpy(&bits, &v, sizeof bits);
     stream_half(p, narrow<H>(bits >> 16));
   }
-  static void stream_fence() {
-    _mm_sfence();
-  }
+  static void stream_fence() { _mm_sfence(); }
 
   static void store_bytes(uint8_t* p, I v) {
     const B b = narrow<B>(v);
@@ -132,18 +125,12 @@ struct LanePack {
   }
 
   // v as storing it in T keeps it: itself for fp32, rounded to bf16 for bf16.
-  static F stored(F v, const float*) {
-    return v;
-  }
-  static F stored(F v, const uint16_t*) {
-    return reinterpret_cast_bits(bf16_bits(v) << 16);
-  }
+  static F stored(F v, const float*) { return v; }
+  static F stored(F v, const uint16_t*) { return reinterpret_cast_bits(bf16_bits(v) << 16); }
   // The same for finite v, in fewer instructions. A NaN may come out as an inf (a payload only in
   // the low 16 bits, dropped) or a -0 (one carried into the sign); the default NaN stays NaN. For
   // callers that handle NaN apart.
-  static F stored_finite(F v, const float*) {
-    return v;
-  }
+  static F stored_finite(F v, const float*) { return v; }
   static F stored_finite(F v, const uint16_t*) {
     U bits;
     std::memcpy(&bits, &v, sizeof bits);
