@@ -1,9 +1,9 @@
 // test_stream_stores.cpp — outputs of 4 MiB and more that the cpu backend's own loops write past
 // the caches (non-temporal stores, lane_pack.hpp): batch norm forward and backward, with and
-// without its ReLU and residual, and the ReLU backward of a sum give the same bits as with
-// RINGTRAIN_STREAM_STORES=off, at either pack width and thread count, in blocked and plain
-// layouts (a length no pack divides); the passes are counted as streamed only when on; any other
-// value of the switch is refused by name.
+// without its ReLU and residual, a stem's fused batch norm + ReLU + max pool backward, and the
+// ReLU backward of a sum give the same bits as with RINGTRAIN_STREAM_STORES=off, at either pack
+// width and thread count, in blocked and plain layouts (a length no pack divides); the passes
+// are counted as streamed only when on; any other value of the switch is refused by name.
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +62,20 @@ NormOutputs norm_step(Backend& be, const Tensor& x, bool relu, bool residual) {
   return download_norm_outputs(be, count, y, mean, var, dx, dgamma, dbeta);
 }
 
+// A stem's batch norm + ReLU + 2x2 max pool (fused), forward and backward; x 16 x 16 x 64 x 65
+// (4.3 MB: the input gradient streams, its last column past the last whole tile).
+NormOutputs stem_step(Backend& be, const std::vector<float>& xv) {
+  const Shape shape{16, 16, 64, 65};
+  const Tensor x = as_conv_output(be, shape, xv);
+  auto op = be.make_norm_relu_max_pool({16, 1e-5f, 2});
+  Tensor gamma = random_tensor(be, {16}, 405, 0.5f, 1.5f), beta = random_tensor(be, {16}, 406);
+  Tensor y, mean, var, dx, dgamma = be.alloc({16}), dbeta = be.alloc({16});
+  const double count = op->forward_training(x, gamma, beta, y, mean, var, nullptr);
+  const Tensor dy = random_tensor(be, y.shape(), 407);
+  op->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, nullptr);
+  return download_norm_outputs(be, count, y, mean, var, dx, dgamma, dbeta);
+}
+
 // The ReLU backward of a + b at y = relu(z), z and a in x's layout (as_conv_output: blocked) or
 // plain, b plain.
 std::vector<float> relu_of_sum(Backend& be, const Shape& shape, bool blocked) {
@@ -103,6 +117,26 @@ BOOST_AUTO_TEST_CASE(batch_norm_passes_stream_the_same_bits) {
         BOOST_TEST(streamed[1] == 2u);  // normalise and the input gradient
         expect_same_bits(out[1], out[0]);
       }
+}
+
+BOOST_AUTO_TEST_CASE(stem_input_gradient_streams_the_same_bits) {
+  const std::vector<float> xv = random_values(size_t(16 * 16 * 64 * 65), 441, -1, 3);
+  for (const char* lanes : {static_cast<const char*>(nullptr), "8"}) {
+    NormOutputs out[2];
+    uint64_t streamed[2];
+    for (int on = 0; on < 2; ++on) {
+      const Setting setting(on ? "on" : "off", lanes);
+      auto be = make_backend("cpu", 2);
+      const uint64_t before = streamed_outputs();
+      out[on] = stem_step(*be, xv);
+      streamed[on] = streamed_outputs() - before;
+      BOOST_TEST(be->op_choices().find("batch norm + ReLU + max pool: fused 1") !=
+                 std::string::npos);
+    }
+    BOOST_TEST(streamed[0] == 0u);
+    BOOST_TEST(streamed[1] == 1u);
+    expect_same_bits(out[1], out[0]);
+  }
 }
 
 // Against the reference as well: streamed stores hold the reference's numbers.

@@ -66,6 +66,15 @@ void with_pack(const Planes& p, F&& f) {
   f(std::integral_constant<int, 8>());
 }
 
+// Calls f(std::bool_constant<on>): a run-time choice as a template's.
+template <typename F>
+void with_flag(bool on, F&& f) {
+  if (on)
+    f(std::true_type());
+  else
+    f(std::false_type());
+}
+
 // A per-channel array over runs x lanes: f(c) on the channels, 0 on padding lanes.
 template <typename F>
 const float* per_lane(const ChannelRuns& r, int64_t channels, std::vector<float>& out, F&& f) {

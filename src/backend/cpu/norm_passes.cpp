@@ -141,15 +141,6 @@ void with_pack_and_relu(const Planes& p, bool relu, F&& f) {
   });
 }
 
-// f(std::bool_constant<on>).
-template <typename F>
-void with_flag(bool on, F&& f) {
-  if (on)
-    f(std::true_type());
-  else
-    f(std::false_type());
-}
-
 }  // namespace
 
 void normalise(const Planes& p, const Tensor& x, const void* residual, NormCoefficients n,

@@ -111,8 +111,8 @@ void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, con
 }
 
 // dx = a (dz - sum dz / M - x-hat sum dz x-hat / M) as a dz - c1 - x-hat c2 at every pixel,
-// dz = 0 in the rows and columns past the last whole tile.
-template <typename T, int N>
+// dz = 0 in the rows and columns past the last whole tile; with kStream past the caches.
+template <typename T, int N, bool kStream>
 void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winners,
                     const InputGradCoefficients& q, T* dx) {
   using P = LanePack<N>;
@@ -126,8 +126,14 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
       const F a = P::load(q.ag + o), c1 = P::load(q.c1 + o), c2 = P::load(q.c2 + o);
       const F mu = P::load(q.mu + o), inv = P::load(q.inv + o);
       const auto at = [&](int64_t h, int64_t w) { return g.x.at(img, run, h, w) + lp; };
+      const auto put = [&](int64_t h, int64_t w, F v) {
+        if (kStream)
+          P::stream(dx + at(h, w), v);
+        else
+          P::store(dx + at(h, w), v);
+      };
       const auto untiled = [&](int64_t h, int64_t w) {
-        P::store(dx + at(h, w), -c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
+        put(h, w, -c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
       };
       for (int64_t h = 0; h < g.h; ++h) {
         const int64_t oh = h / k, i = h % k;
@@ -142,12 +148,13 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
           for (int64_t j = 0; j < k; ++j) {
             const int64_t w = ow * k + j;
             const F dz = P::keep(d, won == int32_t(i * k + j));
-            P::store(dx + at(h, w), a * dz - c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
+            put(h, w, a * dz - c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
           }
         }
         for (int64_t w = g.ow * k; w < g.w; ++w) untiled(h, w);
       }
     }
+    if (kStream) P::stream_fence();
   }
 }
 
@@ -266,8 +273,13 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
           gradient_.inv(), gradient_.plane_sums());
     });
     const InputGradCoefficients q = gradient_.finish(p.g, gamma, count_, dgamma, dbeta, reducer);
-    with_pack(p.g, [&](auto lanes) {
-      input_gradient<T, decltype(lanes)::value>(p.g, x, dy, winners_.data(), q, dx);
+    const Walk& g = p.g;
+    const bool stream = streams_output(dx, g.count() * g.x.lanes * g.h * g.w * int64_t(sizeof(T)));
+    with_pack(g, [&](auto lanes) {
+      with_flag(stream, [&](auto s) {
+        input_gradient<T, decltype(lanes)::value, decltype(s)::value>(g, x, dy, winners_.data(), q,
+                                                                      dx);
+      });
     });
   }
 
