@@ -92,11 +92,12 @@ rt_mpirun() {
   done
   trap - TERM INT
   # -q also silences mpirun's note of a process killed by a signal, which leaves ringtrain no
-  # chance to say anything: say it here, or the job ends with no line at all.
+  # chance to say anything, and its reason for not starting one (it exits 132, as SIGILL would,
+  # when it cannot execute the program): say it here, or the job ends with no line at all.
   if [ "$status" -gt 128 ] && [ "$status" -lt 160 ]; then
     local signal
     signal=SIG$(kill -l $((status - 128)) 2>/dev/null) || signal="signal $((status - 128))"
-    echo "rt_mpirun: error: a process of the job ended on $signal (mpirun exit $status), before ringtrain could say why; RT_MPIRUN_QUIET=0 has mpirun name its rank" >&2
+    echo "rt_mpirun: error: mpirun exit $status with no word of its own: a process of the job ended on $signal before ringtrain could say why$([ "$status" != 132 ] || echo ", or mpirun could not execute the program"); RT_MPIRUN_QUIET=0 has mpirun say which" >&2
   fi
   return "$status"
 }

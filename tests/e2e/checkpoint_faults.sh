@@ -24,7 +24,7 @@ for stage in partial written synced renamed; do
   set -e
   [ "$code" != 0 ] || fail "$stage: the killed run exited 0"
   # mpirun -q prints nothing for a killed rank; the launcher's own line says what happened.
-  grep -qxF "rt_mpirun: error: a process of the job ended on SIGKILL (mpirun exit 137), before ringtrain could say why; RT_MPIRUN_QUIET=0 has mpirun name its rank" \
+  grep -qxF "rt_mpirun: error: mpirun exit 137 with no word of its own: a process of the job ended on SIGKILL before ringtrain could say why; RT_MPIRUN_QUIET=0 has mpirun say which" \
     "$work/$name.log" || { cat "$work/$name.log"; fail "$stage: no line for the killed rank (exit $code)"; }
   ckpt=$work/out/$name.ckpt.h5
   want=5
