@@ -38,7 +38,7 @@ PY
 
 # ---- ringtrain predict on the test split: the reference -------------------------------------------
 "$BIN/ringtrain" predict --model "$model" --input "$work"/data/test-*.h5 --output "$work/pred" \
-  >"$work/predict.log" 2>&1 || { cat "$work/predict.log"; fail "ringtrain predict"; }
+  >"$work/predict.log" 2>&1 || { rc=$?; cat "$work/predict.log"; fail "ringtrain predict: exit $rc"; }
 # The same images, normalised as the metadata says, as raw float32 for the runtime.
 "$PYTHON" - "$work/data" "$work/fiber.onnx" "$work/input.f32" <<'PY'
 import glob, json, sys, h5py, numpy as np, onnx
@@ -134,7 +134,8 @@ fi
   { cat "$work/train-inspect.log"; fail "training the inspection heads"; }
 "$BIN/rt-export" --model "$work/ckpt/inspect.ckpt.h5" --onnx "$work/inspect.onnx" >/dev/null
 "$BIN/ringtrain" predict --model "$work/ckpt/inspect.ckpt.h5" --input "$work"/data/test-*.h5 \
-  --output "$work/pred-inspect" >"$work/predict-inspect.log" 2>&1 || fail "predict (inspect)"
+  --output "$work/pred-inspect" >"$work/predict-inspect.log" 2>&1 ||
+  { rc=$?; cat "$work/predict-inspect.log"; fail "predict (inspect): exit $rc"; }
 "$PYTHON" - "$work/inspect.onnx" <<'PY' || fail "inspect onnx"
 import json, sys, onnx
 m = onnx.load(sys.argv[1])

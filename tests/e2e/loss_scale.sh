@@ -28,7 +28,7 @@ PY
 }
 
 # Clean: 10 steps doubling every 2 from 2^16 -> 2^21.
-run --output.name=clean >"$work/clean.log" 2>&1 || { cat "$work/clean.log"; fail "clean run"; }
+run --output.name=clean >"$work/clean.log" 2>&1 || { rc=$?; cat "$work/clean.log"; fail "clean run: exit $rc"; }
 grep -qxF "loss scale: dynamic from 65536, halved on overflow, doubled after 2 clean steps" "$work/clean.log" \
   || fail "clean: no start line"
 results clean 0 2097152
@@ -44,11 +44,11 @@ results dyn 1 524288
 
 # The same skip without loss scaling (train.on_nonfinite = skip): bitwise the same weights.
 poisoned --output.name=unscaled --train.loss_scale=none --train.on_nonfinite=skip >"$work/unscaled.log" 2>&1 \
-  || { cat "$work/unscaled.log"; fail "unscaled skip run"; }
+  || { rc=$?; cat "$work/unscaled.log"; fail "unscaled skip run: exit $rc"; }
 compare_checkpoints "$work/out/dyn.ckpt.h5" "$work/out/unscaled.ckpt.h5" 10
 
 # Stopped at step 5 and resumed: the scale and clean-step count carry over.
-poisoned --output.name=parts --train.max_steps=5 >"$work/part1.log" 2>&1 || { s=$?; cat "$work/part1.log"; fail "first part: exit $s"; }
+poisoned --output.name=parts --train.max_steps=5 >"$work/part1.log" 2>&1 || { rc=$?; cat "$work/part1.log"; fail "first part: exit $rc"; }
 run --output.name=parts --resume >"$work/part2.log" 2>&1 || { cat "$work/part2.log"; fail "resume"; }
 compare_checkpoints "$work/out/dyn.ckpt.h5" "$work/out/parts.ckpt.h5" 10
 "$PYTHON" - "$work/out/dyn.ckpt.h5" "$work/out/parts.ckpt.h5" <<'PY' || fail "resume: checkpoint loss scale"
