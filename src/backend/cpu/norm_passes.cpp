@@ -194,25 +194,25 @@ void NormBackward::run(const Planes& p, const Tensor& x, const void* dy, const T
                        const NormCoefficients* relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                        const StatReducer* reducer) {
   sums_.begin(p, mean, var, eps);
+  const bool stream = streams_output(dx.raw(), int64_t(dx.bytes()));
   if (x.dtype() == DType::kBF16)
     run_of(p, static_cast<const uint16_t*>(x.raw()), static_cast<const uint16_t*>(dy), gamma, count,
-           relu, static_cast<uint16_t*>(dx.raw()), dgamma, dbeta, reducer);
+           relu, static_cast<uint16_t*>(dx.raw()), stream, dgamma, dbeta, reducer);
   else
-    run_of(p, x.f32(), static_cast<const float*>(dy), gamma, count, relu, dx.f32(), dgamma, dbeta,
-           reducer);
+    run_of(p, x.f32(), static_cast<const float*>(dy), gamma, count, relu, dx.f32(), stream, dgamma,
+           dbeta, reducer);
 }
 
 template <typename T>
 void NormBackward::run_of(const Planes& p, const T* x, const T* dy, const Tensor& gamma,
-                          double count, const NormCoefficients* relu, T* dx, Tensor& dgamma,
-                          Tensor& dbeta, const StatReducer* reducer) {
+                          double count, const NormCoefficients* relu, T* dx, bool stream,
+                          Tensor& dgamma, Tensor& dbeta, const StatReducer* reducer) {
   const NormCoefficients n = relu ? *relu : NormCoefficients{};
   with_pack_and_relu(p, relu != nullptr, [&](auto pack, auto r) {
     gradient_plane_sums<T, decltype(pack)::value, decltype(r)::value>(
         p, x, dy, sums_.mu(), sums_.inv(), n, sums_.plane_sums());
   });
   const InputGradCoefficients q = sums_.finish(p, gamma, count, dgamma, dbeta, reducer);
-  const bool stream = streams_output(dx, p.count() * p.x.lanes * p.h * p.w * int64_t(sizeof(T)));
   with_pack_and_relu(p, relu != nullptr, [&](auto pack, auto r) {
     with_flag(stream, [&](auto s) {
       input_gradient<T, decltype(pack)::value, decltype(r)::value, decltype(s)::value>(p, x, dy, q,

@@ -63,9 +63,10 @@ class NormBackward {
            const StatReducer* reducer);
 
  private:
+  // stream: dx is written past the caches (streams_output).
   template <typename T>
   void run_of(const Planes& p, const T* x, const T* dy, const Tensor& gamma, double count,
-              const NormCoefficients* relu, T* dx, Tensor& dgamma, Tensor& dbeta,
+              const NormCoefficients* relu, T* dx, bool stream, Tensor& dgamma, Tensor& dbeta,
               const StatReducer* reducer);
 
   NormGradientSums sums_;

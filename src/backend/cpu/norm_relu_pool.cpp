@@ -202,13 +202,14 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     const memory d = as_layout(ctx_, dy, p.y_md, ctx_.call_scratch.dy, dy_reorder_);
     ensure(dx, x.shape(), p.x_md);
     const StatReducer* sync = reducer && *reducer ? reducer : nullptr;
+    const bool stream = streams_output(dx.raw(), int64_t(dx.bytes()));
     if (x.dtype() == DType::kBF16)
       backward(p, static_cast<const uint16_t*>(x.raw()),
                static_cast<const uint16_t*>(d.get_data_handle()), gamma, mean, var,
-               static_cast<uint16_t*>(dx.raw()), dgamma, dbeta, sync);
+               static_cast<uint16_t*>(dx.raw()), stream, dgamma, dbeta, sync);
     else
       backward(p, x.f32(), static_cast<const float*>(d.get_data_handle()), gamma, mean, var,
-               dx.f32(), dgamma, dbeta, sync);
+               dx.f32(), stream, dgamma, dbeta, sync);
   }
 
  private:
@@ -261,10 +262,10 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   }
 
   // dbeta = sum dz and dgamma = sum dz x-hat, this rank's own; the input gradient from those
-  // sums over every rank (with a reducer).
+  // sums over every rank (with a reducer), with stream past the caches (streams_output).
   template <typename T>
   void backward(const Plan& p, const T* x, const T* dy, const Tensor& gamma, const Tensor& mean,
-                const Tensor& var, T* dx, Tensor& dgamma, Tensor& dbeta,
+                const Tensor& var, T* dx, bool stream, Tensor& dgamma, Tensor& dbeta,
                 const StatReducer* reducer) {
     gradient_.begin(p.g, mean, var, s_.eps);
     with_pack(p.g, [&](auto lanes) {
@@ -273,12 +274,10 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
           gradient_.inv(), gradient_.plane_sums());
     });
     const InputGradCoefficients q = gradient_.finish(p.g, gamma, count_, dgamma, dbeta, reducer);
-    const Walk& g = p.g;
-    const bool stream = streams_output(dx, g.count() * g.x.lanes * g.h * g.w * int64_t(sizeof(T)));
-    with_pack(g, [&](auto lanes) {
+    with_pack(p.g, [&](auto lanes) {
       with_flag(stream, [&](auto s) {
-        input_gradient<T, decltype(lanes)::value, decltype(s)::value>(g, x, dy, winners_.data(), q,
-                                                                      dx);
+        input_gradient<T, decltype(lanes)::value, decltype(s)::value>(p.g, x, dy, winners_.data(),
+                                                                      q, dx);
       });
     });
   }
