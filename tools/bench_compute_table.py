@@ -23,6 +23,13 @@ def write_atomically(path, text):
     os.replace(tmp, path)
 
 
+def variant_cell(label, rate, rt, pt, tail=""):
+    """A ringtrain variant timed beside the row: its rate, against the row's and PyTorch's."""
+    return (f" | {label}: {rate:.1f} img/s"
+            + (f", {rate / rt:.3f}x of the row" if rt else "")
+            + (f", {rate / pt:.2f}x PyTorch" if pt else "") + tail)
+
+
 def new_row():
     return {"ringtrain": [], "pytorch": [], "pytorch-compile": [], "ringtrain-wgrad": [],
             "ringtrain-direct": [],
@@ -229,16 +236,13 @@ def summarize(rows, peaks, gpus, cpu, device):
         elif "ringtrain-graph" in failed:
             with_compile += " | graph failed"
         if wgrad:
-            with_compile += (f" | weight grad {v['wgrad_path']}: {wgrad:.1f} img/s"
-                             + (f", {wgrad / rt:.3f}x of the row" if rt else "")
-                             + (f", {wgrad / pt:.2f}x PyTorch" if pt else ""))
+            with_compile += variant_cell(f"weight grad {v['wgrad_path']}", wgrad, rt, pt)
         elif "ringtrain-wgrad" in failed:
             with_compile += " | weight grad failed"
         if direct:
-            with_compile += (f" | direct: {direct:.1f} img/s"
-                             + (f", {direct / rt:.3f}x of the row" if rt else "")
-                             + (f", {direct / pt:.2f}x PyTorch" if pt else "")
-                             + (f", {100 * direct_share:.0f}% of peak" if direct_share else ""))
+            with_compile += variant_cell(
+                "direct", direct, rt, pt,
+                f", {100 * direct_share:.0f}% of peak" if direct_share else "")
         elif "ringtrain-direct" in failed:
             with_compile += " | direct failed"
         memory = ""
