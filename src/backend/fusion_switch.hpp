@@ -1,8 +1,9 @@
 // fusion_switch.hpp — the environment switches between two ways a backend runs the same
 // numbers: those that keep one fused kernel out of a run (RINGTRAIN_CUDA_BN_RELU,
 // RINGTRAIN_CUDA_BN_ADD_RELU, RINGTRAIN_CUDA_CONV_RELU, RINGTRAIN_CPU_NORM_POOL,
-// RINGTRAIN_CPU_NORM_ADD), RINGTRAIN_CUDA_WORKSPACE, RINGTRAIN_CPU_BATCH_NORM,
-// RINGTRAIN_HUGE_PAGES and RINGTRAIN_STREAM_STORES. Internal to src/backend.
+// RINGTRAIN_CPU_POOL_RELU, RINGTRAIN_CPU_NORM_ADD), RINGTRAIN_CUDA_WORKSPACE,
+// RINGTRAIN_CPU_BATCH_NORM, RINGTRAIN_HUGE_PAGES and RINGTRAIN_STREAM_STORES. Internal to
+// src/backend.
 #pragma once
 
 namespace ringtrain::backend {

@@ -301,6 +301,9 @@ class ProfiledBackend : public Backend {
   std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) override {
     return std::make_unique<ProfiledPool>(r_, be_->make_pool(s));
   }
+  std::unique_ptr<PoolOp> make_max_pool_relu(int window) override {
+    return std::make_unique<ProfiledPool>(r_, be_->make_max_pool_relu(window));
+  }
   std::unique_ptr<AddOp> make_add(bool fuse_relu) override {
     return std::make_unique<ProfiledAdd>(r_, be_->make_add(fuse_relu));
   }

@@ -285,6 +285,33 @@ std::string BatchNormReluMaxPool::trace(Graph& graph, const std::string& input) 
   return pool_.trace(graph, norm_.trace(graph, input));
 }
 
+// ---- max pool + ReLU --------------------------------------------------------------------
+
+MaxPoolReLU::MaxPoolReLU(const std::string& pool_name, const std::string& relu_name, Backend& be,
+                         int window)
+    : Layer(pool_name + "+" + relu_name),
+      pool_(pool_name, be, backend::PoolSpec{backend::PoolKind::kMax, window, window, 0, false}),
+      relu_(relu_name, be),
+      op_(be.make_max_pool_relu(window)) {}
+
+const Tensor& MaxPoolReLU::forward(const Tensor& x, bool training) {
+  op_->forward(x, y_, training);
+  return y_;
+}
+
+const Tensor& MaxPoolReLU::backward(const Tensor& dy, const GradReady&) {
+  // The op keeps what its backward reads (a composed op, the output for its ReLU's backward),
+  // and may let it go before its pool's backward allocates the full-size gradient.
+  if (transient_) y_ = Tensor();
+  op_->backward(dy, dx_);
+  if (transient_) op_->release_saved();
+  return dx_;
+}
+
+std::string MaxPoolReLU::trace(Graph& graph, const std::string& input) const {
+  return relu_.trace(graph, pool_.trace(graph, input));
+}
+
 // ---- Flatten, Linear ------------------------------------------------------------------
 
 Shape Flatten::output_shape(const Shape& in) const {

@@ -13,17 +13,16 @@ std::string chw(const ModelInput& in) {
 
 // conv3x3 C->32, ReLU, maxpool 2, conv3x3 32->64, ReLU, maxpool 2, linear ->128, ReLU,
 // linear ->classes. Max-pooling and ReLU commute (both are monotone), so each ReLU runs
-// after its pool, on a quarter of the values: the same function and gradient, less work.
+// after its pool, on a quarter of the values: the same function and gradient, less work; each
+// pool and its ReLU run as one op (MaxPoolReLU), which the cpu backend fuses.
 std::unique_ptr<Sequential> cnn_small(const ModelInput& in, int classes, Backend& be) {
   RT_REQUIRE_INPUT(in.height % 4 == 0 && in.width % 4 == 0 && in.height > 0 && in.width > 0,
                    "model cnn_small needs H and W divisible by 4; the data is ", chw(in));
   auto net = std::make_unique<Sequential>("");
   net->add(std::make_unique<Conv2d>("conv1", be, in.channels, 32, 3, 1, 1, true));
-  net->add(max_pool2d("pool1", be, 2, 2));
-  net->add(std::make_unique<ReLU>("relu1", be));
+  net->add(std::make_unique<MaxPoolReLU>("pool1", "relu1", be, 2));
   net->add(std::make_unique<Conv2d>("conv2", be, 32, 64, 3, 1, 1, true));
-  net->add(max_pool2d("pool2", be, 2, 2));
-  net->add(std::make_unique<ReLU>("relu2", be));
+  net->add(std::make_unique<MaxPoolReLU>("pool2", "relu2", be, 2));
   net->add(std::make_unique<Flatten>("flatten"));
   net->add(
       std::make_unique<Linear>("fc1", be, int64_t(64) * (in.height / 4) * (in.width / 4), 128));

@@ -367,6 +367,12 @@ class Backend {
   // This default runs make_batch_norm's op (with its ReLU), then make_pool's max pool.
   virtual std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
       const NormReluMaxPoolSpec& spec);
+  // y = relu(max pool of x over window x window tiles of stride window, no padding; rows and
+  // columns past the last whole tile dropped): a pool and the ReLU after it as one PoolOp, so
+  // that a backend may fuse them. Backward sends each tile's gradient to the first of its
+  // largest values, and to none where that value is not above 0. This default runs make_pool's
+  // max pool, then make_relu's op.
+  virtual std::unique_ptr<PoolOp> make_max_pool_relu(int window);
 
   // Softmax cross-entropy of plain [N, classes] logits against host labels, with the targets
   // smoothed to t = (1 - smoothing) onehot + smoothing / classes (0: plain one-hot): the loss

@@ -227,6 +227,26 @@ class BatchNormReluMaxPool : public Layer {
   Tensor x_, y_, dx_, batch_mean_, batch_var_;
 };
 
+// A window x window max pool of stride window, then ReLU: two layers that run through one
+// Backend::make_max_pool_relu op, so that a backend may fuse them (max pooling and ReLU commute,
+// so a ReLU after a pool is a small CNN's cheaper order). Their names and trace are the two
+// layers'; neither has parameters.
+class MaxPoolReLU : public Layer {
+ public:
+  MaxPoolReLU(const std::string& pool_name, const std::string& relu_name, Backend& be, int window);
+  Shape output_shape(const Shape& in) const override { return pool_.output_shape(in); }
+  const Tensor& forward(const Tensor& x, bool training) override;
+  const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
+  void release_input_grad() override { dx_ = Tensor(); }
+  std::string trace(Graph& graph, const std::string& input) const override;
+
+ private:
+  Pool2d pool_;
+  ReLU relu_;
+  std::unique_ptr<backend::PoolOp> op_;
+  Tensor y_, dx_;
+};
+
 // [N, C, H, W] -> [N, C*H*W]. The data is not moved: Linear reads a 4-D input in NCHW
 // order, so Flatten only changes the shape the next layer is built for.
 class Flatten : public Layer {

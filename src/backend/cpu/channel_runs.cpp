@@ -25,4 +25,33 @@ bool channel_runs(const memory::desc& md, ChannelRuns& out) {
   return true;
 }
 
+namespace {
+
+// y's layout: x's, at the pooled size.
+bool pooled_desc(const memory::desc& x, const ChannelRuns& runs, const memory::dims& dims,
+                 memory::desc& out) {
+  const auto& blk = x.data.format_desc.blocking;
+  tag t = tag::undef;
+  if (blk.inner_nblks == 1) {
+    t = runs.lanes == 16 ? tag::nChw16c : runs.lanes == 8 ? tag::nChw8c : tag::undef;
+  } else {
+    t = runs.runs == 1 && runs.lanes > 1 ? tag::nhwc : tag::nchw;
+  }
+  if (t == tag::undef) return false;
+  out = memory::desc(dims, x.data_type(), t);
+  return true;
+}
+
+}  // namespace
+
+bool pooled_planes(const memory::desc& x_md, int64_t window, int pack, PooledPlanes& g,
+                   memory::desc& y_md) {
+  const auto& d = x_md.data;
+  if (d.ndims != 4 || d.dims[2] < window || d.dims[3] < window) return false;
+  g.n = d.dims[0], g.h = d.dims[2], g.w = d.dims[3], g.k = window;
+  g.oh = g.h / window, g.ow = g.w / window, g.pack = pack;
+  return channel_runs(x_md, g.x) && pooled_desc(x_md, g.x, {g.n, d.dims[1], g.oh, g.ow}, y_md) &&
+         channel_runs(y_md, g.y) && g.y.lanes == g.x.lanes && g.walkable();
+}
+
 }  // namespace ringtrain::backend::cpu

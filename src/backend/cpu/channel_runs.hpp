@@ -40,6 +40,26 @@ struct Planes {
   bool walkable() const { return x.lanes % 8 == 0; }
 };
 
+// A window x window max pool of stride window over Planes (rows and columns past the last whole
+// tile dropped): y [n, C, oh, ow] in x's layout. The loops that pool keep, for every lane of
+// every tile, the place in the tile of the value the pool took (or kNoWinner), at tile_at.
+struct PooledPlanes : Planes {
+  ChannelRuns y;
+  int64_t oh = 0, ow = 0, k = 0;
+  int64_t tiles() const { return count() * oh * ow * x.lanes; }
+  int64_t tile_at(int64_t plane, int64_t row, int64_t col) const {
+    return ((plane * oh + row) * ow + col) * x.lanes;
+  }
+};
+
+constexpr uint8_t kNoWinner = 0xff;  // a tile whose values a ReLU cut to 0: no gradient
+
+// The walk of an [n, channels, h, w] x in layout x_md pooled by window x window tiles, and y's
+// layout (x's, at the pooled size: what oneDNN's pool would write); false where the loops do
+// not walk x_md (its runs are not a multiple of 8 lanes, or not one of the layouts above).
+bool pooled_planes(const memory::desc& x_md, int64_t window, int pack, PooledPlanes& g,
+                   memory::desc& y_md);
+
 // Pixels a plane's loops sum in fp32 before adding the sums to its fp64 ones: whole rows,
 // about this many (a 4x4 plane's sums are one fp64 addition per lane).
 constexpr int64_t kPixelsPerFp32Sum = 256;

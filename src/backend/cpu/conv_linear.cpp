@@ -665,8 +665,7 @@ class Linear : public LinearOp {
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     Plan& p = current("linear backward_data", dy);
     if (!p.bwd_data) {
-      auto d = ip_bwd_data::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape), ctx_.act),
-                                 diff_dst_desc(p));
+      auto d = ip_bwd_data::desc(p.fwd_pd.src_desc(), weights_desc(p, ctx_.act), diff_dst_desc(p));
       p.bwd_data_pd = dnnl_try("linear backward data", [&] {
         return ip_bwd_data::primitive_desc(d, ctx_.engine, p.fwd_pd);
       });
@@ -687,8 +686,8 @@ class Linear : public LinearOp {
     if (!p.bwd_weights) {
       memory::desc bias_md =
           s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a) : memory::desc();
-      auto d = ip_bwd_weights::desc(p.fwd_pd.src_desc(), any_desc(to_dims(p.w_shape), dt::f32),
-                                    bias_md, diff_dst_desc(p));
+      auto d = ip_bwd_weights::desc(p.fwd_pd.src_desc(), weights_desc(p, dt::f32), bias_md,
+                                    diff_dst_desc(p));
       p.bwd_weights_pd = dnnl_try("linear backward weights", [&] {
         return ip_bwd_weights::primitive_desc(d, ctx_.engine, p.fwd_pd);
       });
@@ -738,11 +737,19 @@ class Linear : public LinearOp {
     memory::desc bias_md =
         s_.bias ? memory::desc({s_.out_features}, dt::f32, tag::a) : memory::desc();
     auto d = ip_fwd::desc(dnnl::prop_kind::forward_training, any_desc(to_dims(x.shape()), ctx_.act),
-                          any_desc(to_dims(p->w_shape), ctx_.act), bias_md, plain_desc(p->y_shape));
+                          weights_desc(*p, ctx_.act), bias_md, plain_desc(p->y_shape));
     p->fwd_pd = dnnl_try("linear forward", [&] { return ip_fwd::primitive_desc(d, ctx_.engine); });
     p->fwd = ip_fwd(p->fwd_pd);
     plans_.push_back(std::move(p));
     return *(current_ = plans_.back().get());
+  }
+
+  // fp32 weights as the model keeps them (and their gradient as the fusion buckets take it):
+  // oneDNN's gemm-based inner product reads and writes them in place, where its choice of
+  // layout cost a reorder of the weights forward and of their gradient backward, each step
+  // (docs/TUNING.md). bf16 runs convert the weights anyway: oneDNN picks their layout.
+  memory::desc weights_desc(const Plan& p, dt type) const {
+    return ctx_.act == dt::f32 ? p.w_plain : any_desc(to_dims(p.w_shape), type);
   }
 
   Plan& current(const char* op, const Tensor& dy) {

@@ -137,6 +137,10 @@ class CpuBackend : public HostBackend {
   }
   std::unique_ptr<ReluOp> make_relu() override { return cpu::make_relu(ctx_); }
   std::unique_ptr<PoolOp> make_pool(const PoolSpec& s) override { return cpu::make_pool(ctx_, s); }
+  std::unique_ptr<PoolOp> make_max_pool_relu(int window) override {
+    return cpu::make_max_pool_relu(ctx_, window, Backend::make_max_pool_relu(window),
+                                   fusion_allowed("RINGTRAIN_CPU_POOL_RELU"));
+  }
   std::unique_ptr<AddOp> make_add(bool fuse_relu) override {
     return cpu::make_add(ctx_, fuse_relu);
   }
@@ -169,6 +173,7 @@ class CpuBackend : public HostBackend {
       out += str(out.empty() ? "" : "; ", what, ": fused ", n.fused, ", oneDNN ", n.composed);
     };
     add("batch norm + ReLU + max pool", ctx_.norm_pool_count);
+    add("max pool + ReLU", ctx_.pool_relu_count);
     add("batch norm + residual + ReLU", ctx_.norm_add_count);
     const FusedCount& n = ctx_.norm_count;
     if (n.fused + n.composed > 0)

@@ -80,6 +80,7 @@ struct Context {
   // under RINGTRAIN_CPU_PACK_LANES=8 (the tests' way to run the bundle's width here).
   int pack_lanes = 8;
   mutable FusedCount norm_pool_count;
+  mutable FusedCount pool_relu_count;
   mutable FusedCount norm_add_count;
   mutable FusedCount norm_count;  // training batch norms: our own passes (fused), oneDNN's
   mutable ReorderTime reorders;   // every CachedReorder's runs

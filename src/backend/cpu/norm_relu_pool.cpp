@@ -15,39 +15,13 @@
 namespace ringtrain::backend::cpu {
 namespace {
 
-constexpr uint8_t kNoWinner = 0xff;  // a tile whose values the ReLU cut to 0: no gradient
-
-// The pooled output's layout: x's, at the pooled size (what oneDNN's pool would write).
-bool pooled_desc(const memory::desc& x, const ChannelRuns& runs, const memory::dims& dims,
-                 memory::desc& out) {
-  const auto& blk = x.data.format_desc.blocking;
-  tag t = tag::undef;
-  if (blk.inner_nblks == 1) {
-    t = runs.lanes == 16 ? tag::nChw16c : runs.lanes == 8 ? tag::nChw8c : tag::undef;
-  } else {
-    t = runs.runs == 1 && runs.lanes > 1 ? tag::nhwc : tag::nchw;
-  }
-  if (t == tag::undef) return false;
-  out = memory::desc(dims, x.data_type(), t);
-  return true;
-}
-
-// What the loops below walk: x [n, C, h, w] by planes (channel_runs.hpp) and its pooled y
-// [n, C, oh, ow] in x's layout. Per-channel coefficients come in arrays of runs x lanes (zeros
-// on padding lanes); `winners` holds, for every lane of every tile, the place in the tile of
-// the value the pool took, or kNoWinner.
-struct Walk : Planes {
-  ChannelRuns y;
-  int64_t oh = 0, ow = 0, k = 0;
-};
-
 // y = the largest of relu(a x + b) over each tile; winners = its place in the tile and
 // winner_x = its x (so that backward's sums need not read x again). The values are compared as
 // stored (bf16: rounded), so that of two that round alike the first wins, as the unfused pool
 // chooses.
 template <typename T, int N>
-void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* y, uint8_t* winners,
-                  T* winner_x) {
+void pool_forward(const PooledPlanes& g, const T* x, const float* a, const float* b, T* y,
+                  uint8_t* winners, T* winner_x) {
   using P = LanePack<N>;
   const int64_t L = g.x.lanes, k = g.k;
 #pragma omp parallel for schedule(static)
@@ -73,7 +47,7 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
             }
           best = poisoned ? pa + pb : best;
           P::store(y + g.y.at(img, run, oh, ow) + lp, best);
-          const int64_t tile = ((plane * g.oh + oh) * g.ow + ow) * L + lp;
+          const int64_t tile = g.tile_at(plane, oh, ow) + lp;
           P::store_bytes(winners + tile, won);
           P::store(winner_x + tile, best_x);
         }
@@ -84,8 +58,8 @@ void pool_forward(const Walk& g, const T* x, const float* a, const float* b, T* 
 // Per plane and lane: sum dz and sum dz x-hat, x-hat = (x - mu) inv, where dz is dy at each
 // tile's winner and 0 elsewhere: from the winners' x that forward kept, without reading x.
 template <typename T, int N>
-void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, const T* winner_x,
-                         const float* mu, const float* inv, double* out) {
+void gradient_plane_sums(const PooledPlanes& g, const T* dy, const uint8_t* winners,
+                         const T* winner_x, const float* mu, const float* inv, double* out) {
   using P = LanePack<N>;
   const int64_t L = g.x.lanes;
 #pragma omp parallel for schedule(static)
@@ -97,7 +71,7 @@ void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, con
       for (int64_t oh = 0; oh < g.oh; ++oh) {
         typename P::F sd{}, sdx{};
         for (int64_t ow = 0; ow < g.ow; ++ow) {
-          const int64_t tile = ((plane * g.oh + oh) * g.ow + ow) * L + lp;
+          const int64_t tile = g.tile_at(plane, oh, ow) + lp;
           const typename P::F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
           const typename P::F dz = P::keep(d, P::load_bytes(winners + tile) != int32_t(kNoWinner));
           sd += dz;
@@ -113,7 +87,7 @@ void gradient_plane_sums(const Walk& g, const T* dy, const uint8_t* winners, con
 // dx = a (dz - sum dz / M - x-hat sum dz x-hat / M) as a dz - c1 - x-hat c2 at every pixel,
 // dz = 0 in the rows and columns past the last whole tile; with kStream past the caches.
 template <typename T, int N, bool kStream>
-void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winners,
+void input_gradient(const PooledPlanes& g, const T* x, const T* dy, const uint8_t* winners,
                     const InputGradCoefficients& q, T* dx) {
   using P = LanePack<N>;
   using F = typename P::F;
@@ -143,8 +117,7 @@ void input_gradient(const Walk& g, const T* x, const T* dy, const uint8_t* winne
         }
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           const F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
-          const typename P::I won =
-              P::load_bytes(winners + ((plane * g.oh + oh) * g.ow + ow) * L + lp);
+          const typename P::I won = P::load_bytes(winners + g.tile_at(plane, oh, ow) + lp);
           for (int64_t j = 0; j < k; ++j) {
             const int64_t w = ow * k + j;
             const F dz = P::keep(d, won == int32_t(i * k + j));
@@ -175,7 +148,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     const Plan& p = *last_;
     count_ = statistics_.compute(p.g, s_.channels, x, mean, var, reducer);
     ensure(y, {p.g.n, s_.channels, p.g.oh, p.g.ow}, p.y_md);
-    const size_t tiles = size_t(p.g.count() * p.g.oh * p.g.ow * p.g.x.lanes);
+    const size_t tiles = size_t(p.g.tiles());
     winners_.resize(tiles);
     winner_x_.resize(tiles);  // fp32, or bf16 in the first half
     if (x.dtype() == DType::kBF16)
@@ -215,7 +188,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
  private:
   struct Plan {
     memory::desc x_md, y_md;
-    Walk g;
+    PooledPlanes g;
   };
 
   // The plan for x's layout, or null where the loops do not walk it (the composed ops run).
@@ -231,13 +204,8 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
     RT_CHECK(k >= 1 && k <= 15 && x.dim(2) >= k && x.dim(3) >= k, "batch norm + max pool: input ",
              shape_str(x.shape()), " is smaller than the ", k, "x", k, " window");
     auto p = std::make_unique<Plan>();
-    Walk& g = p->g;
     p->x_md = x_md;
-    g.n = x.dim(0), g.h = x.dim(2), g.w = x.dim(3), g.oh = g.h / k, g.ow = g.w / k, g.k = k;
-    g.pack = ctx_.pack_lanes;
-    const bool walkable = fuse_ && channel_runs(x_md, g.x) &&
-                          pooled_desc(x_md, g.x, {g.n, s_.channels, g.oh, g.ow}, p->y_md) &&
-                          channel_runs(p->y_md, g.y) && g.y.lanes == g.x.lanes && g.walkable();
+    const bool walkable = fuse_ && pooled_planes(x_md, k, ctx_.pack_lanes, p->g, p->y_md);
     if (!walkable) {
       unwalkable_.push_back(x_md);
       return nullptr;

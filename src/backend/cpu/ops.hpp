@@ -29,6 +29,10 @@ std::unique_ptr<PoolOp> make_pool(const Context& ctx, const PoolSpec& spec);
 std::unique_ptr<NormReluMaxPoolOp> make_norm_relu_max_pool(
     const Context& ctx, const NormReluMaxPoolSpec& spec,
     std::unique_ptr<NormReluMaxPoolOp> composed, bool fuse);
+// Max pool (window x window, stride window) then ReLU as our own loops; `composed` (the
+// backend's pool and ReLU ops) as above (RINGTRAIN_CPU_POOL_RELU=separate).
+std::unique_ptr<PoolOp> make_max_pool_relu(const Context& ctx, int window,
+                                           std::unique_ptr<PoolOp> composed, bool fuse);
 std::unique_ptr<AddOp> make_add(const Context& ctx, bool fuse_relu);
 
 }  // namespace ringtrain::backend::cpu
