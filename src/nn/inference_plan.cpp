@@ -102,12 +102,14 @@ struct InferencePlan::Builder {
     return g;
   }
 
-  // A batch norm or an addition, with the ReLU that alone reads it.
+  // A batch norm, an addition or a max pool of stride its window without padding
+  // (Backend::make_max_pool_relu), with the ReLU that alone reads it.
   Group single_group(int node) {
     Group g;
     join(g, node);
-    const GraphOp op = nodes[size_t(node)].op;
-    if (op == GraphOp::kBatchNorm || op == GraphOp::kAdd)
+    const GraphNode& n = nodes[size_t(node)];
+    const bool tiled_max_pool = n.op == GraphOp::kMaxPool && n.stride == n.kernel && n.padding == 0;
+    if (n.op == GraphOp::kBatchNorm || n.op == GraphOp::kAdd || tiled_max_pool)
       if (int j = sole_free_reader(nodes[size_t(node)].output);
           j >= 0 && nodes[size_t(j)].op == GraphOp::kRelu)
         join(g, g.relu = j);
@@ -240,7 +242,7 @@ struct InferencePlan::Builder {
         spec.kernel = node.kernel;
         spec.stride = node.stride;
         spec.padding = node.padding;
-        step.pool = be.make_pool(spec);
+        step.pool = g.relu >= 0 ? be.make_max_pool_relu(node.kernel) : be.make_pool(spec);
         break;
       }
       case GraphOp::kLinear: {

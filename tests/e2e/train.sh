@@ -17,19 +17,20 @@ tiny_deck "$work/tiny.deck" "$work/data" "$work/out" data.eval_split data.test_s
 # The 1-rank run takes its convolution weight gradients by the matmul path where it can
 # (train.conv_weight_grad = gemm; cnn_small's convolutions have biases: oneDNN's), and says so.
 # Both say which convolutions took Winograd by train.conv_algorithm = auto, the default: the
-# second (32 channels in, 64 out, 32x32 at 16 images: 1024 4x4 tiles), not the 1-channel stem.
+# second (32 channels in, 64 out, 32x32 at 16 images: 1024 4x4 tiles), not the 1-channel stem,
+# and that both max pools ran with their ReLUs as one op of ours.
 for np in 1 2; do
   straggler=(--train.conv_weight_grad=gemm)
-  choices='rank 0: convolutions: Winograd 1, direct 1 (auto); conv weight gradients: gemm 0, oneDNN 2 (gemm)'
+  choices='rank 0: max pool + ReLU: fused 2, oneDNN 0; convolutions: Winograd 1, direct 1 (auto); conv weight gradients: gemm 0, oneDNN 2 (gemm)'
   if [ "$np" = 2 ]; then
     straggler=(--train.straggler_rank=1 --train.straggler_ms=25)
-    choices='rank 0: convolutions: Winograd 1, direct 1 (auto); conv weight gradients: gemm 0, oneDNN 2 (onednn)'
+    choices='rank 0: max pool + ReLU: fused 2, oneDNN 0; convolutions: Winograd 1, direct 1 (auto); conv weight gradients: gemm 0, oneDNN 2 (onednn)'
   fi
   rt_mpirun "$np" "$BIN/ringtrain" --deck "$work/tiny.deck" --output.name="np$np" "${straggler[@]}" \
     >"$work/np$np.log" 2>&1 \
     || { cat "$work/np$np.log"; fail "np $np run failed"; }
-  [ "$(grep -c "^rank 0: conv" "$work/np$np.log")" = 1 ] && grep -qxF "$choices" "$work/np$np.log" ||
-    fail "np $np: not one line '$choices': $(grep '^rank 0: conv' "$work/np$np.log")"
+  [ "$(grep -c "^rank 0: max pool" "$work/np$np.log")" = 1 ] && grep -qxF "$choices" "$work/np$np.log" ||
+    fail "np $np: not one line '$choices': $(grep '^rank 0: max pool' "$work/np$np.log")"
   grep -q "^epoch 2/2 step" "$work/np$np.log" || fail "np $np: no progress lines"
   grep -q $'\r' "$work/np$np.log" && fail "np $np: carriage return in a non-terminal log"
   buckets=$(sed -n 's/.*; \([0-9]*\) fusion bucket(s)$/\1/p' "$work/np$np.log")

@@ -50,12 +50,13 @@ struct Case {
   ModelInput in;
   Heads heads;
   int batch_norms, residuals;  // in the model: what the plan must fold and (cpu) fuse
+  int relus;                   // ReLUs after a batch norm, an addition or a max pool: fused
 };
 
 const Case kCases[] = {
-    {"cnn_small", {1, 28, 28}, Heads::kClass, 0, 0},
-    {"resnet18_cifar", {3, 16, 16}, Heads::kClass, 20, 8},
-    {"fibernet", {1, 32, 32}, Heads::kInspect, 12, 4},
+    {"cnn_small", {1, 28, 28}, Heads::kClass, 0, 0, 2},
+    {"resnet18_cifar", {3, 16, 16}, Heads::kClass, 20, 8, 17},
+    {"fibernet", {1, 32, 32}, Heads::kInspect, 12, 4, 9},
 };
 
 std::unique_ptr<Model> model_for(const Case& c, Backend& be) {
@@ -80,6 +81,7 @@ void check_against_forward(Backend& be, const Case& c, double tol) {
       plan.stats().steps, plan.stats().folded_batch_norms, plan.stats().fused_relus,
       plan.stats().fused_residuals);
   BOOST_TEST(plan.stats().folded_batch_norms == c.batch_norms);
+  BOOST_TEST(plan.stats().fused_relus == c.relus);
   BOOST_TEST(plan.stats().fused_residuals == (be.fuses_conv_residual() ? c.residuals : 0));
   for (int batch : {4, 3, 4}) {
     Tensor x = input_for(be, c, batch, 1000 + uint64_t(batch));
