@@ -201,41 +201,44 @@ $(BUILD)/%.cu.o: %.cu $(CONFIG_H)
 	@$(if $(Q),echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# Every library and program is written to $@.part and renamed over the old one: a program started
+# while make relinks it (a test run beside a build) runs the old file or the new, never a
+# half-written one, which mpirun could not execute (exit 132, seen in e2e/loss_scale).
 $(LIB): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR    $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@.part && ar rcs $@.part $^ && mv -f $@.part $@
 
 $(TOOLS_LIB): $(TOOLS_LIB_OBJ)
 	@$(if $(Q),echo "  AR    $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@.part && ar rcs $@.part $^ && mv -f $@.part $@
 
 $(BIN)/ringtrain: $(BUILD)/src/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
-	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS)
+	$(Q)$(MPICXX) $^ -o $@.part $(LDLIBS) && mv -f $@.part $@
 
 # The tools' library first: its objects call into the trainer's library.
 $(BIN)/rt-%: $(BUILD)/tools/rt-%.o $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
-	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS)
+	$(Q)$(MPICXX) $^ -o $@.part $(LDLIBS) && mv -f $@.part $@
 
 $(EXPORT_OBJ) $(BUILD)/tools/rt-export.o: CXXFLAGS += -DONNX_NAMESPACE=onnx -DONNX_ML=1 \
   $(if $(ONNX_ROOT),-I$(ONNX_ROOT)/include)
 $(BIN)/rt-export: $(BUILD)/tools/rt-export.o $(EXPORT_OBJ) $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
-	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) $(ONNX_LIBS)
+	$(Q)$(MPICXX) $^ -o $@.part $(LDLIBS) $(ONNX_LIBS) && mv -f $@.part $@
 
 $(UNIT_BIN): $(UNIT_SRC:%.cpp=$(BUILD)/%.o) $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
-	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) -lboost_unit_test_framework
+	$(Q)$(MPICXX) $^ -o $@.part $(LDLIBS) -lboost_unit_test_framework && mv -f $@.part $@
 
 $(BIN)/tests/mpi_%: $(BUILD)/tests/mpi/%.o $(TOOLS_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
-	$(Q)$(MPICXX) $^ -o $@ $(LDLIBS) -lboost_unit_test_framework
+	$(Q)$(MPICXX) $^ -o $@.part $(LDLIBS) -lboost_unit_test_framework && mv -f $@.part $@
 
 # ---- the bundle: a folder (and tarball) that runs where none of the packages are ------------
 # Its own build (a portable -march, RPATHs relative to the binaries) beside the normal one.

@@ -25,10 +25,13 @@ rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin/tests" "$out/lib" "$out/share/ringtrain"
 
 # ---- what runs: ours, stripped of debug sections (symbols stay for backtraces) ---------------
+# (not a NAME.part an interrupted link left: make renames a program into place when it is whole)
 for f in "$built"/ringtrain "$built"/rt-*; do
-  [ -x "$f" ] && [ ! -d "$f" ] && cp "$f" "$out/bin/"
+  [ -x "$f" ] && [ ! -d "$f" ] && [ "${f%.part}" = "$f" ] && cp "$f" "$out/bin/"
 done
-cp "$built"/tests/unit "$built"/tests/mpi_* "$out/bin/tests/"
+for f in "$built"/tests/unit "$built"/tests/mpi_*; do
+  [ "${f%.part}" = "$f" ] && cp "$f" "$out/bin/tests/"
+done
 find "$out/bin" -type f -exec strip --strip-debug {} +
 # OpenMPI's launcher (OPAL_PREFIX in env.sh relocates it), and the HDF5 tools to read results.
 cp /usr/bin/orterun "$out/bin/orterun"
