@@ -30,7 +30,10 @@ for pair in cudnn:libcudnn.so.9 nccl:libnccl.so.2; do
   for h in /usr/local/cuda/include/$name*.h; do ln -s "$h" "$mods/site/nvidia/$name/include/"; done
 done
 
-make --no-print-directory BIN="$work/bin" MPI_HOME="$mods/mpi" HDF5_ROOT="$mods/hdf5" \
+# Only the link runs (make -o: the objects and the library as built), never a rebuild in the
+# shared build folder beside the other lane's scripts.
+make --no-print-directory -o build/src/main.o -o build/libringtrain.a BIN="$work/bin" \
+  MPI_HOME="$mods/mpi" HDF5_ROOT="$mods/hdf5" \
   DNNL_ROOT="$mods/dnnl" BOOST_ROOT="$mods/boost" CUDNN_ROOT="$mods/site/nvidia/cudnn" \
   NCCL_ROOT="$mods/site/nvidia/nccl" VERBOSE=1 "$work/bin/ringtrain" >"$work/make.log" 2>&1 ||
   { cat "$work/make.log"; fail "make with the module roots"; }
