@@ -381,7 +381,7 @@ BOOST_AUTO_TEST_CASE(transient_memory_changes_no_number_and_lowers_the_peak) {
     backend::CudaOptions deterministic;
     deterministic.deterministic = true;
     auto be =
-        name == "cuda" ? backend::make_cuda_backend(deterministic) : backend::make_backend(name, 1);
+        name == "cuda" ? backend::make_cuda_backend(deterministic) : backend::make_backend(name, 2);
     BOOST_TEST(be->recycles_memory() == (name == "cuda"));
     for (const Case& c : cases) {
       if (name == "cuda") run_transient(*be, c.model, c.in, c.classes, c.batch, false);
