@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../../src/backend/cpu/lane_pack.hpp"  // streamed_outputs
+#include "backend_list.hpp"
 #include "nn_test_util.hpp"
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/graph.hpp"
@@ -195,10 +196,13 @@ BOOST_AUTO_TEST_CASE(plain_layout_and_switch_run_onednn) {
 }
 
 // The layer trains and infers as the max pool and ReLU layers it stands for and traces as them
-// (the ONNX export and predict's plan read the trace): on ref and on cpu the same values.
+// (the ONNX export and predict's plan read the trace): on ref, cpu and (with a GPU) cuda, whose
+// op composes its pool and ReLU, the same values.
 BOOST_AUTO_TEST_CASE(layer_equals_the_pool_and_relu_layers) {
   const Shape shape{4, 32, 8, 8};
-  for (const std::string name : {"ref", "cpu"}) {
+  std::vector<std::string> backends = testable_backends();
+  backends.insert(backends.begin(), "ref");
+  for (const std::string& name : backends) {
     std::printf("%s: MaxPoolReLU against max pool then ReLU\n", name.c_str());
     auto be = make_backend(name, 2);
     nn::MaxPoolReLU fused("pool1", "relu1", *be, 2);
