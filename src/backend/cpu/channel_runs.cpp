@@ -54,4 +54,20 @@ bool pooled_planes(const memory::desc& x_md, int64_t window, int pack, PooledPla
          channel_runs(y_md, g.y) && g.y.lanes == g.x.lanes && g.walkable();
 }
 
+const PooledPlan* PooledPlans::plan(const memory::desc& x_md, int64_t window, int pack, bool walk) {
+  for (const auto& p : plans_)
+    if (p->x_md == x_md) return p.get();
+  for (const auto& md : unwalkable_)
+    if (md == x_md) return nullptr;
+  auto p = std::make_unique<PooledPlan>();
+  p->x_md = x_md;
+  p->channels = x_md.data.dims[1];
+  if (!walk || !pooled_planes(x_md, window, pack, p->g, p->y_md)) {
+    unwalkable_.push_back(x_md);
+    return nullptr;
+  }
+  plans_.push_back(std::move(p));
+  return plans_.back().get();
+}
+
 }  // namespace ringtrain::backend::cpu

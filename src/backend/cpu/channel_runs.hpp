@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -59,6 +60,25 @@ constexpr uint8_t kNoWinner = 0xff;  // a tile whose values a ReLU cut to 0: no 
 // not walk x_md (its runs are not a multiple of 8 lanes, or not one of the layouts above).
 bool pooled_planes(const memory::desc& x_md, int64_t window, int pack, PooledPlanes& g,
                    memory::desc& y_md);
+
+// A pooling op's walks by x's layout, each planned on first sight: the layouts, the channels and
+// the walk, or none where the loops do not walk that layout (the op's composed ops run).
+struct PooledPlan {
+  memory::desc x_md, y_md;
+  int64_t channels = 0;
+  PooledPlanes g;
+};
+
+class PooledPlans {
+ public:
+  // The plan for x_md ([n, channels, h, w], each side at least window), or null where the loops
+  // do not walk it or `walk` is false.
+  const PooledPlan* plan(const memory::desc& x_md, int64_t window, int pack, bool walk);
+
+ private:
+  std::vector<std::unique_ptr<PooledPlan>> plans_;
+  std::vector<memory::desc> unwalkable_;
+};
 
 // Pixels a plane's loops sum in fp32 before adding the sums to its fp64 ones: whole rows,
 // about this many (a 4x4 plane's sums are one fp64 addition per lane).

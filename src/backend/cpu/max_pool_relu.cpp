@@ -86,7 +86,7 @@ class FusedMaxPoolRelu : public PoolOp {
       : ctx_(ctx), window_(window), composed_(std::move(composed)), fuse_(fuse) {}
 
   void forward(const Tensor& x, Tensor& y, bool training) override {
-    const Plan* p = plan_for(x);
+    const PooledPlan* p = plan_for(x);
     if (!counted_) {
       ++(p ? ctx_.pool_relu_count.fused : ctx_.pool_relu_count.composed);
       counted_ = true;
@@ -113,7 +113,7 @@ class FusedMaxPoolRelu : public PoolOp {
       composed_->backward(dy, dx);
       return;
     }
-    const Plan& p = *last_;
+    const PooledPlan& p = *last_;
     RT_CHECK(dy.shape() == Shape({p.g.n, p.channels, p.g.oh, p.g.ow}), "max pool + ReLU: dy ",
              shape_str(dy.shape()), " does not match the pooled output");
     const memory d = as_layout(ctx_, dy, p.y_md, ctx_.call_scratch.dy, dy_reorder_);
@@ -139,41 +139,21 @@ class FusedMaxPoolRelu : public PoolOp {
   }
 
  private:
-  struct Plan {
-    memory::desc x_md, y_md;
-    int64_t channels = 0;
-    PooledPlanes g;
-  };
-
   // The plan for x's layout, or null where the loops do not walk it (the composed ops run).
-  const Plan* plan_for(const Tensor& x) {
-    const memory::desc x_md = desc_of(x);
-    for (const auto& p : plans_)
-      if (p->x_md == x_md) return p.get();
-    for (const auto& md : unwalkable_)
-      if (md == x_md) return nullptr;
+  const PooledPlan* plan_for(const Tensor& x) {
     RT_CHECK(x.rank() == 4 && x.dim(2) >= window_ && x.dim(3) >= window_, "max pool + ReLU: input ",
              shape_str(x.shape()), " is not 4-D or is smaller than the ", window_, "x", window_,
              " window");
-    auto p = std::make_unique<Plan>();
-    p->x_md = x_md;
-    p->channels = x.dim(1);
-    if (!fuse_ || !pooled_planes(x_md, window_, ctx_.pack_lanes, p->g, p->y_md)) {
-      unwalkable_.push_back(x_md);
-      return nullptr;
-    }
-    plans_.push_back(std::move(p));
-    return plans_.back().get();
+    return plans_.plan(desc_of(x), window_, ctx_.pack_lanes, fuse_);
   }
 
   const Context& ctx_;
   int window_;
   std::unique_ptr<PoolOp> composed_;  // for layouts the loops do not walk
   bool fuse_;                         // false: composed_ everywhere
-  std::vector<std::unique_ptr<Plan>> plans_;
-  std::vector<memory::desc> unwalkable_;
-  const Plan* last_ = nullptr;  // the last training forward's; null: it ran the composed ops
-  bool counted_ = false;        // in ctx_.pool_relu_count
+  PooledPlans plans_;
+  const PooledPlan* last_ = nullptr;  // the last training forward's; null: it ran the composed ops
+  bool counted_ = false;              // in ctx_.pool_relu_count
   std::vector<uint8_t> winners_;
   CachedReorder dy_reorder_;
 };

@@ -145,7 +145,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
       counted_ = true;
     }
     if (!last_) return composed_->forward_training(x, gamma, beta, y, mean, var, reducer);
-    const Plan& p = *last_;
+    const PooledPlan& p = *last_;
     count_ = statistics_.compute(p.g, s_.channels, x, mean, var, reducer);
     ensure(y, {p.g.n, s_.channels, p.g.oh, p.g.ow}, p.y_md);
     const size_t tiles = size_t(p.g.tiles());
@@ -166,7 +166,7 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
       composed_->backward(x, dy, gamma, mean, var, dx, dgamma, dbeta, reducer);
       return;
     }
-    const Plan& p = *last_;
+    const PooledPlan& p = *last_;
     RT_CHECK(desc_of(x) == p.x_md, "batch norm + max pool: backward's x ", shape_str(x.shape()),
              " is not the last forward's");
     RT_CHECK(dy.shape() == Shape({p.g.n, s_.channels, p.g.oh, p.g.ow}),
@@ -186,37 +186,19 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   }
 
  private:
-  struct Plan {
-    memory::desc x_md, y_md;
-    PooledPlanes g;
-  };
-
   // The plan for x's layout, or null where the loops do not walk it (the composed ops run).
-  const Plan* plan_for(const Tensor& x) {
-    const memory::desc x_md = desc_of(x);
-    for (const auto& p : plans_)
-      if (p->x_md == x_md) return p.get();
-    for (const auto& md : unwalkable_)
-      if (md == x_md) return nullptr;
+  const PooledPlan* plan_for(const Tensor& x) {
     const int64_t k = s_.window;
     RT_CHECK(x.rank() == 4 && x.dim(1) == s_.channels, "batch norm + max pool: input ",
              shape_str(x.shape()), " does not have ", s_.channels, " channels");
     RT_CHECK(k >= 1 && k <= 15 && x.dim(2) >= k && x.dim(3) >= k, "batch norm + max pool: input ",
              shape_str(x.shape()), " is smaller than the ", k, "x", k, " window");
-    auto p = std::make_unique<Plan>();
-    p->x_md = x_md;
-    const bool walkable = fuse_ && pooled_planes(x_md, k, ctx_.pack_lanes, p->g, p->y_md);
-    if (!walkable) {
-      unwalkable_.push_back(x_md);
-      return nullptr;
-    }
-    plans_.push_back(std::move(p));
-    return plans_.back().get();
+    return plans_.plan(desc_of(x), k, ctx_.pack_lanes, fuse_);
   }
 
   // y and the winners from the batch's statistics.
   template <typename T>
-  void normalise_and_pool(const Plan& p, const T* x, const Tensor& gamma, const Tensor& beta,
+  void normalise_and_pool(const PooledPlan& p, const T* x, const Tensor& gamma, const Tensor& beta,
                           const Tensor& mean, const Tensor& var, T* y) {
     const int64_t C = s_.channels;
     const float* a = per_lane(
@@ -232,9 +214,9 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   // dbeta = sum dz and dgamma = sum dz x-hat, this rank's own; the input gradient from those
   // sums over every rank (with a reducer), with stream past the caches (streams_output).
   template <typename T>
-  void backward(const Plan& p, const T* x, const T* dy, const Tensor& gamma, const Tensor& mean,
-                const Tensor& var, T* dx, bool stream, Tensor& dgamma, Tensor& dbeta,
-                const StatReducer* reducer) {
+  void backward(const PooledPlan& p, const T* x, const T* dy, const Tensor& gamma,
+                const Tensor& mean, const Tensor& var, T* dx, bool stream, Tensor& dgamma,
+                Tensor& dbeta, const StatReducer* reducer) {
     gradient_.begin(p.g, mean, var, s_.eps);
     with_pack(p.g, [&](auto lanes) {
       gradient_plane_sums<T, decltype(lanes)::value>(
@@ -254,10 +236,9 @@ class FusedNormReluMaxPool : public NormReluMaxPoolOp {
   NormReluMaxPoolSpec s_;
   std::unique_ptr<NormReluMaxPoolOp> composed_;  // for layouts the loops do not walk
   bool fuse_;                                    // false: composed_ everywhere
-  std::vector<std::unique_ptr<Plan>> plans_;
-  std::vector<memory::desc> unwalkable_;
-  const Plan* last_ = nullptr;  // the last forward's; null: it ran the composed ops
-  bool counted_ = false;        // in ctx_.norm_pool_count
+  PooledPlans plans_;
+  const PooledPlan* last_ = nullptr;  // the last forward's; null: it ran the composed ops
+  bool counted_ = false;              // in ctx_.norm_pool_count
   std::vector<uint8_t> winners_;
   std::vector<float> winner_x_;
   BatchStatistics statistics_;
