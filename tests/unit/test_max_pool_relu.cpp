@@ -81,7 +81,8 @@ BOOST_AUTO_TEST_CASE(fused_equals_reference_pool_then_relu) {
 }
 
 // Of equal largest values the first in the tile takes the gradient; a tile whose largest is 0
-// or below gives none; the first NaN of a tile is its output and takes its gradient.
+// or below gives none; a NaN is passed over (as oneDNN's, cuDNN's and the reference's pools do):
+// the fused loops and the reference's two ops alike.
 BOOST_AUTO_TEST_CASE(ties_zero_and_nan_tiles) {
   const Shape shape{1, 16, 2, 8};  // four 2x2 tiles per channel
   std::vector<float> xv(size_t(shape_numel(shape)), -1.0f);
@@ -89,29 +90,47 @@ BOOST_AUTO_TEST_CASE(ties_zero_and_nan_tiles) {
     float* x = xv.data() + c * 16;                  // rows of 8
     x[0] = 2, x[1] = 2, x[8] = 1, x[9] = 2;         // tile 0: a tie of 2s, the first wins
     x[2] = 0, x[3] = -3, x[10] = -1, x[11] = -2;    // tile 1: largest 0, cut
-    x[4] = 5, x[5] = 0, x[12] = 7, x[13] = 0;       // tile 2: NaNs at 5 and 13, written below
+    x[4] = 5, x[5] = 0, x[12] = 7, x[13] = 0;       // tile 2: 7, NaNs at 5 and 13 set below
     x[6] = -5, x[7] = -4, x[14] = 0.5f, x[15] = 3;  // tile 3: 3 at its last place
   }
-  auto cpu = make_backend("cpu", 2);
-  Tensor x = as_conv_output(*cpu, shape, xv);
-  // In place at their nChw16c offsets (a convolution would spread a NaN to every channel).
-  for (int64_t c = 0; c < 16; ++c)
-    for (int64_t pixel : {5, 13}) x.f32()[pixel * 16 + c] = std::nanf("");
-  BOOST_TEST_REQUIRE(std::isnan(to_host(*cpu, x)[13]));
-  auto op = cpu->make_max_pool_relu(2);
-  const std::vector<float> dy(64, 10.0f);
-  const PoolOutputs out = run(*cpu, *op, x, 0, &dy);
-  BOOST_TEST(cpu->op_choices() == "max pool + ReLU: fused 1, oneDNN 0");
-  for (int64_t c = 0; c < 16; ++c) {
-    const float* y = out.y.data() + c * 4;
-    const float* dx = out.dx.data() + c * 16;
-    BOOST_TEST(y[0] == 2.0f);
-    BOOST_TEST(y[1] == 0.0f);
-    BOOST_TEST(std::isnan(y[2]));
-    BOOST_TEST(y[3] == 3.0f);
-    const std::vector<float> got(dx, dx + 16);
-    const std::vector<float> want{10, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10};
-    BOOST_TEST(got == want, boost::test_tools::per_element());
+  const float nan = std::nanf("");
+  // The fused loops, oneDNN's pool and ReLU (RINGTRAIN_CPU_POOL_RELU=separate), the reference.
+  for (const std::string variant : {"cpu", "cpu separate", "ref"}) {
+    std::printf("%s: a tie, a cut tile, a NaN tile\n", variant.c_str());
+    const std::string name = variant.substr(0, 3);
+    if (variant == "cpu separate") setenv("RINGTRAIN_CPU_POOL_RELU", "separate", 1);
+    auto be = make_backend(name, 2);
+    auto op = be->make_max_pool_relu(2);
+    unsetenv("RINGTRAIN_CPU_POOL_RELU");
+    Tensor x;
+    if (name == "ref") {
+      std::vector<float> with_nan = xv;
+      for (int64_t c = 0; c < 16; ++c)
+        with_nan[size_t(c * 16 + 5)] = with_nan[size_t(c * 16 + 13)] = nan;
+      x = to_device(*be, shape, with_nan);
+    } else {
+      // In place at their nChw16c offsets (a convolution would spread a NaN to every channel).
+      x = as_conv_output(*be, shape, xv);
+      for (int64_t c = 0; c < 16; ++c)
+        for (int64_t pixel : {5, 13}) x.f32()[pixel * 16 + c] = nan;
+    }
+    BOOST_TEST_REQUIRE(std::isnan(to_host(*be, x)[13]));
+    const std::vector<float> dy(64, 10.0f);
+    const PoolOutputs out = run(*be, *op, x, 0, &dy);
+    if (name == "cpu")
+      BOOST_TEST(be->op_choices() == (variant == "cpu" ? "max pool + ReLU: fused 1, oneDNN 0"
+                                                       : "max pool + ReLU: fused 0, oneDNN 1"));
+    for (int64_t c = 0; c < 16; ++c) {
+      const float* y = out.y.data() + c * 4;
+      const float* dx = out.dx.data() + c * 16;
+      BOOST_TEST(y[0] == 2.0f);
+      BOOST_TEST(y[1] == 0.0f);
+      BOOST_TEST(y[2] == 7.0f);
+      BOOST_TEST(y[3] == 3.0f);
+      const std::vector<float> got(dx, dx + 16);
+      const std::vector<float> want{10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 10};
+      BOOST_TEST(got == want, boost::test_tools::per_element());
+    }
   }
 }
 

@@ -14,9 +14,9 @@ namespace ringtrain::backend::cpu {
 namespace {
 
 // y = max(0, the largest x of each tile), winners (unless null: inference) = its place in the
-// tile, or kNoWinner where no value is above 0. Of equal values the first wins, as oneDNN's pool
-// chooses; a NaN wins over any number (the first NaN of a tile), so that it reaches the loss as the
-// two ops pass it on.
+// tile, or kNoWinner where no value is above 0. Of equal values the first wins and a NaN never
+// does, as oneDNN's pool, cuDNN's (CUDNN_NOT_PROPAGATE_NAN) and the reference's choose: the same
+// outputs as the two ops, NaN or not.
 template <typename T, int N>
 void pool_forward(const PooledPlanes& g, const T* x, T* y, uint8_t* winners) {
   using P = LanePack<N>;
@@ -30,15 +30,13 @@ void pool_forward(const PooledPlanes& g, const T* x, T* y, uint8_t* winners) {
       for (int64_t oh = 0; oh < g.oh; ++oh)
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           F best{};
-          I won = P::splat_int(kNoWinner), has_nan{};
+          I won = P::splat_int(kNoWinner);
           for (int64_t i = 0; i < k; ++i)
             for (int64_t j = 0; j < k; ++j) {
               const F v = P::load(x + g.x.at(img, run, oh * k + i, ow * k + j) + lp);
-              const I nan = v != v;
-              const I wins = (v > best) | (nan & ~has_nan);
+              const I wins = v > best;
               best = wins ? v : best;
               won = wins ? P::splat_int(int32_t(i * k + j)) : won;
-              has_nan |= nan;
             }
           P::store(y + g.y.at(img, run, oh, ow) + lp, best);
           if (winners) P::store_bytes(winners + g.tile_at(plane, oh, ow) + lp, won);
