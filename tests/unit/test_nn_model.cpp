@@ -163,6 +163,28 @@ BOOST_AUTO_TEST_CASE(cpu_matches_reference_for_every_model) {
   check_model_against_reference("resnet18_cifar", {3, 8, 8}, 10, 4, 1e-3);
 }
 
+// cnn_small's pools run with their ReLUs as one op; the cpu backend's own loops
+// (RINGTRAIN_CPU_POOL_RELU=fused, the default) and oneDNN's pool and ReLU
+// (separate) only choose values, so three training steps give the same losses, gradients and
+// weights to the bit.
+BOOST_AUTO_TEST_CASE(cnn_small_trains_the_same_bits_with_its_pools_fused_or_separate) {
+  TransientRun runs[2];
+  const char* choices[2];
+  for (int separate = 0; separate < 2; ++separate) {
+    setenv("RINGTRAIN_CPU_POOL_RELU", separate ? "separate" : "fused", 1);
+    auto be = backend::make_backend("cpu", 2);
+    runs[separate] = run_three_steps(*be, "cnn_small", {1, 16, 16}, 10, 8, [](Model&) {});
+    unsetenv("RINGTRAIN_CPU_POOL_RELU");
+    const std::string op_choices = be->op_choices();
+    choices[separate] =
+        separate ? "max pool + ReLU: fused 0, oneDNN 2" : "max pool + ReLU: fused 2, oneDNN 0";
+    BOOST_TEST(op_choices.rfind(choices[separate], 0) == 0, op_choices);
+  }
+  BOOST_TEST(runs[0].losses == runs[1].losses);
+  BOOST_TEST(same_bits(runs[0].grads, runs[1].grads));
+  BOOST_TEST(same_bits(runs[0].weights, runs[1].weights));
+}
+
 BOOST_AUTO_TEST_CASE(models_overfit_one_batch) {
   // One thread: hundreds of tiny steps would mostly time OpenMP barriers on a busy machine.
   auto be = backend::make_backend("cpu", 1);
