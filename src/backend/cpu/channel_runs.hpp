@@ -1,6 +1,7 @@
 // channel_runs.hpp — oneDNN's activation layouts as runs of channels side by side at every
 // pixel, for the cpu backend's own loops over them (batch statistics, the fused stem, batch
-// norm with a residual). Internal to src/backend/cpu.
+// norm with a residual, max pool + ReLU), and the pooling loops' walks by layout. Internal to
+// src/backend/cpu.
 #pragma once
 
 #include <cstdint>
