@@ -308,6 +308,12 @@ const Tensor& MaxPoolReLU::backward(const Tensor& dy, const GradReady&) {
   return dx_;
 }
 
+// What the two layers keep: the pooled tensor and its gradient besides the output and the
+// input's gradient (a backend that fuses them keeps a byte per pooled value instead).
+int64_t MaxPoolReLU::activation_floats(const Shape& in) const {
+  return Layer::activation_floats(in) + 2 * backend::shape_numel(output_shape(in));
+}
+
 std::string MaxPoolReLU::trace(Graph& graph, const std::string& input) const {
   return relu_.trace(graph, pool_.trace(graph, input));
 }

@@ -238,6 +238,7 @@ class MaxPoolReLU : public Layer {
   const Tensor& forward(const Tensor& x, bool training) override;
   const Tensor& backward(const Tensor& dy, const GradReady& ready) override;
   void release_input_grad() override { dx_ = Tensor(); }
+  int64_t activation_floats(const Shape& in) const override;
   std::string trace(Graph& graph, const std::string& input) const override;
 
  private:
