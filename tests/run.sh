@@ -145,9 +145,14 @@ for i in "${!names[@]}"; do
   timed
   # A readable log and Boost's JUnit report; each test case's verdict is read from the report,
   # which names failed checks only (every passed one made it 29 MB).
-  timeout -k 10 900 "$BIN/tests/unit" ${unit_case:+--run_test="$unit_case"} --report_level=detailed \
-    --logger="HRF,test_suite,stdout:JUNIT,error,$xml" >"$log" 2>&1
+  # A TMPDIR of its own, which it must leave empty: test files go under one folder per process
+  # that is removed at exit (tests/unit/temp_dir.hpp), not into /tmp run after run.
+  unit_tmp=$(mktemp -d /tmp/rt-unit.XXXXXX)
+  TMPDIR=$unit_tmp timeout -k 10 900 "$BIN/tests/unit" ${unit_case:+--run_test="$unit_case"} \
+    --report_level=detailed --logger="HRF,test_suite,stdout:JUNIT,error,$xml" >"$log" 2>&1
   status=$?
+  left=$(cd "$unit_tmp" && find . -mindepth 1 -maxdepth 2 | sed 's|^\./||' | sort | head -n 5)
+  rm -rf "$unit_tmp"
   # One line per test case: "pass NAME", "fail NAME" or "skip NAME"; nothing when the report is
   # missing or unreadable (a crash or a timeout before Boost wrote it).
   verdicts=$("$PYTHON" tests/junit_verdicts.py "$xml" 2>>"$log")
@@ -170,6 +175,10 @@ for i in "${!names[@]}"; do
   if [ "$status" != 0 ] && ! grep -q '^fail ' <<<"$verdicts"; then
     record "unit (crashed or timed out, or failed outside a test case)" "$status" "$log" \
       "$BIN/tests/unit${unit_case:+ --run_test=$unit_case}"
+  fi
+  if [ -n "$left" ]; then
+    echo "unit tests: left in their TMPDIR: $(tr '\n' ' ' <<<"$left")" >>"$log"
+    record "unit (left files in its TMPDIR)" 1 "$log" "$BIN/tests/unit"
   fi
 done
 

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string write_deck(const std::string& name, const std::string& text) {
-  fs::path dir = fs::temp_directory_path() / ("rt-deck-" + std::to_string(getpid()));
+  const fs::path dir = rt_test::temp_root() / "decks";
   fs::create_directories(dir);
   std::string path = (dir / name).string();
   std::ofstream(path) << text;

@@ -4,8 +4,8 @@
 // epochs restart cleanly, errors reach the consumer.
 #include <unistd.h>
 
-#include <boost/test/unit_test.hpp>
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +14,7 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/data/loader.hpp"
 #include "ringtrain/data/shard/writer.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace ringtrain;
@@ -30,8 +31,7 @@ uint8_t pixel(int64_t id, int c, int y, int x) {
 
 // A split of n samples whose pixels encode id, channel and position.
 std::string write_split(const std::string& name, int n, int shards) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("rt-test-" + name + "-" + std::to_string(getpid()));
+  const fs::path dir = rt_test::temp_root() / name;
   fs::remove_all(dir);
   data::shard::SplitImages s;
   s.dataset = "testset";

@@ -13,6 +13,7 @@
 #include "ringtrain/core/error.hpp"
 #include "ringtrain/nn/model.hpp"
 #include "ringtrain/nn/optimizer.hpp"
+#include "temp_dir.hpp"
 
 using namespace ringtrain;
 using namespace ringtrain::nn;
@@ -29,7 +30,7 @@ std::vector<int32_t> labels_for(size_t n, int classes, uint64_t seed) {
 }
 
 std::string temp_path(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("rt-test-nn-" + std::to_string(getpid()));
+  const fs::path dir = rt_test::temp_root() / "nn";
   fs::create_directories(dir);
   return (dir / name).string();
 }
