@@ -1,6 +1,7 @@
 // max_pool_relu.cpp — Backend's default max pool + ReLU: the backend's own pool and ReLU ops, one
 // after the other.
 #include "ringtrain/backend/backend.hpp"
+#include "ringtrain/core/error.hpp"
 
 namespace ringtrain::backend {
 namespace {
@@ -17,6 +18,7 @@ class ComposedMaxPoolRelu : public PoolOp {
   }
 
   void backward(const Tensor& dy, Tensor& dx) override {
+    RT_CHECK(!y_.empty(), "max pool + ReLU: backward before a training forward");
     relu_->backward(y_, dy, dpooled_);
     // The ReLU's output is no longer read: where the layer has let it go (transient memory) it is
     // freed before the pool's backward allocates the full-size gradient.

@@ -214,6 +214,33 @@ BOOST_AUTO_TEST_CASE(plain_layout_and_switch_run_onednn) {
   unsetenv("RINGTRAIN_CPU_POOL_RELU");
 }
 
+// A backward needs a training forward's winners (or, composed, its ReLU's output): before one,
+// after release_saved, and for a second time after a composed backward, it is refused by name
+// rather than reading freed memory.
+BOOST_AUTO_TEST_CASE(backward_without_a_training_forward_is_refused) {
+  const Shape shape{2, 16, 4, 4};
+  // RT_CHECK's message: the source place, then this.
+  const std::string refused = ": max pool + ReLU: backward before a training forward";
+  const auto is_refused = [&](const std::string& message) {
+    return message.size() > refused.size() &&
+           message.compare(message.size() - refused.size(), refused.size(), refused) == 0;
+  };
+  for (const std::string name : {"cpu", "ref"}) {
+    auto be = make_backend(name, 2);
+    const Tensor x = as_conv_output(*be, shape, random_values(size_t(shape_numel(shape)), 551));
+    const Tensor dy = random_tensor(*be, {2, 16, 2, 2}, 552);
+    auto op = be->make_max_pool_relu(2);
+    Tensor y, dx;
+    BOOST_TEST(is_refused(error_of([&] { op->backward(dy, dx); })));
+    op->forward(x, y, false);  // inference keeps nothing to go back through
+    BOOST_TEST(is_refused(error_of([&] { op->backward(dy, dx); })));
+    op->forward(x, y, true);
+    op->backward(dy, dx);
+    op->release_saved();
+    BOOST_TEST(is_refused(error_of([&] { op->backward(dy, dx); })));
+  }
+}
+
 // The layer trains and infers as the max pool and ReLU layers it stands for and traces as them
 // (the ONNX export and predict's plan read the trace): on ref, cpu and (with a GPU) cuda, whose
 // op composes its pool and ReLU, the same values.

@@ -89,7 +89,7 @@ class FusedMaxPoolRelu : public PoolOp {
       ++(p ? ctx_.pool_relu_count.fused : ctx_.pool_relu_count.composed);
       counted_ = true;
     }
-    if (training) last_ = p;
+    if (training) last_ = p, trained_ = true;
     if (!p) {
       composed_->forward(x, y, training);
       return;
@@ -107,6 +107,7 @@ class FusedMaxPoolRelu : public PoolOp {
   }
 
   void backward(const Tensor& dy, Tensor& dx) override {
+    RT_CHECK(trained_, "max pool + ReLU: backward before a training forward");
     if (!last_) {
       composed_->backward(dy, dx);
       return;
@@ -132,6 +133,7 @@ class FusedMaxPoolRelu : public PoolOp {
   }
 
   void release_saved() override {
+    trained_ = false;  // the winners are gone
     winners_ = std::vector<uint8_t>();
     composed_->release_saved();
   }
@@ -151,6 +153,7 @@ class FusedMaxPoolRelu : public PoolOp {
   bool fuse_;                         // false: composed_ everywhere
   PooledPlans plans_;
   const PooledPlan* last_ = nullptr;  // the last training forward's; null: it ran the composed ops
+  bool trained_ = false;              // a training forward's winners (or composed state) are kept
   bool counted_ = false;              // in ctx_.pool_relu_count
   std::vector<uint8_t> winners_;
   CachedReorder dy_reorder_;
