@@ -110,8 +110,7 @@ struct InferencePlan::Builder {
     const GraphNode& n = nodes[size_t(node)];
     const bool tiled_max_pool = n.op == GraphOp::kMaxPool && n.stride == n.kernel && n.padding == 0;
     if (n.op == GraphOp::kBatchNorm || n.op == GraphOp::kAdd || tiled_max_pool)
-      if (int j = sole_free_reader(nodes[size_t(node)].output);
-          j >= 0 && nodes[size_t(j)].op == GraphOp::kRelu)
+      if (int j = sole_free_reader(n.output); j >= 0 && nodes[size_t(j)].op == GraphOp::kRelu)
         join(g, g.relu = j);
     return g;
   }

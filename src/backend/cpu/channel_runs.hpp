@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dnnl_util.hpp"
+#include "lane_pack.hpp"
 #include "ringtrain/core/bf16.hpp"
 
 namespace ringtrain::backend::cpu {
@@ -55,6 +56,28 @@ struct PooledPlanes : Planes {
 };
 
 constexpr uint8_t kNoWinner = 0xff;  // a tile whose values a ReLU cut to 0: no gradient
+
+// The input-gradient passes of the pooling loops: for each pixel of one plane at lanes lp..lp+N
+// in row order, f(h, w, dz, tiled), dz the pooled gradient dy at its tile's winner and 0 at the
+// tile's other places; tiled false (dz 0) in the rows and columns past the last whole tile.
+template <int N, typename T, typename F>
+void for_each_pooled_input(const PooledPlanes& g, int64_t plane, int64_t lp, const T* dy,
+                           const uint8_t* winners, F&& f) {
+  using P = LanePack<N>;
+  using V = typename P::F;
+  const int64_t img = g.image(plane), run = g.run(plane), k = g.k;
+  for (int64_t h = 0; h < g.h; ++h) {
+    const int64_t oh = h / k, i = h % k;
+    int64_t w = 0;
+    if (oh < g.oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const V d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
+        const typename P::I won = P::load_bytes(winners + g.tile_at(plane, oh, ow) + lp);
+        for (int64_t j = 0; j < k; ++j, ++w) f(h, w, P::keep(d, won == int32_t(i * k + j)), true);
+      }
+    for (; w < g.w; ++w) f(h, w, V{}, false);
+  }
+}
 
 // The walk of an [n, channels, h, w] x in layout x_md pooled by window x window tiles, and y's
 // layout (x's, at the pooled size: what oneDNN's pool would write); false where the loops do

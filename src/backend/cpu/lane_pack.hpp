@@ -107,6 +107,22 @@ struct LanePack {
     stream_half(p, narrow<H>(bits >> 16));
   }
   static void stream_fence() { _mm_sfence(); }
+  // store or stream (store_as_stored or stream_as_stored) as a loop's kStream chose: the loops
+  // that may stream their output write through these.
+  template <bool kStream, typename T>
+  static void write(T* p, F v) {
+    if constexpr (kStream)
+      stream(p, v);
+    else
+      store(p, v);
+  }
+  template <bool kStream, typename T>
+  static void write_as_stored(T* p, F v) {
+    if constexpr (kStream)
+      stream_as_stored(p, v);
+    else
+      store_as_stored(p, v);
+  }
 
   static void store_bytes(uint8_t* p, I v) {
     const B b = narrow<B>(v);

@@ -50,30 +50,13 @@ template <typename T, int N, bool kStream>
 void input_gradient(const PooledPlanes& g, const T* dy, const uint8_t* winners, T* dx) {
   using P = LanePack<N>;
   using F = typename P::F;
-  const int64_t L = g.x.lanes, k = g.k;
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < g.count(); ++plane) {
     const int64_t img = g.image(plane), run = g.run(plane);
-    for (int64_t lp = 0; lp < L; lp += N) {
-      const auto put = [&](int64_t h, int64_t w, F v) {
-        T* at = dx + g.x.at(img, run, h, w) + lp;
-        if (kStream)
-          P::stream(at, v);
-        else
-          P::store(at, v);
-      };
-      for (int64_t h = 0; h < g.h; ++h) {
-        const int64_t oh = h / k, i = h % k;
-        int64_t w = 0;
-        if (oh < g.oh)
-          for (int64_t ow = 0; ow < g.ow; ++ow) {
-            const F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
-            const typename P::I won = P::load_bytes(winners + g.tile_at(plane, oh, ow) + lp);
-            for (int64_t j = 0; j < k; ++j, ++w) put(h, w, P::keep(d, won == int32_t(i * k + j)));
-          }
-        for (; w < g.w; ++w) put(h, w, F{});
-      }
-    }
+    for (int64_t lp = 0; lp < g.x.lanes; lp += N)
+      for_each_pooled_input<N>(g, plane, lp, dy, winners, [&](int64_t h, int64_t w, F dz, bool) {
+        P::template write<kStream>(dx + g.x.at(img, run, h, w) + lp, dz);
+      });
     if (kStream) P::stream_fence();
   }
 }

@@ -44,14 +44,10 @@ void normalise_planes(const Planes& p, const T* x, const T* r, const float* a, c
           v = poisoned ? pa + pb : v;
           if (kRelu) v = v < 0.0f ? typename P::F{} : v;  // a NaN stays NaN
           // Without a sum v is as stored already (or a NaN that keeps its quiet bit).
-          if (kResidual && kStream)
-            P::stream(y + at, v);
-          else if (kResidual)
-            P::store(y + at, v);
-          else if (kStream)
-            P::stream_as_stored(y + at, v);
+          if (kResidual)
+            P::template write<kStream>(y + at, v);
           else
-            P::store_as_stored(y + at, v);
+            P::template write_as_stored<kStream>(y + at, v);
         }
     }
     if (kStream) P::stream_fence();
@@ -119,11 +115,7 @@ void input_gradient(const Planes& p, const T* x, const T* dy, const InputGradCoe
           const int64_t at = p.x.at(img, run, h, w) + lp;
           const F xv = P::load(x + at);
           const F dz = masked<T, N, kRelu>(P::load(dy + at), xv, pa, pb, x);
-          const F v = ag * dz - c1 - (xv - mu) * inv * c2;
-          if (kStream)
-            P::stream(dx + at, v);
-          else
-            P::store(dx + at, v);
+          P::template write<kStream>(dx + at, ag * dz - c1 - (xv - mu) * inv * c2);
         }
     }
     if (kStream) P::stream_fence();

@@ -85,13 +85,13 @@ void gradient_plane_sums(const PooledPlanes& g, const T* dy, const uint8_t* winn
 }
 
 // dx = a (dz - sum dz / M - x-hat sum dz x-hat / M) as a dz - c1 - x-hat c2 at every pixel,
-// dz = 0 in the rows and columns past the last whole tile; with kStream past the caches.
+// -c1 - x-hat c2 in the rows and columns past the last whole tile; with kStream past the caches.
 template <typename T, int N, bool kStream>
 void input_gradient(const PooledPlanes& g, const T* x, const T* dy, const uint8_t* winners,
                     const InputGradCoefficients& q, T* dx) {
   using P = LanePack<N>;
   using F = typename P::F;
-  const int64_t L = g.x.lanes, k = g.k;
+  const int64_t L = g.x.lanes;
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < g.count(); ++plane) {
     const int64_t img = g.image(plane), run = g.run(plane);
@@ -99,33 +99,12 @@ void input_gradient(const PooledPlanes& g, const T* x, const T* dy, const uint8_
       const int64_t o = run * L + lp;
       const F a = P::load(q.ag + o), c1 = P::load(q.c1 + o), c2 = P::load(q.c2 + o);
       const F mu = P::load(q.mu + o), inv = P::load(q.inv + o);
-      const auto at = [&](int64_t h, int64_t w) { return g.x.at(img, run, h, w) + lp; };
-      const auto put = [&](int64_t h, int64_t w, F v) {
-        if (kStream)
-          P::stream(dx + at(h, w), v);
-        else
-          P::store(dx + at(h, w), v);
-      };
-      const auto untiled = [&](int64_t h, int64_t w) {
-        put(h, w, -c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
-      };
-      for (int64_t h = 0; h < g.h; ++h) {
-        const int64_t oh = h / k, i = h % k;
-        if (oh >= g.oh) {
-          for (int64_t w = 0; w < g.w; ++w) untiled(h, w);
-          continue;
-        }
-        for (int64_t ow = 0; ow < g.ow; ++ow) {
-          const F d = P::load(dy + g.y.at(img, run, oh, ow) + lp);
-          const typename P::I won = P::load_bytes(winners + g.tile_at(plane, oh, ow) + lp);
-          for (int64_t j = 0; j < k; ++j) {
-            const int64_t w = ow * k + j;
-            const F dz = P::keep(d, won == int32_t(i * k + j));
-            put(h, w, a * dz - c1 - (P::load(x + at(h, w)) - mu) * inv * c2);
-          }
-        }
-        for (int64_t w = g.ow * k; w < g.w; ++w) untiled(h, w);
-      }
+      for_each_pooled_input<N>(
+          g, plane, lp, dy, winners, [&](int64_t h, int64_t w, F dz, bool tiled) {
+            const int64_t at = g.x.at(img, run, h, w) + lp;
+            const F xc = (P::load(x + at) - mu) * inv * c2;
+            P::template write<kStream>(dx + at, tiled ? a * dz - c1 - xc : -c1 - xc);
+          });
     }
     if (kStream) P::stream_fence();
   }
