@@ -15,6 +15,7 @@
 // reads x and dy twice and writes dx.
 //
 //   rt-bench-norm --model resnet18_cifar --threads 2 [--batch 64] [--slice 8] [--repeats 15]
+//                 [--precision bf16]   (bf16 activations, as a bf16 step keeps them)
 //
 // Prints a table of medians and appends JSON lines to output/bench/norm.jsonl.
 #include <algorithm>
@@ -38,7 +39,7 @@ using backend::Tensor;
 namespace {
 
 struct Options {
-  std::string model = "resnet18_cifar";
+  std::string model = "resnet18_cifar", precision = "fp32";
   int batch = 64, threads = 1, slice = 8, repeats = 15;
 };
 
@@ -109,6 +110,11 @@ class StagePair {
     be.fill(beta_, 0.0f);
   }
 
+  // One activation tensor of the stage, in the precision the step stores it.
+  double activation_bytes() const {
+    return double(u_.numel()) * double(backend::dtype_size(u_.dtype()));
+  }
+
   // One repeat, in the order the head of this file gives: each part's ms into t[0..7].
   void repeat(std::vector<double>& t) {
     t[0] = timed([&] { conv_->forward(u_, w_, nullptr, x_); });
@@ -156,11 +162,11 @@ Row measure_stage(Backend& be, const Options& o, Stage s) {
     for (size_t k = 0; k < t.size(); ++k) samples[k].push_back(t[k]);
   }
   Row row{s};
+  row.megabytes = pair.activation_bytes() / 1e6;
   double* cells[] = {&row.conv_fwd,    &row.bn_fwd_step, &row.bn_fwd_hot,  &row.conv_bwd_data,
                      &row.bn_bwd_step, &row.bn_bwd_hot,  &row.sliced_conv, &row.sliced_bn};
   for (size_t k = 0; k < samples.size(); ++k) *cells[k] = median(samples[k]);
   row.other_cores = cpu.cores(wall.seconds());
-  row.megabytes = double(o.batch) * s.channels * s.size * s.size * sizeof(float) / 1e6;
   return row;
 }
 
@@ -177,9 +183,10 @@ double gb_s(double units, double megabytes, double ms) {
 
 void print_and_record(const Options& o, const std::string& isa, const std::vector<Row>& rows) {
   std::printf(
-      "batch norm passes, %s: batch %d, %d thread(s), %s (oneDNN %s), slices of %d, "
+      "batch norm passes, %s %s: batch %d, %d thread(s), %s (oneDNN %s), slices of %d, "
       "median of %d\n",
-      o.model.c_str(), o.batch, o.threads, cpu_model().c_str(), isa.c_str(), o.slice, o.repeats);
+      o.model.c_str(), o.precision.c_str(), o.batch, o.threads, cpu_model().c_str(), isa.c_str(),
+      o.slice, o.repeats);
   std::printf("%-14s %8s | %-22s %-22s %6s | %-22s %-22s %6s | %-24s %7s\n", "stage", "conv ms",
               "BN fwd in step", "BN fwd, input hot", "ratio", "BN bwd in step", "BN bwd, input hot",
               "ratio", "sliced conv + BN fwd", "vs whole");
@@ -198,14 +205,14 @@ void print_and_record(const Options& o, const std::string& isa, const std::vecto
         r.bn_bwd_step / r.bn_bwd_hot, r.sliced_conv, r.sliced_bn, sliced / whole,
         r.other_cores > 0.25 ? "  (busy machine)" : "");
     json << "{\"bench\":\"norm\",\"model\":\"" << o.model << "\",\"stage\":\"" << stage
-         << "\",\"batch\":" << o.batch << ",\"threads\":" << o.threads << ",\"slice\":" << o.slice
-         << ",\"isa\":\"" << isa << "\",\"cpu\":\"" << cpu_model()
-         << "\",\"conv_fwd_ms\":" << r.conv_fwd << ",\"bn_fwd_step_ms\":" << r.bn_fwd_step
-         << ",\"bn_fwd_hot_ms\":" << r.bn_fwd_hot << ",\"conv_bwd_data_ms\":" << r.conv_bwd_data
-         << ",\"bn_bwd_step_ms\":" << r.bn_bwd_step << ",\"bn_bwd_hot_ms\":" << r.bn_bwd_hot
-         << ",\"sliced_conv_ms\":" << r.sliced_conv << ",\"sliced_bn_fwd_ms\":" << r.sliced_bn
-         << ",\"sliced_vs_whole\":" << sliced / whole << ",\"other_cores\":" << r.other_cores
-         << "}\n";
+         << "\",\"precision\":\"" << o.precision << "\",\"batch\":" << o.batch
+         << ",\"threads\":" << o.threads << ",\"slice\":" << o.slice << ",\"isa\":\"" << isa
+         << "\",\"cpu\":\"" << cpu_model() << "\",\"conv_fwd_ms\":" << r.conv_fwd
+         << ",\"bn_fwd_step_ms\":" << r.bn_fwd_step << ",\"bn_fwd_hot_ms\":" << r.bn_fwd_hot
+         << ",\"conv_bwd_data_ms\":" << r.conv_bwd_data << ",\"bn_bwd_step_ms\":" << r.bn_bwd_step
+         << ",\"bn_bwd_hot_ms\":" << r.bn_bwd_hot << ",\"sliced_conv_ms\":" << r.sliced_conv
+         << ",\"sliced_bn_fwd_ms\":" << r.sliced_bn << ",\"sliced_vs_whole\":" << sliced / whole
+         << ",\"other_cores\":" << r.other_cores << "}\n";
   }
 }
 
@@ -221,7 +228,9 @@ int main(int argc, char** argv) {
       "threads", po::value(&o.threads)->default_value(o.threads), "OpenMP threads")(
       "slice", po::value(&o.slice)->default_value(o.slice),
       "images per slice of the sliced row (divides --batch)")(
-      "repeats", po::value(&o.repeats)->default_value(o.repeats), "timed repeats per stage");
+      "repeats", po::value(&o.repeats)->default_value(o.repeats), "timed repeats per stage")(
+      "precision", po::value(&o.precision)->default_value(o.precision),
+      "fp32 or bf16 (bf16 needs AVX512-BF16 or AMX)");
   return bench::run_bench("rt-bench-norm", [&] {
     po::variables_map vm;
     if (!bench::parse_command_line(argc, argv, desc, vm, "rt-bench-norm [options]"))
@@ -232,7 +241,7 @@ int main(int argc, char** argv) {
     RT_REQUIRE_INPUT(o.threads > 0 && o.repeats > 0, "--threads and --repeats must be positive");
     // The step's convolutions: auto's algorithm, as train.conv_algorithm's default.
     auto be =
-        backend::make_backend("cpu", o.threads, backend::Precision::kF32,
+        backend::make_backend("cpu", o.threads, backend::parse_precision(o.precision),
                               backend::ConvWeightGrad::kOnednn, backend::ConvAlgorithm::kAuto);
     std::vector<Row> rows;
     for (Stage s : stages) rows.push_back(measure_stage(*be, o, s));
