@@ -21,6 +21,11 @@ for f in /usr/bin/orterun /usr/bin/orted /usr/bin/h5dump "$ompi_libdir/openmpi3"
   [ -e "$f" ] || die "$f is missing (make deps installs OpenMPI and hdf5-tools)"
 done
 
+# The version as the Makefile writes it into every build's build_config.hpp (BUILT_BIN need not
+# sit beside its build folder: make's default build is bin/ with build/include).
+version=$(sed -n 's/.*RINGTRAIN_VERSION "\([^"]*\)".*/\1/p' Makefile | head -1)
+[ -n "$version" ] || die "no RINGTRAIN_VERSION in the Makefile"
+
 rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin/tests" "$out/lib" "$out/share/ringtrain"
 
@@ -97,7 +102,7 @@ mkdir -p "$out/share/ringtrain/jobs" "$out/share/ringtrain/tools"
 cp -r jobs/local "$out/share/ringtrain/jobs/"
 cp tools/*.sh tools/*.py "$out/share/ringtrain/tools/"
 {
-  echo "ringtrain $(sed -n 's/.*RINGTRAIN_VERSION "\(.*\)"/\1/p' "$built/../include/ringtrain/build_config.hpp")"
+  echo "ringtrain $version"
   echo "commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), glibc $(ldd --version | sed -n '1s/.* //p')"
   echo "cuda libraries needed: $(tr '\n' ' ' <"$out/lib/cuda-libraries.txt")"

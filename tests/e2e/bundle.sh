@@ -57,6 +57,10 @@ for absent in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/lib/x86_64-linux-gnu/l
 done
 tar -C "$root/somewhere/else" -xJf "$tarball"
 bundle=/somewhere/else/ringtrain
+# VERSION names the Makefile's version (a bundle packed from bin/ once said "ringtrain " alone).
+want="ringtrain $(sed -n 's/.*RINGTRAIN_VERSION "\([^"]*\)".*/\1/p' Makefile | head -1)"
+[ "$(head -1 "$root$bundle/VERSION")" = "$want" ] ||
+  fail "VERSION begins '$(head -1 "$root$bundle/VERSION")', expected '$want'"
 tiny_fiber_data "$root/data"
 
 # ---- inside: what a user on a bare machine would type --------------------------------------------
