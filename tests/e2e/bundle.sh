@@ -104,6 +104,10 @@ grep -q "every binary's libraries resolve" <<<"$log" || fail "a bundle binary do
 grep -q '(0): 2$' <<<"$(sed -n '/ATTRIBUTE "world_size"/,/^}/p' <<<"$log")" ||
   fail "the results file does not say world_size 2"
 grep -q '"oneDNN [0-9]' <<<"$log" || fail "the results file does not name oneDNN's version"
+# PMIx finds its plugins and help files in the bundle: no "unable to find a usable compression
+# library" (its zlib plugin not found), no "Sorry! ... couldn't open the help file".
+! grep -q -E "Sorry!|couldn't open the help file|usable compression library" <<<"$log" ||
+  fail "PMIx looked for its plugins or help files outside the bundle"
 
 # ---- outside: CUDA's libraries from a pip-wheel layout (nvidia/<name>/lib, versioned names only)
 site=$work/site

@@ -91,8 +91,13 @@ rt_setup() {
   export OPAL_PREFIX=$bundle                                # OpenMPI: plugins, help files
   # PMIx, which OpenMPI loads: the bundled Debian 12 PMIx 4.2 reads PMIX_PREFIX (its libpmix
   # holds that name beside PMIX_EXEC_PREFIX and the rest), later PMIx PMIX_INSTALL_PREFIX.
+  # Debian built it with its folders spelled out whole, not under the prefix, so each one it
+  # reads is moved too: its plugins (the zlib compressor; without it PMIx warns that it found no
+  # compression library) and its help files.
   export PMIX_PREFIX=$bundle/lib/x86_64-linux-gnu/pmix2
   export PMIX_INSTALL_PREFIX=$PMIX_PREFIX
+  export PMIX_LIBDIR=$PMIX_PREFIX/lib PMIX_PKGLIBDIR=$PMIX_PREFIX/lib/pmix
+  export PMIX_DATADIR=$PMIX_PREFIX/share PMIX_PKGDATADIR=$PMIX_PREFIX/share/pmix
   export OMPI_MCA_mca_base_param_files=$bundle/etc/openmpi-mca-params.conf
   # OpenMPI starts even one process without mpirun through its ssh launcher, which fails where
   # there is no ssh or rsh (a bare GPU machine); its "isolated" launcher runs on this node only.
