@@ -63,15 +63,22 @@ struct Row {
   double megabytes = 0;  // one activation tensor of the stage
 };
 
+// A plain tensor of `shape` with uniform values in [-bound, bound), from `seed`.
+Tensor uniform_tensor(Backend& be, const Shape& shape, uint64_t seed, float bound) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-bound, bound);
+  std::vector<float> host(size_t(backend::shape_numel(shape)));
+  for (float& v : host) v = uniform(rng);
+  Tensor t = be.alloc(shape);
+  be.upload(host.data(), t);
+  return t;
+}
+
 // A tensor of `shape` in the layout a convolution writes (oneDNN's blocked one), with uniform
 // values in [-1, 1): the input of a batch norm or convolution as the step hands it over.
 Tensor conv_output(Backend& be, const Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> host(size_t(backend::shape_numel(shape)));
-  for (float& v : host) v = uniform(rng);
-  Tensor plain = be.alloc(shape), identity = be.alloc({shape[1], shape[1], 1, 1}), out;
-  be.upload(host.data(), plain);
+  Tensor plain = uniform_tensor(be, shape, seed, 1.0f);
+  Tensor identity = be.alloc({shape[1], shape[1], 1, 1}), out;
   std::vector<float> eye(size_t(shape[1] * shape[1]), 0.0f);
   for (int64_t c = 0; c < shape[1]; ++c) eye[size_t(c * shape[1] + c)] = 1.0f;
   be.upload(eye.data(), identity);
@@ -96,12 +103,7 @@ class StagePair {
     for (int i = 0; i < o.batch / o.slice; ++i) slices_.push_back(conv_output(be, part, 10 + i));
     sliced_x_.resize(slices_.size());
     sliced_y_.resize(slices_.size());
-    w_ = be.alloc({s.channels, s.channels, 3, 3});
-    std::vector<float> w(size_t(backend::shape_numel(w_.shape())));
-    std::mt19937_64 rng(3);
-    std::uniform_real_distribution<float> uniform(-0.05f, 0.05f);
-    for (float& v : w) v = uniform(rng);
-    be.upload(w.data(), w_);
+    w_ = uniform_tensor(be, {s.channels, s.channels, 3, 3}, 3, 0.05f);
     gamma_ = be.alloc({s.channels});
     beta_ = be.alloc({s.channels});
     dgamma_ = be.alloc({s.channels});
@@ -182,11 +184,12 @@ double gb_s(double units, double megabytes, double ms) {
 }
 
 void print_and_record(const Options& o, const std::string& isa, const std::vector<Row>& rows) {
+  const std::string cpu = cpu_model();
   std::printf(
       "batch norm passes, %s %s: batch %d, %d thread(s), %s (oneDNN %s), slices of %d, "
       "median of %d\n",
-      o.model.c_str(), o.precision.c_str(), o.batch, o.threads, cpu_model().c_str(), isa.c_str(),
-      o.slice, o.repeats);
+      o.model.c_str(), o.precision.c_str(), o.batch, o.threads, cpu.c_str(), isa.c_str(), o.slice,
+      o.repeats);
   std::printf("%-14s %8s | %-22s %-22s %6s | %-22s %-22s %6s | %-24s %7s\n", "stage", "conv ms",
               "BN fwd in step", "BN fwd, input hot", "ratio", "BN bwd in step", "BN bwd, input hot",
               "ratio", "sliced conv + BN fwd", "vs whole");
@@ -207,7 +210,7 @@ void print_and_record(const Options& o, const std::string& isa, const std::vecto
     json << "{\"bench\":\"norm\",\"model\":\"" << o.model << "\",\"stage\":\"" << stage
          << "\",\"precision\":\"" << o.precision << "\",\"batch\":" << o.batch
          << ",\"threads\":" << o.threads << ",\"slice\":" << o.slice << ",\"isa\":\"" << isa
-         << "\",\"cpu\":\"" << cpu_model() << "\",\"conv_fwd_ms\":" << r.conv_fwd
+         << "\",\"cpu\":\"" << cpu << "\",\"conv_fwd_ms\":" << r.conv_fwd
          << ",\"bn_fwd_step_ms\":" << r.bn_fwd_step << ",\"bn_fwd_hot_ms\":" << r.bn_fwd_hot
          << ",\"conv_bwd_data_ms\":" << r.conv_bwd_data << ",\"bn_bwd_step_ms\":" << r.bn_bwd_step
          << ",\"bn_bwd_hot_ms\":" << r.bn_bwd_hot << ",\"sliced_conv_ms\":" << r.sliced_conv
