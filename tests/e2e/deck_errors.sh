@@ -20,9 +20,14 @@ expect_refused threads "command line: bad value '100000' for train.threads (0 (t
 expect_refused stall "command line: bad value '10000000000' for comm.stall_timeout_s (positive seconds, at most 1e6)" \
   --deck "$deck" --comm.stall_timeout_s=1e10
 # The cpu backend keeps gradients in host memory: nccl is named with the key to change, on every
-# machine (before: NCCL's own failure in the first reduction, or "no GPU visible").
-expect_refused nccl_on_cpu "comm.algorithm = nccl reduces GPU memory, but the gradients of this run are in host memory: set train.backend = cuda (or comm.algorithm = ring, rhd, auto, mpi or hierarchical for the cpu backend) (every rank)" \
-  --deck "$deck" --comm.algorithm=nccl
+# machine (before: NCCL's own failure in the first reduction, or "no GPU visible"); a build
+# without the CUDA backend (make CUDA=0, or no nvcc) has no nccl to offer at all.
+if built_with_cuda; then
+  nccl_refusal="comm.algorithm = nccl reduces GPU memory, but the gradients of this run are in host memory: set train.backend = cuda (or comm.algorithm = ring, rhd, auto, mpi or hierarchical for the cpu backend) (every rank)"
+else
+  nccl_refusal="comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make CUDA=1); use ring, mpi or hierarchical on CPUs (every rank)"
+fi
+expect_refused nccl_on_cpu "$nccl_refusal" --deck "$deck" --comm.algorithm=nccl
 expect_refused weight_decay "command line: bad value 'inf' for train.weight_decay (a finite number)" \
   --deck "$deck" --train.weight_decay=inf
 expect_refused escape "command line: bad value '../../escaped' for output.name (a file name: not empty, '.' or '..', no '/')" \

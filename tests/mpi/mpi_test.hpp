@@ -42,7 +42,8 @@ inline bool same_bytes_as_rank0(const std::vector<float>& mine) {
   std::vector<float> root = mine;
   MPI_Bcast(root.data(), static_cast<int>(root.size() * sizeof(float)), MPI_BYTE, 0,
             MPI_COMM_WORLD);
-  return std::memcmp(root.data(), mine.data(), mine.size() * sizeof(float)) == 0;
+  // memcmp's pointers must not be null, even for no bytes (an empty vector's may be).
+  return mine.empty() || std::memcmp(root.data(), mine.data(), mine.size() * sizeof(float)) == 0;
 }
 
 // Collective: whether every rank holds the same bytes (the same verdict on every rank).

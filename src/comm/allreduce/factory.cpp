@@ -61,18 +61,17 @@ std::unique_ptr<Allreducer> make_allreducer(const Communicator& comm, Algorithm 
                                             const AllreduceOptions& options) {
   RT_REQUIRE_INPUT(options.ranks_per_node >= 0, "allreduce ranks per node must be >= 0, not ",
                    options.ranks_per_node);
+#if RINGTRAIN_HAS_CUDA
   // No CUDA call at all for host memory: a cpu run makes no CUDA context.
   const bool on_device = options.cuda_device >= 0;
-#if RINGTRAIN_HAS_CUDA
   const bool cuda_aware = on_device && algorithm == Algorithm::mpi && mpi_is_cuda_aware();
+  const DevicePath path = device_memory_path(algorithm, options.cuda_device, cuda_aware);
 #else
   RT_REQUIRE_INPUT(
       algorithm != Algorithm::nccl,
       "comm.algorithm = nccl: this ringtrain was built without CUDA (rebuild with make "
       "CUDA=1); use ring, mpi or hierarchical on CPUs");
-  const bool cuda_aware = false;
 #endif
-  const DevicePath path = device_memory_path(algorithm, options.cuda_device, cuda_aware);
   std::unique_ptr<Allreducer> reducer = make_selected(comm, algorithm, options);
   // fp16 sums overflow at scale where fp32 and bf16 (fp32's exponent range: a pre-divide would
   // only add a rounding) do not; nccl reduces on the device (nccl_allreducer.cpp).

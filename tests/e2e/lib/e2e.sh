@@ -105,6 +105,10 @@ expect_refused() {
     fail "$name: wrote $(find "$work/out" ${results_too:-} -name '*.h5' 2>/dev/null)"
 }
 
+# built_with_cuda: whether $BIN/ringtrain has the CUDA backend (it needs the CUDA runtime);
+# make builds it where nvcc and cudnn.h are found, so a CPU-only machine's binary has none.
+built_with_cuda() { objdump -p "$BIN/ringtrain" | grep -q 'NEEDED *libcudart\.'; }
+
 # cluster_up_or_skip PREFIX: two emulated nodes (jobs/local/cluster.sh), or exit 0 with the
 # reason where namespaces are not permitted.
 cluster_up_or_skip() {
