@@ -7,7 +7,9 @@
 # none is reachable, passes with CUDA_HOME, ringtrain --help answers, 2 ranks train through the
 # bundle's own mpirun, and the bundle's h5dump reads the results. Outside, env.sh finds CUDA's
 # libraries in a pip-wheel layout, and tools/gpu-check.sh --bundle runs from the tarball without
-# building (its no-GPU path here). Skipped with one line where namespaces or chroot are refused.
+# building (its no-GPU path here). A bundle of a build without the CUDA backend (make CUDA=0, or no
+# nvcc) needs no CUDA library: its env.sh --check passes with none reachable, and the CUDA
+# checks are left out. Skipped with one line where namespaces or chroot are refused.
 source "$(dirname "$0")/lib/e2e.sh"
 e2e_workdir bundle
 
@@ -15,7 +17,11 @@ if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
   echo "SKIP: needs root and mount namespaces (unshare -m) for the bundle's chroot"
   exit 0
 fi
-[ -d /usr/local/cuda/lib64 ] || { echo "SKIP: no CUDA libraries under /usr/local/cuda to bind"; exit 0; }
+cuda=0
+if built_with_cuda; then
+  cuda=1
+  [ -d /usr/local/cuda/lib64 ] || { echo "SKIP: no CUDA libraries under /usr/local/cuda to bind"; exit 0; }
+fi
 
 # ---- the bundle ---------------------------------------------------------------------------------
 tarball=${BUNDLE_TARBALL:-}
@@ -82,6 +88,8 @@ mpirun -np 2 --oversubscribe ringtrain --deck $bundle/share/ringtrain/inputs/qui
 h5dump -a /world_size /out/bundle.h5 || exit 15
 h5dump -a /libraries /out/bundle.h5 || exit 16
 EOF
+cuda_mount=true
+[ "$cuda" = 0 ] || cuda_mount="mount --bind -o ro /usr/local/cuda '$root/opt/vendor-cuda'"
 set +e
 unshare -m -p -f bash -c "
   set -e
@@ -89,17 +97,22 @@ unshare -m -p -f bash -c "
   mount -t proc proc '$root/proc'
   mount --rbind /sys '$root/sys'
   mount -t tmpfs tmpfs '$root/tmp'
-  mount --bind -o ro /usr/local/cuda '$root/opt/vendor-cuda'
+  $cuda_mount
   exec chroot '$root' /usr/bin/bash /inside.sh" >"$work/inside.log" 2>&1
 status=$?
 set -e
 cat "$work/inside.log"
 [ "$status" = 0 ] || fail "inside the root: exit $status"
 log=$(cat "$work/inside.log")
-grep -q '✗ libcudnn.so.9 *not found' <<<"$log" || fail "env.sh --check did not name the missing cuDNN"
-grep -q '^check exit 1$' <<<"$log" || fail "env.sh --check did not fail without CUDA"
-grep -q '✓ libcudnn.so.9 *\/opt\/vendor-cuda\/lib64 (CUDA_HOME)' <<<"$log" ||
-  fail "env.sh --check did not find cuDNN under CUDA_HOME"
+if [ "$cuda" = 1 ]; then
+  grep -q '✗ libcudnn.so.9 *not found' <<<"$log" || fail "env.sh --check did not name the missing cuDNN"
+  grep -q '^check exit 1$' <<<"$log" || fail "env.sh --check did not fail without CUDA"
+  grep -q '✓ libcudnn.so.9 *\/opt\/vendor-cuda\/lib64 (CUDA_HOME)' <<<"$log" ||
+    fail "env.sh --check did not find cuDNN under CUDA_HOME"
+else
+  grep -q '^check exit 0$' <<<"$log" || fail "env.sh --check of a bundle without CUDA failed"
+  ! grep -q 'libcud\|libnccl' <<<"$log" || fail "env.sh --check of a bundle without CUDA named a CUDA library"
+fi
 grep -q "every binary's libraries resolve" <<<"$log" || fail "a bundle binary does not resolve"
 grep -q '(0): 2$' <<<"$(sed -n '/ATTRIBUTE "world_size"/,/^}/p' <<<"$log")" ||
   fail "the results file does not say world_size 2"
@@ -110,19 +123,21 @@ grep -q '"oneDNN [0-9]' <<<"$log" || fail "the results file does not name oneDNN
   fail "PMIx looked for its plugins or help files outside the bundle"
 
 # ---- outside: CUDA's libraries from a pip-wheel layout (nvidia/<name>/lib, versioned names only)
-site=$work/site
-for pair in cudnn:libcudnn.so.9 nccl:libnccl.so.2 cublas:libcublas.so.13 cublas:libcublasLt.so.13 \
-  cuda_runtime:libcudart.so.13; do
-  mkdir -p "$site/nvidia/${pair%%:*}/lib"
-  ln -s "/usr/local/cuda/lib64/${pair#*:}" "$site/nvidia/${pair%%:*}/lib/"
-done
-wheels=$(env -u CUDA_HOME -u CUDNN_ROOT -u NCCL_ROOT -u RINGTRAIN_CUDA_LIBS PYTHONPATH="$site" \
-  RINGTRAIN_PYTHON="$PYTHON" "$root$bundle/env.sh" --check) || { echo "$wheels"; fail "wheels"; }
-echo "$wheels"
-grep -q "✓ libcudnn.so.9 *$site/nvidia/cudnn/lib (wheels of $PYTHON)" <<<"$wheels" ||
-  fail "env.sh did not take cuDNN from the wheels"
-grep -q "✓ libnccl.so.2 *$site/nvidia/nccl/lib (wheels of $PYTHON)" <<<"$wheels" ||
-  fail "env.sh did not take NCCL from the wheels"
+if [ "$cuda" = 1 ]; then
+  site=$work/site
+  for pair in cudnn:libcudnn.so.9 nccl:libnccl.so.2 cublas:libcublas.so.13 cublas:libcublasLt.so.13 \
+    cuda_runtime:libcudart.so.13; do
+    mkdir -p "$site/nvidia/${pair%%:*}/lib"
+    ln -s "/usr/local/cuda/lib64/${pair#*:}" "$site/nvidia/${pair%%:*}/lib/"
+  done
+  wheels=$(env -u CUDA_HOME -u CUDNN_ROOT -u NCCL_ROOT -u RINGTRAIN_CUDA_LIBS PYTHONPATH="$site" \
+    RINGTRAIN_PYTHON="$PYTHON" "$root$bundle/env.sh" --check) || { echo "$wheels"; fail "wheels"; }
+  echo "$wheels"
+  grep -q "✓ libcudnn.so.9 *$site/nvidia/cudnn/lib (wheels of $PYTHON)" <<<"$wheels" ||
+    fail "env.sh did not take cuDNN from the wheels"
+  grep -q "✓ libnccl.so.2 *$site/nvidia/nccl/lib (wheels of $PYTHON)" <<<"$wheels" ||
+    fail "env.sh did not take NCCL from the wheels"
+fi
 # ---- gpu-check from the tarball, building nothing (what a lent GPU machine runs) ----------------
 if "$BIN/tests/unit" --run_test=device_selection/device_probe_line | grep -q '^cuda devices: 0 '; then
   status=0
