@@ -19,6 +19,9 @@ CUDA_HOME ?= /usr/local/cuda
 # JIT; one architecture halves nvcc's share of a build. An A100 cluster: make CUDA_ARCHS="80 90".
 CUDA_ARCHS ?= 90
 DEBUG     ?= 0
+# SANITIZE=1: AddressSanitizer and UndefinedBehaviorSanitizer in every object and program, any
+# undefined behaviour fatal (make sanitize builds so under build/sanitize and runs the tests).
+SANITIZE  ?= 0
 VERBOSE   ?= 0
 PYTHON    ?= /usr/bin/python3
 # BUNDLE_BUILD=1 (make bundle): a CPU baseline any x86-64 GPU host runs (oneDNN picks its own
@@ -42,6 +45,9 @@ ifeq ($(filter $(CUDA),auto 0 1),)
 endif
 ifeq ($(filter $(DEBUG),0 1),)
   $(error DEBUG=$(DEBUG): use DEBUG=0 or DEBUG=1)
+endif
+ifeq ($(filter $(SANITIZE),0 1),)
+  $(error SANITIZE=$(SANITIZE): use SANITIZE=0 or SANITIZE=1)
 endif
 ifeq ($(VERBOSE),1)
   Q :=
@@ -87,10 +93,12 @@ ROOT_LIBS   := $(foreach r,$(DNNL_ROOT) $(BOOST_ROOT),$(call link_from,$(r)))
 BUNDLE_RPATH := $(if $(filter 1,$(BUNDLE_BUILD)),-Wl$(COMMA)--disable-new-dtags$(COMMA)-rpath$(COMMA)'$$ORIGIN/../lib:$$ORIGIN/../../lib')
 
 OPT_FLAGS := $(if $(filter 1,$(DEBUG)),-O0 -g -fno-omit-frame-pointer,-O3 -g1 -DNDEBUG $(ARCH_FLAGS))
+SAN_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(COMMA)undefined \
+               -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 CXXFLAGS  ?=
-CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -pthread $(OPT_FLAGS) -MMD -MP -DOMPI_SKIP_MPICXX \
+CXXFLAGS  += -std=c++17 -Wall -Wextra -fopenmp -pthread $(OPT_FLAGS) $(SAN_FLAGS) -MMD -MP -DOMPI_SKIP_MPICXX \
              -Iinclude -I$(BUILD)/include $(HDF5_CFLAGS) $(ROOT_CFLAGS)
-LDLIBS    += $(BUNDLE_RPATH) $(HDF5_LIBS) $(ROOT_LIBS) -ldnnl -lboost_program_options -lz -lpng -ljpeg -ltiff \
+LDLIBS    += $(SAN_FLAGS) $(BUNDLE_RPATH) $(HDF5_LIBS) $(ROOT_LIBS) -ldnnl -lboost_program_options -lz -lpng -ljpeg -ltiff \
              -fopenmp -pthread
 
 ifeq ($(HAVE_CUDA),1)
@@ -149,7 +157,7 @@ GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Objects of tools and tests are intermediate to make; keep them, so a relink recompiles nothing.
 .SECONDARY:
 
-.PHONY: all deps bench-deps bundle test check run bench bench-compute bench-allreduce bench-scaling clean found format docs FORCE
+.PHONY: all deps bench-deps bundle test check sanitize run bench bench-compute bench-allreduce bench-scaling clean found format docs FORCE
 .DEFAULT_GOAL := all
 
 all: $(BIN)/ringtrain $(TOOLS)
@@ -262,6 +270,17 @@ test: deps
 	@$(MAKE) --no-print-directory found
 	@$(MAKE) --no-print-directory all tests
 	@PYTHON=$(PYTHON) BIN=$(BIN) tests/run.sh
+
+# The unit tests and every MPI test on this machine under AddressSanitizer and UBSan, from a build
+# of their own beside the normal one (docs/TESTING.md, "Sanitizers"); leaks are checked in the
+# unit tests, not under mpirun, where OpenMPI's own allocations at exit would drown them.
+SANITIZE_BUILD := $(BUILD)/sanitize
+sanitize: deps
+	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(SANITIZE_BUILD) BIN=$(SANITIZE_BUILD)/bin tests
+	@ASAN_OPTIONS=detect_leaks=1 PYTHON=$(PYTHON) BIN=$(SANITIZE_BUILD)/bin \
+	  LOG_DIR=output/test-logs/sanitize tests/run.sh unit
+	@ASAN_OPTIONS=detect_leaks=0 PYTHON=$(PYTHON) BIN=$(SANITIZE_BUILD)/bin \
+	  LOG_DIR=output/test-logs/sanitize tests/run.sh np=
 
 # The inner loop (docs/TESTING.md): the unit tests and each MPI test at its "// quick:" rank
 # counts, in under a minute on 2 cores; it builds only the test binaries and names what it left out.
