@@ -272,11 +272,11 @@ test: deps
 	@PYTHON=$(PYTHON) BIN=$(BIN) tests/run.sh
 
 # The unit tests and every MPI test on this machine under AddressSanitizer and UBSan, from a build
-# of their own beside the normal one (docs/TESTING.md, "Sanitizers"); leaks are checked in the
+# of their own beside the normal one (the tools too: unit cases run rt-shard) (docs/TESTING.md, "Sanitizers"); leaks are checked in the
 # unit tests, not under mpirun, where OpenMPI's own allocations at exit would drown them.
 SANITIZE_BUILD := $(BUILD)/sanitize
 sanitize: deps
-	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(SANITIZE_BUILD) BIN=$(SANITIZE_BUILD)/bin tests
+	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(SANITIZE_BUILD) BIN=$(SANITIZE_BUILD)/bin all tests
 	@ASAN_OPTIONS=detect_leaks=1 PYTHON=$(PYTHON) BIN=$(SANITIZE_BUILD)/bin \
 	  LOG_DIR=output/test-logs/sanitize tests/run.sh unit
 	@ASAN_OPTIONS=detect_leaks=0 PYTHON=$(PYTHON) BIN=$(SANITIZE_BUILD)/bin \
