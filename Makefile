@@ -272,8 +272,9 @@ test: deps
 	@PYTHON=$(PYTHON) BIN=$(BIN) tests/run.sh
 
 # The unit tests and every MPI test on this machine under AddressSanitizer and UBSan, from a build
-# of their own beside the normal one (the tools too: unit cases run rt-shard) (docs/TESTING.md, "Sanitizers"); leaks are checked in the
-# unit tests, not under mpirun, where OpenMPI's own allocations at exit would drown them.
+# of their own beside the normal one, tools included (a unit case runs rt-shard); docs/TESTING.md,
+# "Sanitizers". Leaks are checked in the unit tests, not under mpirun, where OpenMPI's own
+# allocations still held at exit would drown them.
 SANITIZE_BUILD := $(BUILD)/sanitize
 sanitize: deps
 	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(SANITIZE_BUILD) BIN=$(SANITIZE_BUILD)/bin all tests
