@@ -107,7 +107,9 @@ expect_refused() {
 
 # built_with_cuda: whether $BIN/ringtrain has the CUDA backend (it needs the CUDA runtime);
 # make builds it where nvcc and cudnn.h are found, so a CPU-only machine's binary has none.
-built_with_cuda() { objdump -p "$BIN/ringtrain" | grep -q 'NEEDED *libcudart\.'; }
+# Not `objdump | grep -q`: under pipefail, objdump killed by the pipe grep closed early would
+# make a CUDA build's answer "no" now and then.
+built_with_cuda() { grep -q 'NEEDED *libcudart\.' <<<"$(objdump -p "$BIN/ringtrain")"; }
 
 # cluster_up_or_skip PREFIX: two emulated nodes (jobs/local/cluster.sh), or exit 0 with the
 # reason where namespaces are not permitted.
