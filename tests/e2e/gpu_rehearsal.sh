@@ -11,11 +11,10 @@ source tests/e2e/lib/e2e.sh
 e2e_workdir gpu-rehearsal
 
 # make bundle is for a GPU machine: without nvcc and cudnn.h it stops before building anything.
-# A fresh make, as a user types it: `make test CUDA=0` hands its CUDA=0 down both in MAKEFLAGS
-# and as an environment variable, and make bundle CUDA=0 builds a bundle without the GPU backend.
+# CUDA=auto on its command line: `make test CUDA=0` hands its CUDA=0 down (in MAKEFLAGS and in
+# the environment), and make bundle CUDA=0 builds a bundle without the GPU backend.
 status=0
-env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n bundle CUDA=auto CUDA_HOME="$work/no-cuda" \
-  >"$work/make.out" 2>&1 || status=$?
+make -n bundle CUDA=auto CUDA_HOME="$work/no-cuda" >"$work/make.out" 2>&1 || status=$?
 [ "$status" = 2 ] && grep -q "\*\*\* make bundle: the CUDA backend would not be built (nvcc not at $work/no-cuda/bin/nvcc, cudnn.h " "$work/make.out" ||
   fail "make bundle without CUDA: exit $status, $(cat "$work/make.out")"
 grep -q 'deps.sh' "$work/make.out" && fail "make bundle without CUDA ran its recipe: $(cat "$work/make.out")"
