@@ -16,7 +16,16 @@ namespace ringtrain::backend {
 // Derived backends add the layer ops and the transfers (upload, download, synchronize).
 class HostBackend : public Backend {
  public:
-  explicit HostBackend(int threads) : threads_(threads) { omp_set_num_threads(threads); }
+  explicit HostBackend(int threads) : threads_(threads) {
+    // OpenMP runs at most OMP_THREAD_LIMIT threads in a region, whatever omp_set_num_threads
+    // asked; oneDNN's kernels split the work for the threads they asked for and spin at a
+    // barrier for those that never come: a hang, not a slow run.
+    const int limit = omp_get_thread_limit();
+    RT_REQUIRE_INPUT(threads <= limit, threads, " threads per rank, but OMP_THREAD_LIMIT=", limit,
+                     " lets OpenMP start only ", limit, ": set train.threads = ", limit,
+                     " or less, or raise or unset OMP_THREAD_LIMIT");
+    omp_set_num_threads(threads);
+  }
 
   int threads() const override { return threads_; }
   MemoryUse memory_use() const override { return host_tensor_memory(); }

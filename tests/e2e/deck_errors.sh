@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deck_errors.sh — bad deck values and output paths stop ringtrain on 2 ranks before any
-# training: one error line, exit code 2 on every rank, nothing written; a missing checkpoint
-# directory is created at start, and too many threads for the cores give one warning line.
+# training: one error line, exit code 2 on every rank, nothing written (more threads than
+# OMP_THREAD_LIMIT too); a missing checkpoint directory is created at start, and too many
+# threads for the cores give one warning line.
 source tests/e2e/lib/e2e.sh
 e2e_workdir deck-errors
 
@@ -40,6 +41,15 @@ expect_refused checkpoint_dir "output.checkpoint_dir $work/a_file/ck: cannot cre
   --deck "$deck" --output.checkpoint_dir="$work/a_file/ck"
 expect_refused baseline "output.baseline $work/none.h5: cannot read the results file (No such file or directory) (rank 0)" \
   --deck "$deck" --output.baseline="$work/none.h5"
+
+# More threads than OMP_THREAD_LIMIT lets OpenMP start: refused (before: oneDNN's kernels span
+# the threads asked for and spun forever at a barrier for the missing one). 2 threads on a rank
+# of 2 on 2 cores also warn of sharing; the refusal is the last line.
+OMP_THREAD_LIMIT=1 run_np2 thread_limit --deck "$deck" --train.threads=2
+[ "$(sort "$work/thread_limit.codes" | tr '\n' ' ')" = "0 2 1 2 " ] ||
+  fail "thread_limit: rank exit codes '$(tr '\n' ' ' <"$work/thread_limit.codes")', expected 2 on both"
+[ "$(tail -1 "$work/thread_limit.err")" = "ringtrain: error: 2 threads per rank, but OMP_THREAD_LIMIT=1 lets OpenMP start only 1: set train.threads = 1 or less, or raise or unset OMP_THREAD_LIMIT (every rank)" ] ||
+  fail "thread_limit: stderr '$(cat "$work/thread_limit.err")'"
 
 # A checkpoint directory that does not exist yet is made at start; data.eval_split= means no
 # evaluation; more threads than any rank has cores give one warning line, from rank 0.

@@ -679,7 +679,7 @@ namespace {
 // Reads backend memory the way the fusion engine's comm thread does (NCCL, a staging copy):
 // not through the backend, whose download() would wait for its own stream, so that nothing
 // but the ready mark orders the read after the backend's work.
-std::vector<float> read_behind_backend(const std::string& name, const Tensor& t) {
+std::vector<float> read_behind_backend([[maybe_unused]] const std::string& name, const Tensor& t) {
   std::vector<float> out(size_t(t.numel()));
 #if RINGTRAIN_HAS_CUDA
   if (name == "cuda") {
