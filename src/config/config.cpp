@@ -116,7 +116,9 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
        "cuda: most scratch memory a cuDNN convolution algorithm may use, MiB", {}},
       {"train.threads", &c.train.threads,
-       "threads per rank (0 = this rank's share of its cores; at most 1024)", {}},
+       "threads per rank (0 = this rank's share of its cores; at most 1024, and at most "
+       "`OMP_THREAD_LIMIT` where that is set: more is refused)",
+       {}},
       {"train.epochs", &c.train.epochs, "epochs to train", {}},
       {"train.batch_per_rank", &c.train.batch_per_rank,
        "images per rank per step (weak scaling); or set train.global_batch", {}},
