@@ -42,9 +42,9 @@ expect_refused checkpoint_dir "output.checkpoint_dir $work/a_file/ck: cannot cre
 expect_refused baseline "output.baseline $work/none.h5: cannot read the results file (No such file or directory) (rank 0)" \
   --deck "$deck" --output.baseline="$work/none.h5"
 
-# More threads than OMP_THREAD_LIMIT lets OpenMP start: refused (before: oneDNN's kernels span
-# the threads asked for and spun forever at a barrier for the missing one). 2 threads on a rank
-# of 2 on 2 cores also warn of sharing; the refusal is the last line.
+# More threads than OMP_THREAD_LIMIT lets OpenMP start: refused (before: oneDNN's kernels split
+# their work for the threads asked for and spun forever at a barrier for the missing one).
+# 2 threads on a rank of 2 on 2 cores also warn of sharing; the refusal is the last line.
 OMP_THREAD_LIMIT=1 run_np2 thread_limit --deck "$deck" --train.threads=2
 [ "$(sort "$work/thread_limit.codes" | tr '\n' ' ')" = "0 2 1 2 " ] ||
   fail "thread_limit: rank exit codes '$(tr '\n' ' ' <"$work/thread_limit.codes")', expected 2 on both"
