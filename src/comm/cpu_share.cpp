@@ -1,5 +1,5 @@
 // cpu_share.cpp — the node's usable CPUs and the per-rank thread count, from affinity masks,
-// cgroup limits and OMP_NUM_THREADS.
+// cgroup limits, OMP_NUM_THREADS and OMP_THREAD_LIMIT.
 #include "ringtrain/comm/cpu_share.hpp"
 
 #include <sched.h>
@@ -29,6 +29,17 @@ int parse_omp_threads(const std::string& text) {
   if (digits == 0 || digits > 6) return 0;
   if (digits < text.size() && text[digits] != ',') return 0;
   return std::stoi(text.substr(0, digits));
+}
+
+// OMP_THREAD_LIMIT as OpenMP reads it: one positive integer; 0 when it is not one (OpenMP then
+// ignores it too).
+int parse_thread_limit(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  const size_t last = text.find_last_not_of(" \t");
+  if (first == std::string::npos || last - first >= 9) return 0;
+  for (size_t i = first; i <= last; ++i)
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return 0;
+  return std::stoi(text.substr(first, last - first + 1));
 }
 
 // cpu.max holds "max 100000" or "<quota> <period>".
@@ -65,7 +76,10 @@ int usable_node_cpus(const CpuFacts& facts) {
   return usable;
 }
 
-CpuShare compute_cpu_share(const CpuFacts& facts) {
+namespace {
+
+// The thread count from OMP_NUM_THREADS or the node's share, before OMP_THREAD_LIMIT.
+CpuShare uncapped_cpu_share(const CpuFacts& facts) {
   CpuShare share;
   const int own = std::max(1, facts.own_affinity_cpus);
   if (facts.omp_num_threads) {
@@ -108,6 +122,22 @@ CpuShare compute_cpu_share(const CpuFacts& facts) {
   return share;
 }
 
+}  // namespace
+
+CpuShare compute_cpu_share(const CpuFacts& facts) {
+  CpuShare share = uncapped_cpu_share(facts);
+  const int limit = facts.omp_thread_limit ? parse_thread_limit(*facts.omp_thread_limit) : 0;
+  if (limit <= 0 || share.threads <= limit) return share;
+  if (facts.omp_num_threads && parse_omp_threads(*facts.omp_num_threads) > 0)
+    share.warning = str("OMP_NUM_THREADS=", *facts.omp_num_threads, " asks for more threads than ",
+                        "OMP_THREAD_LIMIT=", limit, " lets OpenMP start; running ", limit);
+  share.description =
+      str(limit, " thread", limit == 1 ? "" : "s", " per rank: OMP_THREAD_LIMIT=", limit,
+          " (without it: ", share.description, ")");
+  share.threads = limit;
+  return share;
+}
+
 CpuFacts gather_cpu_facts(MPI_Comm node_comm) {
   CpuFacts facts;
   MPI_CHECK(MPI_Comm_size(node_comm, &facts.local_ranks));
@@ -124,6 +154,7 @@ CpuFacts gather_cpu_facts(MPI_Comm node_comm) {
   facts.cgroup_cpus = std::isinf(lowest) ? 0 : lowest;
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
   if (const char* cpt = std::getenv("SLURM_CPUS_PER_TASK")) facts.slurm_cpus = cpt;
+  if (const char* limit = std::getenv("OMP_THREAD_LIMIT")) facts.omp_thread_limit = limit;
   return facts;
 }
 

@@ -116,8 +116,9 @@ std::vector<Option> option_table(Config& c, std::string& step_epochs, int64_t& s
       {"train.cudnn_workspace_mib", &c.train.cudnn_workspace_mib,
        "cuda: most scratch memory a cuDNN convolution algorithm may use, MiB", {}},
       {"train.threads", &c.train.threads,
-       "threads per rank (0 = this rank's share of its cores; at most 1024, and at most "
-       "`OMP_THREAD_LIMIT` where that is set: more is refused)",
+       "threads per rank (0 = this rank's share of its cores, or OMP_NUM_THREADS, capped at "
+       "`OMP_THREAD_LIMIT`; at most 1024, and a count set here above `OMP_THREAD_LIMIT` is "
+       "refused)",
        {}},
       {"train.epochs", &c.train.epochs, "epochs to train", {}},
       {"train.batch_per_rank", &c.train.batch_per_rank,

@@ -225,6 +225,34 @@ BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
   BOOST_TEST(share.warning == "OMP_NUM_THREADS=many is not a positive thread count; ignored");
 }
 
+// OpenMP starts at most OMP_THREAD_LIMIT threads in a region, and the backends refuse a count
+// above it (oneDNN would wait for the missing threads forever): the automatic share, and
+// OMP_NUM_THREADS, are capped to it rather than refused.
+BOOST_AUTO_TEST_CASE(omp_thread_limit_caps_the_share) {
+  comm::CpuFacts facts;
+  facts.own_affinity_cpus = facts.node_affinity_cpus = 2;
+  facts.omp_thread_limit = "1";
+  comm::CpuShare share = comm::compute_cpu_share(facts);
+  BOOST_TEST(share.threads == 1);
+  BOOST_TEST(share.description ==
+             "1 thread per rank: OMP_THREAD_LIMIT=1 (without it: 2 threads per rank: 2 usable "
+             "cores (node affinity 2, cgroup limit none) / 1 rank on this node; this rank's mask "
+             "holds 2)");
+  BOOST_TEST(share.warning.empty());
+  facts.omp_thread_limit = " 2 ";  // at the share: nothing to cap
+  BOOST_TEST(comm::compute_cpu_share(facts).description.rfind("2 threads per rank: 2 usable", 0) ==
+             0);
+  facts.omp_thread_limit = "1x";  // not a count (OpenMP ignores it too): no cap
+  BOOST_TEST(comm::compute_cpu_share(facts).threads == 2);
+  facts.omp_thread_limit = "3";
+  facts.omp_num_threads = "4";
+  share = comm::compute_cpu_share(facts);
+  BOOST_TEST(share.threads == 3);
+  BOOST_TEST(share.warning ==
+             "OMP_NUM_THREADS=4 asks for more threads than OMP_THREAD_LIMIT=3 lets OpenMP start; "
+             "running 3");
+}
+
 // 0 picks by message size (the table in docs/TUNING.md); anything else is taken as given.
 BOOST_AUTO_TEST_CASE(chunk_size_by_message_size_unless_configured) {
   BOOST_TEST(comm::allreduce::chunk_bytes_for(0, (16u << 20) - 4) == (1u << 20));

@@ -6,6 +6,8 @@
 // than its own mask holds, nor more than Slurm's --cpus-per-task (SLURM_CPUS_PER_TASK) where
 // Slurm did not bind the task (task/none, --cpu-bind=none): the mask then spans CPUs other jobs
 // were given. OMP_NUM_THREADS, when set, wins, with a warning when it oversubscribes the mask.
+// OMP_THREAD_LIMIT caps either answer: OpenMP never starts more threads than that in a region,
+// and a backend asked for more would wait for threads that never come.
 // The shared-memory wait style (shm/wait_style.hpp) starts from the same count of usable CPUs.
 #pragma once
 
@@ -17,12 +19,13 @@
 namespace ringtrain::comm {
 
 struct CpuFacts {
-  int own_affinity_cpus = 1;                   // sched_getaffinity of this rank
-  int node_affinity_cpus = 1;                  // union of the masks of every rank on this node
-  double cgroup_cpus = 0;                      // cpu.max quota / period; 0 = no limit
-  int local_ranks = 1;                         // ranks sharing this node
-  std::optional<std::string> omp_num_threads;  // the environment variable, when set
-  std::optional<std::string> slurm_cpus;       // SLURM_CPUS_PER_TASK, when set
+  int own_affinity_cpus = 1;                    // sched_getaffinity of this rank
+  int node_affinity_cpus = 1;                   // union of the masks of every rank on this node
+  double cgroup_cpus = 0;                       // cpu.max quota / period; 0 = no limit
+  int local_ranks = 1;                          // ranks sharing this node
+  std::optional<std::string> omp_num_threads;   // the environment variable, when set
+  std::optional<std::string> slurm_cpus;        // SLURM_CPUS_PER_TASK, when set
+  std::optional<std::string> omp_thread_limit;  // OMP_THREAD_LIMIT, when set
 };
 
 struct CpuShare {
