@@ -3,7 +3,9 @@
 // Written for obviousness, not speed: tests hold every oneDNN op against these.
 #include "ref_ops.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "../factories.hpp"
@@ -28,37 +30,64 @@ inline int64_t at(int64_t n, int64_t c, int64_t h, int64_t w, int64_t C, int64_t
   return ((n * C + c) * H + h) * W + w;
 }
 
+// The kernel taps k (ascending) that reach input row i from output row o = (i + P - k) / S, as
+// (k, o) pairs: the terms of a backward-data sum, found once a row rather than tested per term.
+std::vector<std::pair<int64_t, int64_t>> taps_reaching(int64_t i, int64_t K, int64_t S, int64_t P,
+                                                       int64_t O) {
+  std::vector<std::pair<int64_t, int64_t>> taps;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t t = i + P - k;
+    if (t >= 0 && t % S == 0 && t / S < O) taps.emplace_back(k, t / S);
+  }
+  return taps;
+}
+
+// The kernel taps [first, last) that land inside an input of extent H from output row o.
+struct TapRange {
+  int64_t first, last;
+};
+TapRange taps_inside(int64_t o, int64_t K, int64_t S, int64_t P, int64_t H) {
+  const int64_t origin = o * S - P;
+  return {std::max<int64_t>(0, -origin), std::min<int64_t>(K, H - origin)};
+}
+
 class Conv : public ConvOp {
  public:
   explicit Conv(const ConvSpec& s) : s_(s) {}
 
+  // Each sum runs over the same terms in the same order as the plain loop with a bounds test
+  // per term; the loops only skip the terms that test would drop.
   void forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     expect_plain(x, "conv x");
     set_dims(x);
     realloc_plain(y, {N_, OC_, OH_, OW_});
     const float *xs = x.f32(), *ws = w.f32();
+    float* ys = y.f32();
 #pragma omp parallel for collapse(2)
     for (int64_t n = 0; n < N_; ++n)
       for (int64_t oc = 0; oc < OC_; ++oc)
         for (int64_t oh = 0; oh < OH_; ++oh)
           for (int64_t ow = 0; ow < OW_; ++ow) {
+            const TapRange rows = taps_inside(oh, K_, S_, P_, H_);
+            const TapRange cols = taps_inside(ow, K_, S_, P_, W_);
             double sum = s_.bias ? bias->f32()[oc] : 0.0;
             for (int64_t ic = 0; ic < IC_; ++ic)
-              for (int64_t kh = 0; kh < K_; ++kh)
-                for (int64_t kw = 0; kw < K_; ++kw) {
-                  int64_t ih = oh * S_ - P_ + kh, iw = ow * S_ - P_ + kw;
-                  if (ih < 0 || ih >= H_ || iw < 0 || iw >= W_) continue;
-                  sum += double(xs[at(n, ic, ih, iw, IC_, H_, W_)]) *
+              for (int64_t kh = rows.first; kh < rows.last; ++kh)
+                for (int64_t kw = cols.first; kw < cols.last; ++kw)
+                  sum += double(xs[at(n, ic, oh * S_ - P_ + kh, ow * S_ - P_ + kw, IC_, H_, W_)]) *
                          ws[at(oc, ic, kh, kw, IC_, K_, K_)];
-                }
             if (s_.fuse_relu && sum < 0) sum = 0;
-            y.f32()[at(n, oc, oh, ow, OC_, OH_, OW_)] = float(sum);
+            ys[at(n, oc, oh, ow, OC_, OH_, OW_)] = float(sum);
           }
   }
 
   void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
     realloc_plain(dx, {N_, IC_, H_, W_});
     const float *dys = dy.f32(), *ws = w.f32();
+    float* dxs = dx.f32();
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> row_taps(H_), col_taps(W_);
+    for (int64_t ih = 0; ih < H_; ++ih) row_taps[ih] = taps_reaching(ih, K_, S_, P_, OH_);
+    for (int64_t iw = 0; iw < W_; ++iw) col_taps[iw] = taps_reaching(iw, K_, S_, P_, OW_);
 #pragma omp parallel for collapse(2)
     for (int64_t n = 0; n < N_; ++n)
       for (int64_t ic = 0; ic < IC_; ++ic)
@@ -66,21 +95,17 @@ class Conv : public ConvOp {
           for (int64_t iw = 0; iw < W_; ++iw) {
             double sum = 0;
             for (int64_t oc = 0; oc < OC_; ++oc)
-              for (int64_t kh = 0; kh < K_; ++kh)
-                for (int64_t kw = 0; kw < K_; ++kw) {
-                  int64_t th = ih + P_ - kh, tw = iw + P_ - kw;
-                  if (th < 0 || tw < 0 || th % S_ || tw % S_) continue;
-                  int64_t oh = th / S_, ow = tw / S_;
-                  if (oh >= OH_ || ow >= OW_) continue;
+              for (const auto& [kh, oh] : row_taps[ih])
+                for (const auto& [kw, ow] : col_taps[iw])
                   sum += double(dys[at(n, oc, oh, ow, OC_, OH_, OW_)]) *
                          ws[at(oc, ic, kh, kw, IC_, K_, K_)];
-                }
-            dx.f32()[at(n, ic, ih, iw, IC_, H_, W_)] = float(sum);
+            dxs[at(n, ic, ih, iw, IC_, H_, W_)] = float(sum);
           }
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias) override {
     const float *xs = x.f32(), *dys = dy.f32();
+    float* dws = dw.f32();
 #pragma omp parallel for collapse(2)
     for (int64_t oc = 0; oc < OC_; ++oc)
       for (int64_t ic = 0; ic < IC_; ++ic)
@@ -88,14 +113,17 @@ class Conv : public ConvOp {
           for (int64_t kw = 0; kw < K_; ++kw) {
             double sum = 0;
             for (int64_t n = 0; n < N_; ++n)
-              for (int64_t oh = 0; oh < OH_; ++oh)
+              for (int64_t oh = 0; oh < OH_; ++oh) {
+                const int64_t ih = oh * S_ - P_ + kh;
+                if (ih < 0 || ih >= H_) continue;
                 for (int64_t ow = 0; ow < OW_; ++ow) {
-                  int64_t ih = oh * S_ - P_ + kh, iw = ow * S_ - P_ + kw;
-                  if (ih < 0 || ih >= H_ || iw < 0 || iw >= W_) continue;
+                  const int64_t iw = ow * S_ - P_ + kw;
+                  if (iw < 0 || iw >= W_) continue;
                   sum += double(dys[at(n, oc, oh, ow, OC_, OH_, OW_)]) *
                          xs[at(n, ic, ih, iw, IC_, H_, W_)];
                 }
-            dw.f32()[at(oc, ic, kh, kw, IC_, K_, K_)] = float(sum);
+              }
+            dws[at(oc, ic, kh, kw, IC_, K_, K_)] = float(sum);
           }
     if (!s_.bias) return;
     for (int64_t oc = 0; oc < OC_; ++oc) {
