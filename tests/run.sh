@@ -244,8 +244,9 @@ trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 # E2E_LANES scripts at a time (default 2): most of a script's time is start-ups and waits for a
 # timeout, which overlap well. Three kinds run apart:
 #   E2E_ALONE   with nothing beside them, first, one after another: those whose property is a
-#               timing of their own under a known load (the stall scripts, which already run
-#               their cases two at a time);
+#               timing of their own under a known load, two jobs at a time (the stall scripts:
+#               stall_phases runs two of its cases at once; the two that run one case at a time
+#               run beside each other, joined by a "+");
 #   E2E_SERIAL  one at a time in a lane of their own, beside the others: those that bring up
 #               emulated nodes or a Slurm (network namespaces, a bridge, fixed ports), which
 #               would collide with each other. The other scripts' mpiruns keep to the loopback
@@ -253,7 +254,7 @@ trap 'cluster_down; rm -rf "$RT_E2E_DATA_CACHE"' EXIT
 #   E2E_LONG    the slowest of a 2-core run, slowest first, before the rest (a long script
 #               started last runs beside an idle lane).
 E2E_LANES=${E2E_LANES:-2}
-E2E_ALONE=${E2E_ALONE:-"stall_phases stall_no_progress fusion_stall"}
+E2E_ALONE=${E2E_ALONE:-"stall_phases stall_no_progress+fusion_stall"}
 E2E_SERIAL=${E2E_SERIAL:-"slurm_jobs multinode_faults multinode_train"}
 E2E_LONG=${E2E_LONG:-"gpu_rehearsal checkpoint_faults bundle train predict checkpoint optimizers \
 weight_check autotune data_split_mismatch"}
@@ -295,7 +296,7 @@ e2e_alone=() e2e_serial=() e2e_rest=()
 for i in "${!names[@]}"; do  # in the order of names: alphabetical
   name=${names[$i]#e2e/}
   [ -n "${e2e_selected[$name]:-}" ] || continue
-  if in_list "$name" "$E2E_ALONE"; then e2e_alone+=("$name")
+  if in_list "$name" "${E2E_ALONE//+/ }"; then e2e_alone+=("$name")
   elif in_list "$name" "$E2E_SERIAL"; then e2e_serial+=("$name")
   elif ! in_list "$name" "$E2E_LONG"; then e2e_rest+=("$name"); fi
 done
@@ -303,9 +304,14 @@ e2e_others=()
 for name in $E2E_LONG; do [ -z "${e2e_selected[$name]:-}" ] || e2e_others+=("$name"); done
 e2e_others+=("${e2e_rest[@]}")
 [ ${#e2e_selected[@]} = 0 ] || echo "== end-to-end tests ($E2E_LANES at a time)"
-for name in "${e2e_alone[@]}"; do
-  e2e_start "$name"
-  e2e_reap
+for group in $E2E_ALONE; do  # the selected members of each group, started together
+  started=0
+  for name in ${group//+/ }; do
+    in_list "$name" "${e2e_alone[*]}" || continue
+    e2e_start "$name"
+    started=$((started + 1))
+  done
+  for ((; started > 0; started--)); do e2e_reap; done
 done
 serial_running="" next_serial=0 next_other=0
 loopback_only=(OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo)
