@@ -82,7 +82,7 @@ is_cuda() {
 declare -A copied=() cuda=()
 elves=$(find "$out/bin" "$out/lib/$multiarch" -type f \( -perm -u+x -o -name '*.so*' \) | sort)
 for elf in $elves; do
-  ldd "$elf" >/dev/null 2>&1 || continue  # not a dynamic ELF file
+  needs=$(ldd "$elf" 2>/dev/null) || continue  # not a dynamic ELF file
   while read -r name arrow path _; do
     if is_cuda "$name"; then cuda[$name]=1; continue; fi
     is_glibc "$name" && continue
@@ -90,7 +90,7 @@ for elf in $elves; do
     [ "$arrow" = "=>" ] && [ -f "$path" ] || die "$elf needs $name, which is not found here"
     cp -L "$path" "$out/lib/$name"
     copied[$name]=1
-  done < <(ldd "$elf" | sed -n 's/^[[:space:]]*\([^ ]*\) \(=>\) \([^ ]*\).*/\1 \2 \3/p')
+  done < <(sed -n 's/^[[:space:]]*\([^ ]*\) \(=>\) \([^ ]*\).*/\1 \2 \3/p' <<<"$needs")
 done
 printf '%s\n' "${!cuda[@]}" | sort >"$out/lib/cuda-libraries.txt"
 
