@@ -10,6 +10,7 @@
 #                                or, where no test has that name, every test whose name contains it
 #                                (mpi_test_shm_ring, e2e/stall, nodes=2x2); older spellings
 #                                mpi_NAME_nodes and e2e_NAME still work
+#   tests/run.sh --exclude TEXT  leaves out every test whose name contains TEXT (with the above)
 #
 # An MPI test tests/mpi/NAME.cpp declares its rank counts on a line "// np: 1 2 3 4", the counts
 # make check runs on a line "// quick: 2" (none when absent), and the shapes it runs on emulated
@@ -34,12 +35,14 @@ MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
 LOG_DIR=${LOG_DIR:-output/test-logs}
 PYTHON=${PYTHON:-/usr/bin/python3}
 
-quick=0 list=0 filter=""
+quick=0 list=0 filter="" exclude=""
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
     --list) list=1 ;;
-    -h | --help) sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --exclude) [ $# -ge 2 ] || { echo "run.sh: --exclude needs a TEXT" >&2; exit 2; }
+               exclude=$2; shift ;;
+    -h | --help) sed -n '4,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see tests/run.sh --help)" >&2; exit 2 ;;
     *) [ -z "$filter" ] || { echo "run.sh: one NAME at most (got '$filter' and '$1')" >&2; exit 2; }
        filter=$1 ;;
@@ -92,6 +95,7 @@ for i in "${!names[@]}"; do
     fi
   fi
   [ "$quick" = 0 ] || [ "${quicks[$i]}" = 1 ] || pick=0
+  [ -z "$exclude" ] || [[ "${names[$i]}" != *"$exclude"* ]] || pick=0
   selected+=("$pick")
 done
 if [ "$list" = 1 ]; then
