@@ -191,9 +191,10 @@ $(INFO_H): FORCE
 $(BUILD)/src/io/results.o: $(INFO_H)
 FORCE:
 
-# The test programs' own code at -O1: it compiles in a third less time (a quarter of make
-# test's build), and nothing in it is timed; the library they test stays -O3.
-$(BUILD)/tests/%.o: OPT_FLAGS := $(if $(filter 1,$(DEBUG)),$(OPT_FLAGS),-O1 -g1 -DNDEBUG $(ARCH_FLAGS))
+# The test programs' own code at -Og (GCC's optimizations that keep a failing test debuggable):
+# it compiles in far less time than -O3 (docs/TESTING.md, Timings), and nothing in it is timed;
+# the library they test stays -O3.
+$(BUILD)/tests/%.o: OPT_FLAGS := $(if $(filter 1,$(DEBUG)),$(OPT_FLAGS),-Og -g1 -DNDEBUG $(ARCH_FLAGS))
 
 # The cpu backend's own loops over channel runs compute each lane alike at every pack width (16
 # lanes with AVX-512, 8 in the bundle's x86-64-v3 build), so the two builds agree bitwise: no
