@@ -2,6 +2,7 @@
 // cgroup limits, OMP_NUM_THREADS and OMP_THREAD_LIMIT.
 #include "ringtrain/comm/cpu_share.hpp"
 
+#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -29,17 +30,6 @@ int parse_omp_threads(const std::string& text) {
   if (digits == 0 || digits > 6) return 0;
   if (digits < text.size() && text[digits] != ',') return 0;
   return std::stoi(text.substr(0, digits));
-}
-
-// OMP_THREAD_LIMIT as OpenMP reads it: one positive integer; 0 when it is not one (OpenMP then
-// ignores it too).
-int parse_thread_limit(const std::string& text) {
-  const size_t first = text.find_first_not_of(" \t");
-  const size_t last = text.find_last_not_of(" \t");
-  if (first == std::string::npos || last - first >= 9) return 0;
-  for (size_t i = first; i <= last; ++i)
-    if (!std::isdigit(static_cast<unsigned char>(text[i]))) return 0;
-  return std::stoi(text.substr(first, last - first + 1));
 }
 
 // cpu.max holds "max 100000" or "<quota> <period>".
@@ -126,7 +116,7 @@ CpuShare uncapped_cpu_share(const CpuFacts& facts) {
 
 CpuShare compute_cpu_share(const CpuFacts& facts) {
   CpuShare share = uncapped_cpu_share(facts);
-  const int limit = facts.omp_thread_limit ? parse_thread_limit(*facts.omp_thread_limit) : 0;
+  const int limit = facts.omp_thread_limit;
   if (limit <= 0 || share.threads <= limit) return share;
   if (facts.omp_num_threads && parse_omp_threads(*facts.omp_num_threads) > 0)
     share.warning = str("OMP_NUM_THREADS=", *facts.omp_num_threads, " asks for more threads than ",
@@ -154,7 +144,10 @@ CpuFacts gather_cpu_facts(MPI_Comm node_comm) {
   facts.cgroup_cpus = std::isinf(lowest) ? 0 : lowest;
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) facts.omp_num_threads = omp;
   if (const char* cpt = std::getenv("SLURM_CPUS_PER_TASK")) facts.slurm_cpus = cpt;
-  if (const char* limit = std::getenv("OMP_THREAD_LIMIT")) facts.omp_thread_limit = limit;
+  // OpenMP's own reading of OMP_THREAD_LIMIT (the largest int when unset or not a count), the
+  // one the backends' OpenMP regions obey.
+  const int limit = omp_get_thread_limit();
+  facts.omp_thread_limit = limit < std::numeric_limits<int>::max() ? limit : 0;
   return facts;
 }
 

@@ -231,7 +231,7 @@ BOOST_AUTO_TEST_CASE(omp_num_threads_wins_and_warns_when_it_oversubscribes) {
 BOOST_AUTO_TEST_CASE(omp_thread_limit_caps_the_share) {
   comm::CpuFacts facts;
   facts.own_affinity_cpus = facts.node_affinity_cpus = 2;
-  facts.omp_thread_limit = "1";
+  facts.omp_thread_limit = 1;
   comm::CpuShare share = comm::compute_cpu_share(facts);
   BOOST_TEST(share.threads == 1);
   BOOST_TEST(share.description ==
@@ -239,12 +239,12 @@ BOOST_AUTO_TEST_CASE(omp_thread_limit_caps_the_share) {
              "cores (node affinity 2, cgroup limit none) / 1 rank on this node; this rank's mask "
              "holds 2)");
   BOOST_TEST(share.warning.empty());
-  facts.omp_thread_limit = " 2 ";  // at the share: nothing to cap
+  facts.omp_thread_limit = 2;  // at the share: nothing to cap
   BOOST_TEST(comm::compute_cpu_share(facts).description.rfind("2 threads per rank: 2 usable", 0) ==
              0);
-  facts.omp_thread_limit = "1x";  // not a count (OpenMP ignores it too): no cap
+  facts.omp_thread_limit = 0;  // unset, or not a count OpenMP took: no cap
   BOOST_TEST(comm::compute_cpu_share(facts).threads == 2);
-  facts.omp_thread_limit = "3";
+  facts.omp_thread_limit = 3;
   facts.omp_num_threads = "4";
   share = comm::compute_cpu_share(facts);
   BOOST_TEST(share.threads == 3);

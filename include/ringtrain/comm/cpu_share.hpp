@@ -19,13 +19,13 @@
 namespace ringtrain::comm {
 
 struct CpuFacts {
-  int own_affinity_cpus = 1;                    // sched_getaffinity of this rank
-  int node_affinity_cpus = 1;                   // union of the masks of every rank on this node
-  double cgroup_cpus = 0;                       // cpu.max quota / period; 0 = no limit
-  int local_ranks = 1;                          // ranks sharing this node
-  std::optional<std::string> omp_num_threads;   // the environment variable, when set
-  std::optional<std::string> slurm_cpus;        // SLURM_CPUS_PER_TASK, when set
-  std::optional<std::string> omp_thread_limit;  // OMP_THREAD_LIMIT, when set
+  int own_affinity_cpus = 1;                   // sched_getaffinity of this rank
+  int node_affinity_cpus = 1;                  // union of the masks of every rank on this node
+  double cgroup_cpus = 0;                      // cpu.max quota / period; 0 = no limit
+  int local_ranks = 1;                         // ranks sharing this node
+  std::optional<std::string> omp_num_threads;  // the environment variable, when set
+  std::optional<std::string> slurm_cpus;       // SLURM_CPUS_PER_TASK, when set
+  int omp_thread_limit = 0;                    // OMP_THREAD_LIMIT as OpenMP took it; 0 = none
 };
 
 struct CpuShare {
