@@ -32,22 +32,28 @@ inline float noise(int rank, uint64_t i) {
 // small_int repeats every kSmallIntPeriod indices (7919 i mod 61 depends on i mod 61 alone).
 constexpr uint64_t kSmallIntPeriod = 61;
 
-// small_int(rank, i) for i in [0, count): one period computed, then repeated (64 Mi values
-// without 64 Mi divisions).
-inline std::vector<float> small_int_data(int rank, size_t count) {
+// value_at(i) for i in [0, count) of a function that repeats every kSmallIntPeriod indices: one
+// period computed, then copied (64 Mi values without 64 Mi divisions).
+template <typename ValueAt>
+std::vector<float> repeat_small_int_period(size_t count, ValueAt value_at) {
   std::vector<float> v(count);
-  for (size_t i = 0; i < count && i < kSmallIntPeriod; ++i) v[i] = small_int(rank, i);
+  for (size_t i = 0; i < count && i < kSmallIntPeriod; ++i) v[i] = value_at(i);
   for (size_t i = kSmallIntPeriod; i < count; ++i) v[i] = v[i - kSmallIntPeriod];
   return v;
 }
 
-// The exact sums of small_int over ranks [0, world) for i in [0, count), made the same way.
+// small_int(rank, i) for i in [0, count).
+inline std::vector<float> small_int_data(int rank, size_t count) {
+  return repeat_small_int_period(count, [rank](size_t i) { return small_int(rank, i); });
+}
+
+// The exact sums of small_int over ranks [0, world) for i in [0, count).
 inline std::vector<float> small_int_sums(int world, size_t count) {
-  std::vector<float> sums(count, 0.0f);
-  for (size_t i = 0; i < count && i < kSmallIntPeriod; ++i)
-    for (int r = 0; r < world; ++r) sums[i] += small_int(r, i);
-  for (size_t i = kSmallIntPeriod; i < count; ++i) sums[i] = sums[i - kSmallIntPeriod];
-  return sums;
+  return repeat_small_int_period(count, [world](size_t i) {
+    float sum = 0.0f;
+    for (int r = 0; r < world; ++r) sum += small_int(r, i);
+    return sum;
+  });
 }
 
 // Index of the first element that differs from the exact sum over world ranks, or -1.
